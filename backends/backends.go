@@ -1,0 +1,446 @@
+// Package backends is the contract between coordd and the stores that hold
+// its state: the embedded SQLite store, MySQL/MariaDB, Redis and memcached.
+//
+// A backend is opened from a spec.Backend by the factory in backends/open
+// (kept outside this package so that the contract never imports its
+// implementations). What a backend can do is expressed as small interfaces
+// that callers discover with a type assertion:
+//
+//	Backend         every backend: name, type, clock, round-trip counter
+//	Migrator        SQL backends: numbered, embedded migrations
+//	StateStore      the cluster backend: inventory, apply records, apply lock
+//	SemaphoreAdmin  reconcile's view of semaphores: observe, put, delete
+//	Semaphores      runtime: acquire, extend, release, wait
+//	Leader          runtime: the leader lease, scoped to a term
+//	CronAdmin       reconcile's view of cron tasks
+//	Crons           runtime: claim a due occurrence, extend, finish
+//	QueueAdmin      reconcile's view of queues
+//	Queues          runtime: push, claim, ack, retry
+//
+// Rules every implementation follows, and that backends/backendtest checks:
+//
+//   - Time is the backend's. Every lease expiry and due-time comparison is made
+//     against the backend's clock (Now), never the host's.
+//   - Extend and release name the owner token; a call whose token no longer
+//     holds the lease changes nothing and returns ErrLost.
+//   - A semaphore never admits more holders than its stored limit. Slots are
+//     identified by small integers. The number of slots is max(limit, held):
+//     lowering the limit deletes free slots at once and retires held ones when
+//     they are released, so nobody is evicted and nobody above the new limit is
+//     admitted.
+//   - Fencing numbers are strictly increasing per semaphore across all holders.
+//   - Names are data. They are bound as query parameters or hashed into keys,
+//     never spliced into SQL text or key syntax.
+package backends
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/coordd/coordd/spec"
+)
+
+// Sentinel errors that callers test with errors.Is.
+var (
+	// ErrNotFound: the object does not exist in the backend.
+	ErrNotFound = errors.New("not found")
+	// ErrNoSlot: a semaphore had no free slot (or its limit is 0).
+	ErrNoSlot = errors.New("no free slot")
+	// ErrTooManyWaiters: max_waiting waiters are already queued.
+	ErrTooManyWaiters = errors.New("max_waiting reached")
+	// ErrLost: the owner token no longer holds the lease (expired, taken
+	// over, retired or deleted).
+	ErrLost = errors.New("lease lost")
+	// ErrHeld: the object still has holders or running occurrences, so it
+	// cannot be removed yet.
+	ErrHeld = errors.New("still held")
+	// ErrHasJobs: a queue still holds jobs.
+	ErrHasJobs = errors.New("queue still holds jobs")
+	// ErrLocked: another owner holds the apply lock.
+	ErrLocked = errors.New("locked by another owner")
+	// ErrNotLeader: another host holds an unexpired leader lease, or the
+	// caller's term is over.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrConflict: a compare-and-swap lost (for example another host claimed
+	// the same occurrence first).
+	ErrConflict = errors.New("conflict")
+	// ErrDuplicate: a job with the same unique key is already pending.
+	ErrDuplicate = errors.New("duplicate job")
+	// ErrPayloadTooLarge: a job payload exceeds the queue's max_payload.
+	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrUnsupported: the backend cannot hold this kind or mode.
+	ErrUnsupported = errors.New("not supported by this backend")
+	// ErrSchemaTooNew: the schema was migrated by a newer binary that
+	// declared this binary too old to use it.
+	ErrSchemaTooNew = errors.New("schema is newer than this binary supports")
+)
+
+// Options are given to the factory when a backend is opened.
+type Options struct {
+	// ReadOnly opens without creating anything: plan and validate use it.
+	// A missing store then looks empty rather than failing.
+	ReadOnly bool
+	// Version is the binary's version, recorded by migrations.
+	Version string
+}
+
+// Backend is implemented by every backend.
+type Backend interface {
+	// Name is the name the spec gave the backend.
+	Name() string
+	// Type is one of the spec.Type* constants.
+	Type() string
+	// Now returns the backend's clock in UTC. It costs one round trip on
+	// networked backends.
+	Now(ctx context.Context) (time.Time, error)
+	// RoundTrips counts requests sent to the backend since it was opened.
+	RoundTrips() uint64
+	Close() error
+}
+
+// SchemaInfo describes a SQL backend's migration state.
+type SchemaInfo struct {
+	// Version is the highest applied migration, 0 when none is.
+	Version int
+	// Latest is the highest migration this binary embeds.
+	Latest int
+	// MinBinary is the oldest coordd version that may use the schema.
+	MinBinary string
+}
+
+// Migrator is implemented by backends with a schema.
+type Migrator interface {
+	// Schema reports the migration state without changing anything.
+	Schema(ctx context.Context) (SchemaInfo, error)
+	// Migrate applies pending migrations. It returns ErrSchemaTooNew when a
+	// newer binary has declared this one too old.
+	Migrate(ctx context.Context) error
+}
+
+// Entry statuses in the inventory.
+const (
+	// StatusActive: the object is applied as its Spec says.
+	StatusActive = "active"
+	// StatusDraining: the object was removed from the spec, but holders or
+	// running occurrences remain; it admits nobody and is deleted once drained.
+	StatusDraining = "draining"
+	// StatusReplacing: the object moved to another backend or mode; the new
+	// object admits nobody until Previous drains.
+	StatusReplacing = "replacing"
+)
+
+// Placement is where an applied object lives.
+type Placement struct {
+	Backend     string          `json:"backend"`
+	BackendType string          `json:"backend_type"`
+	Spec        json.RawMessage `json:"spec"`
+}
+
+// InventoryEntry is one managed object as last applied.
+type InventoryEntry struct {
+	Address spec.Address `json:"address"`
+	Placement
+	Status string `json:"status"`
+	// Previous is the placement being drained while Status is
+	// StatusReplacing.
+	Previous *Placement `json:"previous,omitempty"`
+	// Generation is the apply generation that last wrote the entry.
+	Generation int64 `json:"generation"`
+}
+
+// ApplyRecord records one apply.
+type ApplyRecord struct {
+	Generation int64     `json:"generation"`
+	SpecHash   string    `json:"spec_hash"`
+	Host       string    `json:"host"`
+	At         time.Time `json:"at"`
+	Summary    string    `json:"summary"`
+}
+
+// State is the applied state kept in the cluster backend.
+type State struct {
+	Entries []InventoryEntry
+	// Last is nil before the first apply.
+	Last *ApplyRecord
+}
+
+// StateStore holds the inventory and the apply records. The cluster backend
+// implements it (memcached cannot).
+type StateStore interface {
+	// LoadState reads the inventory and the last apply record. A store that
+	// was never migrated reads as empty.
+	LoadState(ctx context.Context) (State, error)
+	// TryLockApply takes the apply lock for owner with a lease of ttl in
+	// backend time. It returns ErrLocked while another owner's lease is
+	// unexpired. unlock releases only owner's lock.
+	TryLockApply(ctx context.Context, owner string, ttl time.Duration) (unlock func(context.Context) error, err error)
+	// CommitApply writes the inventory changes and a new apply record
+	// atomically, but only while owner still holds the apply lock (ErrLost
+	// otherwise). It assigns and returns the new generation.
+	CommitApply(ctx context.Context, owner string, rec ApplyRecord, put []InventoryEntry, remove []spec.Address) (int64, error)
+}
+
+// SemaphoreConfig is a semaphore as the runtime enforces it.
+type SemaphoreConfig struct {
+	Name string `json:"name"`
+	// Limit is the effective limit. It is 0 while the semaphore drains
+	// (deleted, or replaced by a new one that must wait).
+	Limit int           `json:"limit"`
+	Lease time.Duration `json:"lease"`
+	Mode  string        `json:"mode"`
+	Wake  string        `json:"wake,omitempty"`
+	// MaxWaiting < 0 means unbounded.
+	MaxWaiting int           `json:"max_waiting"`
+	MaxHold    time.Duration `json:"max_hold,omitempty"`
+}
+
+// Holder is one held slot.
+type Holder struct {
+	Slot       int       `json:"slot"`
+	Owner      string    `json:"owner"`
+	Host       string    `json:"host"`
+	PID        int       `json:"pid"`
+	Fencing    int64     `json:"fencing"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// SemaphoreState is what a backend observes of one semaphore.
+type SemaphoreState struct {
+	Config SemaphoreConfig `json:"config"`
+	// Slots is the number of slots present, free or held.
+	Slots int `json:"slots"`
+	// Holders lists held slots whose lease has not expired.
+	Holders []Holder `json:"holders"`
+	// Expired counts held slots whose lease expired; they are free to take.
+	Expired int `json:"expired"`
+}
+
+// WantSlots is the number of slots a consistent semaphore has.
+func (s *SemaphoreState) WantSlots() int {
+	return max(s.Config.Limit, len(s.Holders))
+}
+
+// SemaphoreAdmin is reconcile's view of semaphores.
+type SemaphoreAdmin interface {
+	// ObserveSemaphores observes many semaphores in as few round trips as the
+	// backend allows. Absent semaphores are missing from the map.
+	ObserveSemaphores(ctx context.Context, names []string) (map[string]*SemaphoreState, error)
+	// PutSemaphore creates the semaphore or updates its config, and repairs
+	// its slots so that there are max(limit, holders) of them. Idempotent.
+	PutSemaphore(ctx context.Context, cfg SemaphoreConfig) error
+	// DeleteSemaphore removes a semaphore that has no live holder. With live
+	// holders it sets the limit to 0, removes free slots and returns ErrHeld;
+	// the holders' slots retire on release. Absent is not an error.
+	DeleteSemaphore(ctx context.Context, name string) error
+}
+
+// AcquireRequest asks for one slot.
+type AcquireRequest struct {
+	Owner string // a random owner token, unique per attempt
+	Host  string
+	PID   int
+	Lease time.Duration
+}
+
+// Grant is a held slot.
+type Grant struct {
+	Slot      int
+	Fencing   int64
+	ExpiresAt time.Time // backend time
+}
+
+// Semaphores is the runtime side of semaphores.
+type Semaphores interface {
+	// TryAcquire takes a free or expired slot without waiting. It returns
+	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent.
+	TryAcquire(ctx context.Context, name string, req AcquireRequest) (Grant, error)
+	// Extend renews owner's lease to now+lease in backend time.
+	Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error)
+	// Release frees owner's slot (or deletes it when the semaphore has more
+	// slots than its limit). It returns ErrLost when owner holds nothing.
+	Release(ctx context.Context, name, owner string) error
+	// Holders lists live holders.
+	Holders(ctx context.Context, name string) ([]Holder, error)
+}
+
+// Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO).
+type Waiters interface {
+	// EnterWait registers owner as a waiter with a lease. It returns
+	// ErrTooManyWaiters when max_waiting live waiters exist.
+	EnterWait(ctx context.Context, name, owner string, lease time.Duration) error
+	// LeaveWait removes owner's waiter record.
+	LeaveWait(ctx context.Context, name, owner string) error
+	// WaitSemaphore blocks until a slot may have been freed, max elapsed or
+	// ctx ended. Backends with a push mechanism (BLPOP, KILL QUERY) use it;
+	// others poll with a bounded backoff.
+	WaitSemaphore(ctx context.Context, name string, max time.Duration) error
+}
+
+// Term is one holder's tenure of the leader lease.
+type Term struct {
+	Holder    string    `json:"holder"`
+	Term      int64     `json:"term"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Leader is the leader lease.
+type Leader interface {
+	// ElectLeader takes the lease when it is free or expired, starting a new
+	// term with a higher number. It returns ErrNotLeader while another
+	// holder's lease is unexpired.
+	ElectLeader(ctx context.Context, holder string, lease time.Duration) (Term, error)
+	// RenewLeader extends the lease only for exactly t's holder and term.
+	RenewLeader(ctx context.Context, t Term, lease time.Duration) (Term, error)
+	// ResignLeader ends t early so another host can take over at once.
+	ResignLeader(ctx context.Context, t Term) error
+	// CurrentLeader returns ErrNotFound when nobody holds an unexpired lease.
+	CurrentLeader(ctx context.Context) (Term, error)
+}
+
+// CronState is what a backend observes of one cron task.
+type CronState struct {
+	Name string `json:"name"`
+	// Def is the task definition as applied (canonical JSON).
+	Def      json.RawMessage `json:"def"`
+	NextExec time.Time       `json:"next_exec"`
+	// Running counts occurrences whose lease has not expired.
+	Running int `json:"running"`
+}
+
+// CronAdmin is reconcile's view of cron tasks.
+type CronAdmin interface {
+	// ObserveCrons observes many tasks; absent ones are missing from the map.
+	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
+	// PutCron stores the definition. When resetNext is true (a new task, a
+	// schedule or timezone change, a repair) it also sets next_exec.
+	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
+	// DeleteCron removes the task. Running occurrences keep their rows and
+	// finish; absent is not an error.
+	DeleteCron(ctx context.Context, name string) error
+}
+
+// DueTask is a task whose next_exec is at or before backend now.
+type DueTask struct {
+	Name     string
+	Def      json.RawMessage
+	NextExec time.Time
+}
+
+// Occurrence is one attempt of one scheduled time of one task. The pair
+// (Task, ScheduledAt) is unique in the backend; a retry is a new attempt.
+type Occurrence struct {
+	Task        string
+	ScheduledAt time.Time
+	Attempt     int
+	Owner       string
+	Host        string
+	ExpiresAt   time.Time
+}
+
+// RunResult is how an occurrence ended.
+type RunResult struct {
+	Status   string // "succeeded", "failed", "timeout", "lost", "skipped"
+	ExitCode int
+	Error    string
+}
+
+// Crons is the runtime side of the scheduler.
+type Crons interface {
+	// DueTasks lists tasks due at backend now.
+	DueTasks(ctx context.Context, limit int) ([]DueTask, error)
+	// ClaimOccurrence atomically moves task's next_exec from scheduledAt to
+	// next and creates the occurrence row (task, scheduledAt) leased to
+	// owner. It returns ErrConflict when another host claimed it first.
+	ClaimOccurrence(ctx context.Context, task string, scheduledAt, next time.Time, owner, host string, lease time.Duration) (Occurrence, error)
+	// ExtendOccurrence renews owner's lease on occ (ErrLost otherwise).
+	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)
+	// FinishOccurrence records the result, if owner still holds occ.
+	FinishOccurrence(ctx context.Context, occ Occurrence, res RunResult) error
+	// ExpiredOccurrences lists occurrences whose lease expired unfinished:
+	// their host was lost.
+	ExpiredOccurrences(ctx context.Context, limit int) ([]Occurrence, error)
+}
+
+// QueueConfig is a queue as the runtime enforces it.
+type QueueConfig struct {
+	Name              string        `json:"name"`
+	Partitions        int           `json:"partitions"`
+	VisibilityTimeout time.Duration `json:"visibility_timeout"`
+	MaxAttempts       int           `json:"max_attempts"`
+	RetryBackoff      time.Duration `json:"retry_backoff"`
+	Timeout           time.Duration `json:"timeout,omitempty"`
+	Unique            string        `json:"unique"`
+	MaxPayload        int64         `json:"max_payload"`
+	Claim             string        `json:"claim"`
+}
+
+// QueueState is what a backend observes of one queue.
+type QueueState struct {
+	Config QueueConfig `json:"config"`
+	// PartitionsPresent counts partition lock rows (or lists) present.
+	PartitionsPresent int   `json:"partitions_present"`
+	Ready             int64 `json:"ready"`
+	InFlight          int64 `json:"in_flight"`
+	Dead              int64 `json:"dead"`
+	// Stranded counts jobs in partitions at or above Config.Partitions.
+	Stranded int64 `json:"stranded"`
+}
+
+// Jobs is the number of jobs a queue holds in any state.
+func (q *QueueState) Jobs() int64 { return q.Ready + q.InFlight + q.Dead }
+
+// QueueAdmin is reconcile's view of queues.
+type QueueAdmin interface {
+	// ObserveQueues observes many queues; absent ones are missing from the map.
+	ObserveQueues(ctx context.Context, names []string) (map[string]*QueueState, error)
+	// PutQueue creates or updates the queue and its partitions. Jobs in
+	// partitions that no longer exist move into the remaining ones in the
+	// same transaction, so none is lost. It returns how many moved.
+	PutQueue(ctx context.Context, cfg QueueConfig) (moved int64, err error)
+	// DeleteQueue removes the queue; with jobs left it returns ErrHasJobs
+	// unless force. Absent is not an error.
+	DeleteQueue(ctx context.Context, name string, force bool) error
+}
+
+// Job is one queued job.
+type Job struct {
+	ID          string
+	Queue       string
+	Partition   int
+	Payload     []byte
+	UniqueKey   string
+	Attempt     int
+	EnqueuedAt  time.Time
+	Owner       string    // set while claimed
+	ExpiresAt   time.Time // visibility deadline while claimed
+	LastError   string
+	AvailableAt time.Time
+}
+
+// PushRequest enqueues one job.
+type PushRequest struct {
+	Payload   []byte
+	UniqueKey string
+	Delay     time.Duration
+}
+
+// Queues is the runtime side of queues.
+type Queues interface {
+	// Push enqueues a job (ErrDuplicate, ErrPayloadTooLarge, ErrNotFound).
+	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
+	// Claim takes up to max ready jobs in insert order, leased to owner for
+	// visibility. It returns no jobs and no error when none is ready.
+	Claim(ctx context.Context, queue, owner string, max int, visibility time.Duration) ([]Job, error)
+	// Ack deletes a finished job, if owner still holds it.
+	Ack(ctx context.Context, j Job) error
+	// Retry returns a failed job to the queue after delay, or moves it to
+	// the dead set when its attempts are used up.
+	Retry(ctx context.Context, j Job, delay time.Duration, reason string) error
+	// ExtendJob renews owner's visibility lease.
+	ExtendJob(ctx context.Context, j Job, visibility time.Duration) (time.Time, error)
+	// WaitQueue blocks until a job may be ready, max elapsed or ctx ended.
+	WaitQueue(ctx context.Context, queue string, max time.Duration) error
+}

@@ -1,0 +1,186 @@
+// Package backendtest is the conformance suite that every coordd backend
+// runs against a real store. It checks the rules of package backends: the
+// backend clock, leases that change nothing once lost, the semaphore limit
+// guard, strictly increasing fencing, slot retirement, the apply lock and
+// atomic commits.
+//
+// A backend's test calls Run with a Harness. Run discovers the backend's
+// capabilities by type assertion and runs one group of subtests per
+// capability; each subtest gets its own fresh store. To cover a new
+// capability, add an entry to capabilities.
+package backendtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// Harness connects the suite to one backend.
+type Harness struct {
+	// New creates one fresh, isolated store (temp file, random DB or key
+	// prefix) and returns a function that opens a new handle to it. Calling
+	// the returned func again opens another handle to the SAME store, as a
+	// second host would. Handles are closed and the store removed by
+	// t.Cleanup.
+	New func(t *testing.T) (open func() backends.Backend)
+	// DeleteSlot simulates drift: removes slot `slot` of semaphore `name`
+	// behind coordd's back.
+	DeleteSlot func(t *testing.T, b backends.Backend, name string, slot int)
+	// InsertJobs adds n ready jobs to partition p of queue (Queues.Push
+	// arrives in a later issue).
+	InsertJobs func(t *testing.T, b backends.Backend, queue string, p, n int)
+}
+
+// capability is one interface a backend may implement and the subtests
+// that check it.
+type capability struct {
+	name string
+	has  func(backends.Backend) bool
+	run  func(t *testing.T, h Harness)
+}
+
+// capabilities lists what the suite checks, in order.
+var capabilities = []capability{
+	{"Backend", func(backends.Backend) bool { return true }, testBackend},
+	{"Migrator", is[backends.Migrator], testMigrator},
+	{"StateStore", is[backends.StateStore], testStateStore},
+	{"Semaphores", isSemaphores, testSemaphores},
+	{"CronAdmin", is[backends.CronAdmin], testCronAdmin},
+	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
+}
+
+func is[T any](b backends.Backend) bool {
+	_, ok := b.(T)
+	return ok
+}
+
+// isSemaphores is true when b has either semaphore interface: one without
+// the other is a bug the subtests then report.
+func isSemaphores(b backends.Backend) bool {
+	return is[backends.SemaphoreAdmin](b) || is[backends.Semaphores](b)
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("backendtest: Harness.New is nil")
+	}
+	probe := h.New(t)()
+	for _, c := range capabilities {
+		if !c.has(probe) {
+			t.Logf("%s %s: does not implement %s", probe.Type(), probe.Name(), c.name)
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+}
+
+// fresh creates a fresh, migrated store and returns a handle on it and the
+// function that opens more handles.
+func fresh(t *testing.T, h Harness) (backends.Backend, func() backends.Backend) {
+	t.Helper()
+	open := h.New(t)
+	b := open()
+	if b == nil {
+		t.Fatal("backendtest: Harness.New's open returned nil")
+	}
+	if m, ok := b.(backends.Migrator); ok {
+		if err := m.Migrate(t.Context()); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	return b, open
+}
+
+// as asserts that b implements T.
+func as[T any](t *testing.T, b backends.Backend) T {
+	t.Helper()
+	v, ok := b.(T)
+	if !ok {
+		var zero *T
+		t.Fatalf("%s backend does not implement %s", b.Type(), reflect.TypeOf(zero).Elem())
+	}
+	return v
+}
+
+// wantErr fails unless err matches target.
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want %v", what, err, target)
+	}
+}
+
+// ok fails on err.
+func ok(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// pollInterval and waitTimeout bound every wait: poll until the condition
+// holds or fail at the deadline, never assert after a fixed sleep.
+const (
+	pollInterval = 20 * time.Millisecond
+	waitTimeout  = 20 * time.Second
+)
+
+// waitFor polls cond until it reports true or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		done, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: still not true after %v", what, waitTimeout)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("waiting for %s: %v", what, t.Context().Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// waitPast waits until the backend clock is strictly after at.
+func waitPast(t *testing.T, b backends.Backend, at time.Time) {
+	t.Helper()
+	waitFor(t, "backend clock to pass "+at.Format(time.RFC3339Nano), func() (bool, error) {
+		now, err := b.Now(t.Context())
+		return now.After(at), err
+	})
+}
+
+var ownerSeq atomic.Uint64
+
+// newOwner returns a unique owner token.
+func newOwner(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), ownerSeq.Add(1))
+}
+
+// jsonEqual compares JSON documents by value, so a backend may reformat.
+func jsonEqual(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}

@@ -1,0 +1,34 @@
+// Package open is the backend factory: it opens a spec.Backend by its type.
+// It lives apart from package backends so that the contract never imports
+// its implementations.
+package open
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/spec"
+)
+
+// Open opens b. Types this build does not include yet fail with an error
+// wrapping backends.ErrUnsupported; unknown types fail too.
+func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends.Backend, error) {
+	if b == nil {
+		return nil, errors.New("open backend: nil")
+	}
+	switch b.Type {
+	case spec.TypeSQLite:
+		s, err := sqlite.Open(ctx, b.Name, b.Path, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case spec.TypeMySQL, spec.TypeRedis, spec.TypeMemcached:
+		return nil, fmt.Errorf("backend %q: type %s is not in this build yet: %w", b.Name, b.Type, backends.ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("backend %q: unknown type %q", b.Name, b.Type)
+	}
+}

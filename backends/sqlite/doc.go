@@ -1,0 +1,48 @@
+// Package sqlite is coordd's embedded backend: one SQLite file that every
+// coordd process on one host shares.
+//
+// # One file, several processes
+//
+// The file is opened in WAL mode with synchronous=NORMAL, a busy timeout of
+// about ten seconds and foreign keys on. Every write transaction starts with
+// BEGIN IMMEDIATE, so a transaction takes the write lock before it reads
+// anything it will act on: two processes (or two handles in one process)
+// never both decide from the same stale read, and the busy timeout turns
+// contention into waiting instead of errors. The file only coordinates the
+// processes of the host that holds it; for several hosts use a networked
+// backend.
+//
+// # The clock
+//
+// SQLite has no server, so the backend clock is the clock of the host that
+// holds the file, read inside SQL by nowSQL. Every lease and expiry
+// comparison is made in the statement against that one clock, never against
+// a time computed in Go. julianday('now') loses precision in a float64 (tens
+// of microseconds), so the clock is unixepoch('subsec') rounded to whole
+// milliseconds and stored as INTEGER microseconds since the Unix epoch, UTC.
+// Its resolution is therefore one millisecond.
+//
+// # The guard on acquire
+//
+// A semaphore has max(limit, live holders) slot rows. TryAcquire counts the
+// live holders inside its IMMEDIATE transaction and refuses when they are at
+// or above the stored limit; only then does it take the lowest free or
+// expired slot. That count, not the number of slot rows, is what keeps a
+// lowered limit safe: slots above the new limit that are still held stay, but
+// nobody is admitted until the holders are below the limit again.
+//
+// # Retirement on release
+//
+// Lowering a limit deletes free slots at once and leaves held ones alone.
+// When a holder releases and the semaphore has more slots than max(limit,
+// live holders), the surplus free or expired slots are deleted instead of
+// kept free, so the slot count converges on the limit without evicting
+// anybody.
+//
+// # Schema
+//
+// Numbered migrations are embedded from migrations/*.sql and recorded in
+// schema_migrations with the oldest binary that may use the schema (see
+// migrate.go). A store that was never migrated, or a missing file opened
+// read-only, reads as empty.
+package sqlite

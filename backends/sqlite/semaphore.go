@@ -1,0 +1,392 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// liveSQL is true for a slot row whose holder's lease has not expired.
+const liveSQL = `(owner IS NOT NULL AND expires_at > ` + nowSQL + `)`
+
+// freeSQL is true for a slot row anyone may take: never held, released or
+// expired.
+const freeSQL = `(owner IS NULL OR expires_at <= ` + nowSQL + `)`
+
+const (
+	// qSemUpsert creates the semaphore or updates its config. It never
+	// touches the fencing counter, so fencing keeps increasing across
+	// updates.
+	qSemUpsert = `INSERT INTO semaphores (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, lease_ns = excluded.lease_ns, mode = excluded.mode,
+  wake = excluded.wake, max_waiting = excluded.max_waiting, max_hold_ns = excluded.max_hold_ns`
+
+	// qSemLimit reads the stored limit.
+	qSemLimit = `SELECT lim FROM semaphores WHERE name = ?`
+
+	// qSemSlotsLive lists a semaphore's slots, each with whether it is live.
+	qSemSlotsLive = `SELECT slot, ` + liveSQL + ` FROM semaphore_slots WHERE name = ? ORDER BY slot`
+
+	// qSemDeleteFreeSlots deletes the listed slots (a JSON array) that are
+	// free or expired; a live slot is never deleted, whatever the list says.
+	qSemDeleteFreeSlots = `DELETE FROM semaphore_slots
+WHERE name = ? AND slot IN (SELECT value FROM json_each(?)) AND ` + freeSQL
+
+	// qSemDeleteAllFree deletes every free or expired slot of a semaphore.
+	qSemDeleteAllFree = `DELETE FROM semaphore_slots WHERE name = ? AND ` + freeSQL
+
+	// qSemInsertSlots adds free slots with the listed numbers (a JSON array).
+	qSemInsertSlots = `INSERT INTO semaphore_slots (name, slot) SELECT ?, value FROM json_each(?)`
+
+	// qSemAcquireState reads, against one instant, everything TryAcquire
+	// decides on: the limit, the number of live holders and the lowest free
+	// or expired slot. No row: the semaphore is absent.
+	qSemAcquireState = `SELECT s.lim,
+  (SELECT count(*) FROM semaphore_slots WHERE name = s.name AND ` + liveSQL + `),
+  (SELECT min(slot) FROM semaphore_slots WHERE name = s.name AND ` + freeSQL + `)
+FROM semaphores s WHERE s.name = ?`
+
+	// qSemNextFencing bumps the semaphore's fencing counter and returns it;
+	// under the write lock every grant gets a strictly higher number.
+	qSemNextFencing = `UPDATE semaphores SET fencing = fencing + 1 WHERE name = ? RETURNING fencing`
+
+	// qSemTakeSlot gives a slot to a new holder, leased from backend now.
+	qSemTakeSlot = `UPDATE semaphore_slots
+SET owner = ?, host = ?, pid = ?, fencing = ?, acquired_at = ` + nowSQL + `, expires_at = ` + nowSQL + ` + ?
+WHERE name = ? AND slot = ? RETURNING expires_at`
+
+	// qSemExtend renews a lease, only for its owner and only while it has
+	// not expired.
+	qSemExtend = `UPDATE semaphore_slots SET expires_at = ` + nowSQL + ` + ?
+WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL + ` RETURNING expires_at`
+
+	// qSemOwned finds owner's slot and whether its lease is still live.
+	qSemOwned = `SELECT slot, expires_at > ` + nowSQL + ` FROM semaphore_slots WHERE name = ? AND owner = ?`
+
+	// qSemFree frees owner's slot.
+	qSemFree = `UPDATE semaphore_slots SET owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0
+WHERE name = ? AND owner = ?`
+
+	// qSemHolders lists live holders by slot.
+	qSemHolders = `SELECT slot, owner, host, pid, fencing, acquired_at, expires_at
+FROM semaphore_slots WHERE name = ? AND ` + liveSQL + ` ORDER BY slot`
+
+	// qSemLiveCount counts live holders.
+	qSemLiveCount = `SELECT count(*) FROM semaphore_slots WHERE name = ? AND ` + liveSQL
+
+	// qSemDrain sets the limit to 0 so that nobody more is admitted.
+	qSemDrain = `UPDATE semaphores SET lim = 0 WHERE name = ?`
+
+	// qSemDeleteWaiters, qSemDeleteSlots and qSemDelete remove a semaphore
+	// (explicitly, not relying on ON DELETE CASCADE).
+	qSemDeleteWaiters = `DELETE FROM semaphore_waiters WHERE name = ?`
+	qSemDeleteSlots   = `DELETE FROM semaphore_slots WHERE name = ?`
+	qSemDelete        = `DELETE FROM semaphores WHERE name = ?`
+
+	// qSemObserveConfigs reads the configs of many semaphores (a JSON array
+	// of names).
+	qSemObserveConfigs = `SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns
+FROM semaphores WHERE name IN (SELECT value FROM json_each(?))`
+
+	// qSemObserveSlots reads every slot of many semaphores, each with whether
+	// it is live, against one instant.
+	qSemObserveSlots = `SELECT name, slot, owner, host, pid, fencing, acquired_at, expires_at, ` + liveSQL + `
+FROM semaphore_slots WHERE name IN (SELECT value FROM json_each(?)) ORDER BY name, slot`
+)
+
+// PutSemaphore creates or updates the semaphore and repairs its slots to
+// max(limit, live holders).
+func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) error {
+	if cfg.Name == "" {
+		return errors.New("put semaphore: empty name")
+	}
+	if cfg.Limit < 0 {
+		return fmt.Errorf("put semaphore %q: negative limit %d", cfg.Name, cfg.Limit)
+	}
+	maxWaiting := cfg.MaxWaiting
+	if maxWaiting < 0 {
+		maxWaiting = -1
+	}
+	err := s.write(ctx, func(c conn) error {
+		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold)); err != nil {
+			return err
+		}
+		return repairSlots(ctx, c, cfg.Name, cfg.Limit, true)
+	})
+	if err != nil {
+		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// repairSlots makes the slot count max(limit, live holders): it deletes free
+// or expired slots, highest first, while above, and (when grow) inserts the
+// lowest unused numbers while below. Run it under the write lock.
+func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool) error {
+	rows, err := c.query(ctx, qSemSlotsLive, name)
+	if err != nil {
+		return err
+	}
+	var free []int
+	used := map[int]bool{}
+	live := 0
+	for rows.Next() {
+		var slot int
+		var isLive bool
+		if err := rows.Scan(&slot, &isLive); err != nil {
+			rows.Close()
+			return err
+		}
+		used[slot] = true
+		if isLive {
+			live++
+		} else {
+			free = append(free, slot)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	want := max(limit, live)
+	switch n := len(used); {
+	case n > want:
+		drop := free[len(free)-min(n-want, len(free)):] // highest numbers
+		b, _ := json.Marshal(drop)
+		_, err = c.exec(ctx, qSemDeleteFreeSlots, name, string(b))
+	case n < want && grow:
+		var add []int
+		for i := 0; len(add) < want-n; i++ {
+			if !used[i] {
+				add = append(add, i)
+			}
+		}
+		b, _ := json.Marshal(add)
+		_, err = c.exec(ctx, qSemInsertSlots, name, string(b))
+	}
+	return err
+}
+
+// DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
+// drains it: limit 0, free slots gone, ErrHeld; held slots retire on release.
+func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
+	held := 0
+	err := s.write(ctx, func(c conn) error {
+		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
+			return err
+		}
+		if held > 0 {
+			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
+				return err
+			}
+			_, err := c.exec(ctx, qSemDeleteAllFree, name)
+			return err
+		}
+		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
+			if _, err := c.exec(ctx, q, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete semaphore %q: %w", name, err)
+	}
+	if held > 0 {
+		return fmt.Errorf("delete semaphore %q: %d live holders: %w", name, held, backends.ErrHeld)
+	}
+	return nil
+}
+
+// TryAcquire takes the lowest free or expired slot, unless the live holders
+// already reach the limit (the guard that keeps a lowered limit safe).
+func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	var g backends.Grant
+	if req.Owner == "" {
+		return g, fmt.Errorf("acquire %q: empty owner", name)
+	}
+	lease, err := leaseMicros(req.Lease)
+	if err != nil {
+		return g, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	err = s.write(ctx, func(c conn) error {
+		var limit, live int
+		var slot sql.NullInt64
+		err := c.row(ctx, qSemAcquireState, name).Scan(&limit, &live, &slot)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if live >= limit {
+			return fmt.Errorf("%d of %d held: %w", live, limit, backends.ErrNoSlot)
+		}
+		if !slot.Valid {
+			// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
+			return fmt.Errorf("%d of %d held, no free slot row: %w", live, limit, backends.ErrNoSlot)
+		}
+		if err := c.row(ctx, qSemNextFencing, name).Scan(&g.Fencing); err != nil {
+			return err
+		}
+		var exp int64
+		if err := c.row(ctx, qSemTakeSlot, req.Owner, req.Host, req.PID, g.Fencing, lease, name, slot.Int64).Scan(&exp); err != nil {
+			return err
+		}
+		g.Slot, g.ExpiresAt = int(slot.Int64), fromMicros(exp)
+		return nil
+	})
+	if err != nil {
+		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	return g, nil
+}
+
+// Extend renews owner's lease to now+lease; ErrLost once it has expired.
+func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	us, err := leaseMicros(lease)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
+	}
+	var exp int64
+	err = s.write(ctx, func(c conn) error {
+		err := c.row(ctx, qSemExtend, us, name, owner).Scan(&exp)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrLost
+		}
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
+	}
+	return fromMicros(exp), nil
+}
+
+// Release frees owner's slot, or retires it when the semaphore has more
+// slots than max(limit, live holders). A slot whose lease had expired is
+// still cleared, but the call returns ErrLost: the caller's hold was not
+// exclusive to the end.
+func (s *Store) Release(ctx context.Context, name, owner string) error {
+	wasLive := false
+	err := s.write(ctx, func(c conn) error {
+		var slot int
+		err := c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrLost
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := c.exec(ctx, qSemFree, name, owner); err != nil {
+			return err
+		}
+		var limit int
+		if err := c.row(ctx, qSemLimit, name).Scan(&limit); err != nil {
+			return err
+		}
+		return repairSlots(ctx, c, name, limit, false)
+	})
+	if err == nil && !wasLive {
+		err = fmt.Errorf("lease had expired: %w", backends.ErrLost)
+	}
+	if err != nil {
+		return fmt.Errorf("release %q: %w", name, err)
+	}
+	return nil
+}
+
+// Holders lists live holders by slot; an absent semaphore has none.
+func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+	var hs []backends.Holder
+	_, err := s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, qSemHolders, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h backends.Holder
+			var acq, exp int64
+			if err := rows.Scan(&h.Slot, &h.Owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp); err != nil {
+				return err
+			}
+			h.AcquiredAt, h.ExpiresAt = fromMicros(acq), fromMicros(exp)
+			hs = append(hs, h)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("holders %q: %w", name, err)
+	}
+	return hs, nil
+}
+
+// ObserveSemaphores reads many semaphores in two statements in one snapshot.
+func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
+	out := make(map[string]*backends.SemaphoreState, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	arg, err := namesJSON(names)
+	if err != nil {
+		return nil, fmt.Errorf("observe semaphores: %w", err)
+	}
+	_, err = s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, qSemObserveConfigs, arg)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var cfg backends.SemaphoreConfig
+			var lease, maxHold int64
+			if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold); err != nil {
+				rows.Close()
+				return err
+			}
+			cfg.Lease, cfg.MaxHold = time.Duration(lease), time.Duration(maxHold)
+			out[cfg.Name] = &backends.SemaphoreState{Config: cfg}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = c.query(ctx, qSemObserveSlots, arg)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			var h backends.Holder
+			var owner sql.NullString
+			var acq, exp int64
+			var live bool
+			if err := rows.Scan(&name, &h.Slot, &owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp, &live); err != nil {
+				return err
+			}
+			st := out[name]
+			if st == nil {
+				continue // slot rows of a semaphore row that is gone
+			}
+			st.Slots++
+			switch {
+			case live:
+				h.Owner, h.AcquiredAt, h.ExpiresAt = owner.String, fromMicros(acq), fromMicros(exp)
+				st.Holders = append(st.Holders, h)
+			case owner.Valid:
+				st.Expired++
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("observe semaphores: %w", err)
+	}
+	return out, nil
+}

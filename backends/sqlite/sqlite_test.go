@@ -1,0 +1,301 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/backendtest"
+	"github.com/coordd/coordd/backends/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// openStore opens a handle closed by t.Cleanup.
+func openStore(t testing.TB, path string, opts backends.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), "embedded", path, opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s
+}
+
+func migrated(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	s := openStore(t, path, backends.Options{Version: "0.1.0"})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+// execSQL runs raw SQL behind coordd's back.
+func execSQL(t *testing.T, b backends.Backend, query string, args ...any) {
+	t.Helper()
+	if _, err := b.(*sqlite.Store).DB().ExecContext(t.Context(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func harness() backendtest.Harness {
+	return backendtest.Harness{
+		New: func(t *testing.T) func() backends.Backend {
+			// A directory that does not exist yet: Open must create it.
+			path := filepath.Join(t.TempDir(), "data", "coordd.db")
+			return func() backends.Backend { return openStore(t, path, backends.Options{Version: "0.1.0"}) }
+		},
+		DeleteSlot: func(t *testing.T, b backends.Backend, name string, slot int) {
+			execSQL(t, b, `DELETE FROM semaphore_slots WHERE name = ? AND slot = ?`, name, slot)
+		},
+		InsertJobs: func(t *testing.T, b backends.Backend, queue string, p, n int) {
+			for i := range n {
+				execSQL(t, b, `INSERT INTO queue_jobs (queue, partition, payload, state, available_at, enqueued_at)
+VALUES (?, ?, ?, 'ready', 0, 0)`, queue, p, []byte(fmt.Sprintf("job %d", i)))
+			}
+		},
+	}
+}
+
+func TestConformance(t *testing.T) { backendtest.Run(t, harness()) }
+
+func TestReadOnlyMissingFile(t *testing.T) {
+	ctx := t.Context()
+	dir := filepath.Join(t.TempDir(), "absent")
+	path := filepath.Join(dir, "coordd.db")
+	s := openStore(t, path, backends.Options{ReadOnly: true, Version: "0.1.0"})
+
+	st, err := s.LoadState(ctx)
+	if err != nil || len(st.Entries) != 0 || st.Last != nil {
+		t.Fatalf("load state = %+v, %v; want empty", st, err)
+	}
+	sems, err := s.ObserveSemaphores(ctx, []string{"a"})
+	if err != nil || len(sems) != 0 {
+		t.Fatalf("observe semaphores = %v, %v; want empty", sems, err)
+	}
+	crons, err := s.ObserveCrons(ctx, []string{"a"})
+	if err != nil || len(crons) != 0 {
+		t.Fatalf("observe crons = %v, %v; want empty", crons, err)
+	}
+	queues, err := s.ObserveQueues(ctx, []string{"a"})
+	if err != nil || len(queues) != 0 {
+		t.Fatalf("observe queues = %v, %v; want empty", queues, err)
+	}
+	hs, err := s.Holders(ctx, "a")
+	if err != nil || len(hs) != 0 {
+		t.Fatalf("holders = %v, %v; want none", hs, err)
+	}
+	info, err := s.Schema(ctx)
+	if err != nil || info.Version != 0 || info.Latest < 1 {
+		t.Fatalf("schema = %+v, %v; want version 0", info, err)
+	}
+	if now, err := s.Now(ctx); err != nil || now.IsZero() {
+		t.Fatalf("now = %v, %v", now, err)
+	}
+	if err := s.Migrate(ctx); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("migrate = %v, want ErrReadOnly", err)
+	}
+	if err := s.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "a", Limit: 1}); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("put semaphore = %v, want ErrReadOnly", err)
+	}
+	if _, err := s.TryLockApply(ctx, "me", time.Minute); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("lock apply = %v, want ErrReadOnly", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only open created %s (stat: %v)", dir, err)
+	}
+}
+
+func TestReadOnlyExistingFile(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	w := migrated(t, path)
+	if err := w.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "s", Limit: 2, Lease: time.Minute, Mode: "lease", MaxWaiting: -1}); err != nil {
+		t.Fatal(err)
+	}
+	r := openStore(t, path, backends.Options{ReadOnly: true})
+	m, err := r.ObserveSemaphores(ctx, []string{"s"})
+	if err != nil || m["s"] == nil || m["s"].Slots != 2 || m["s"].Config.MaxWaiting != -1 {
+		t.Fatalf("read-only observe = %v, %v; want s with 2 slots", m, err)
+	}
+	info, err := r.Schema(ctx)
+	if err != nil || info.Version != info.Latest {
+		t.Fatalf("read-only schema = %+v, %v", info, err)
+	}
+	if err := r.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "s", Limit: 5}); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("read-only put = %v, want ErrReadOnly", err)
+	}
+	if _, err := r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("read-only acquire = %v, want ErrReadOnly", err)
+	}
+	if m, _ := w.ObserveSemaphores(ctx, []string{"s"}); m["s"].Config.Limit != 2 || len(m["s"].Holders) != 0 {
+		t.Errorf("read-only handle changed the store: %+v", m["s"])
+	}
+}
+
+func TestUnmigratedReadsEmpty(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	s := openStore(t, path, backends.Options{})
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("writable open did not create the file: %v", err)
+	}
+	for _, b := range []*sqlite.Store{s, openStore(t, path, backends.Options{ReadOnly: true})} {
+		st, err := b.LoadState(ctx)
+		if err != nil || len(st.Entries) != 0 || st.Last != nil {
+			t.Fatalf("load state = %+v, %v; want empty", st, err)
+		}
+		sems, err := b.ObserveSemaphores(ctx, []string{"a"})
+		if err != nil || len(sems) != 0 {
+			t.Fatalf("observe semaphores = %v, %v; want empty", sems, err)
+		}
+		info, err := b.Schema(ctx)
+		if err != nil || info.Version != 0 {
+			t.Fatalf("schema = %+v, %v; want version 0", info, err)
+		}
+	}
+	if err := s.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "a", Limit: 1}); err == nil {
+		t.Fatal("put semaphore on an unmigrated store succeeded")
+	}
+}
+
+func TestTwoHandlesOneFile(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	a := migrated(t, path)
+	b := openStore(t, path, backends.Options{Version: "0.1.0"})
+	if err := a.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "s", Limit: 1, Lease: time.Minute, Mode: "lease"}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "ob", Host: "h", PID: 1, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("acquire through the second handle: %v", err)
+	}
+	if _, err := a.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "oa", Lease: time.Minute}); !errors.Is(err, backends.ErrNoSlot) {
+		t.Fatalf("acquire through the first handle = %v, want ErrNoSlot", err)
+	}
+	hs, err := a.Holders(ctx, "s")
+	if err != nil || len(hs) != 1 || hs[0].Owner != "ob" || hs[0].Fencing != g.Fencing {
+		t.Fatalf("holders seen by the first handle = %+v, %v", hs, err)
+	}
+	if err := a.Release(ctx, "s", "ob"); err != nil {
+		t.Fatalf("release of b's grant through a: %v", err)
+	}
+}
+
+func TestSchemaTooNew(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	s := migrated(t, path)
+	execSQL(t, s, `UPDATE schema_migrations SET min_binary = '0.3.0'`)
+	info, err := s.Schema(ctx)
+	if err != nil || info.MinBinary != "0.3.0" {
+		t.Fatalf("schema = %+v, %v; want min_binary 0.3.0", info, err)
+	}
+	for _, v := range []string{"0.1.0", "v0.2.9", "0.2.99-rc1"} {
+		err := openStore(t, path, backends.Options{Version: v}).Migrate(ctx)
+		if !errors.Is(err, backends.ErrSchemaTooNew) {
+			t.Errorf("migrate as %s = %v, want ErrSchemaTooNew", v, err)
+		}
+	}
+	for _, v := range []string{"", "0.3.0", "v0.3.0-rc1", "1.0.0", "dev"} {
+		if err := openStore(t, path, backends.Options{Version: v}).Migrate(ctx); err != nil {
+			t.Errorf("migrate as %q = %v, want success", v, err)
+		}
+	}
+}
+
+func TestSpecialPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "we?ird #dir% x")
+	path := filepath.Join(dir, "co?ordd.db")
+	migrated(t, path)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("store not at %q: %v", path, err)
+	}
+}
+
+func TestMigrationsRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	s := migrated(t, path)
+	var n int
+	var minBinary, by string
+	var at int64
+	err := s.DB().QueryRowContext(t.Context(), `SELECT count(*), min(min_binary), min(applied_by), min(applied_at) FROM schema_migrations`).Scan(&n, &minBinary, &by, &at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := s.Schema(t.Context())
+	if n != info.Latest || minBinary != "0.1.0" || by != "0.1.0" || time.Since(time.UnixMicro(at)) > time.Hour {
+		t.Errorf("recorded %d migrations, min_binary %s, by %s, at %v", n, minBinary, by, time.UnixMicro(at))
+	}
+}
+
+// TestObserveManyFewRoundTrips observes 10,000 semaphores: all must come
+// back, in a constant number of statements.
+func TestObserveManyFewRoundTrips(t *testing.T) {
+	ctx := t.Context()
+	s := migrated(t, filepath.Join(t.TempDir(), "coordd.db"))
+	names := fill(t, s, 10000)
+	before := s.RoundTrips()
+	start := time.Now()
+	m, err := s.ObserveSemaphores(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("observed %d semaphores in %v", len(m), time.Since(start))
+	if trips := s.RoundTrips() - before; trips > 4 {
+		t.Errorf("observe took %d round trips, want at most 4", trips)
+	}
+	if len(m) != len(names) {
+		t.Fatalf("observed %d, want %d", len(m), len(names))
+	}
+	for i, n := range names {
+		if st := m[n]; st == nil || st.Config.Limit != i%4+1 || st.Slots != i%4+1 || len(st.Holders) != 0 {
+			t.Fatalf("%s observed as %+v", n, st)
+		}
+	}
+}
+
+func BenchmarkObserveSemaphores10k(b *testing.B) {
+	s := migrated(b, filepath.Join(b.TempDir(), "coordd.db"))
+	names := fill(b, s, 10000)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.ObserveSemaphores(context.Background(), names); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fill creates n semaphores sem-00000... with limits 1..4 behind coordd's
+// back, in two statements (PutSemaphore is one transaction each, slow under
+// -race).
+func fill(t testing.TB, s *sqlite.Store, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.DB().ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+INSERT INTO semaphores (name, lim, lease_ns, mode) SELECT printf('sem-%05d', i), i % 4 + 1, 60000000000, 'lease' FROM n`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 3)
+INSERT INTO semaphore_slots (name, slot) SELECT name, i FROM semaphores, k WHERE i < lim`); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("sem-%05d", i)
+	}
+	return names
+}

@@ -1,0 +1,382 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+)
+
+// ErrReadOnly is returned by every write on a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("store is opened read-only")
+
+// Compile-time checks of the capabilities the store implements.
+var (
+	_ backends.Backend        = (*Store)(nil)
+	_ backends.Migrator       = (*Store)(nil)
+	_ backends.StateStore     = (*Store)(nil)
+	_ backends.SemaphoreAdmin = (*Store)(nil)
+	_ backends.Semaphores     = (*Store)(nil)
+	_ backends.CronAdmin      = (*Store)(nil)
+	_ backends.QueueAdmin     = (*Store)(nil)
+)
+
+// busyTimeoutMS bounds how long a statement waits for another process's
+// write lock before failing with SQLITE_BUSY.
+const busyTimeoutMS = 10000
+
+// nowSQL is the backend clock: the holding host's clock in whole
+// milliseconds, as INTEGER microseconds since the Unix epoch. SQLite fixes
+// 'now' for the duration of one statement, so every use of nowSQL within a
+// statement sees the same instant. unixepoch('subsec') is exact to the
+// millisecond after ROUND; julianday('now') is not (float64 loses ~20µs).
+const nowSQL = `(CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) * 1000)`
+
+// qNow reads the backend clock.
+const qNow = `SELECT ` + nowSQL
+
+// qHasSchema reports whether the store was ever migrated.
+const qHasSchema = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`
+
+// Store is one handle on a SQLite file. It is safe for concurrent use, and
+// several Stores (in one process or several) may share one file.
+type Store struct {
+	name string
+	path string
+	opts backends.Options
+	db   *sql.DB
+	// absent is set when the file did not exist and the store was opened
+	// read-only: db is then an empty in-memory database.
+	absent bool
+	trips  atomic.Uint64
+	// schema caches a positive qHasSchema: migrations are never undone.
+	schema atomic.Bool
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // prepared statements by query
+}
+
+// Open opens (and unless opts.ReadOnly creates) the SQLite file at path. It
+// does not migrate; call Migrate. A read-only open of a missing file creates
+// nothing and reads as empty.
+func Open(ctx context.Context, name, path string, opts backends.Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite path %q: %w", path, err)
+	}
+	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}}
+	var dsn string
+	switch {
+	case opts.ReadOnly:
+		if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
+			s.absent = true
+			dsn = "file::memory:?" + query(true)
+		} else if err != nil {
+			return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+		} else {
+			dsn = fileURI(abs) + "?mode=ro&" + query(true)
+		}
+	default:
+		if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+			return nil, fmt.Errorf("sqlite %s: create directory: %w", abs, err)
+		}
+		dsn = fileURI(abs) + "?" + query(false)
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+	}
+	if s.absent {
+		// Each :memory: connection is its own database; one is enough.
+		db.SetMaxOpenConns(1)
+	}
+	s.db = db
+	s.trips.Add(1)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+	}
+	return s, nil
+}
+
+// fileURI turns an absolute path into a file: URI, escaping '?', '#' and
+// '%' so that no path can be read as URI parameters.
+func fileURI(abs string) string {
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
+}
+
+// query returns the connection parameters. Write transactions begin
+// IMMEDIATE; journal mode and synchronous are only set on writable handles
+// (setting them writes to the file).
+func query(readOnly bool) string {
+	v := url.Values{}
+	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
+	v.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		v.Add("_pragma", "query_only(1)")
+	} else {
+		v.Set("_txlock", "immediate")
+		v.Add("_pragma", "journal_mode(WAL)")
+		v.Add("_pragma", "synchronous(NORMAL)")
+	}
+	return v.Encode()
+}
+
+// Name is the name the spec gave the backend.
+func (s *Store) Name() string { return s.name }
+
+// Type is spec.TypeSQLite.
+func (s *Store) Type() string { return spec.TypeSQLite }
+
+// Path is the absolute path of the file.
+func (s *Store) Path() string { return s.path }
+
+// DB exposes the underlying database for tests and drift simulation.
+// Statements sent through it are not counted by RoundTrips.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// RoundTrips counts statements and transactions sent since Open: one per
+// statement, plus one per transaction for its BEGIN and COMMIT.
+func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+
+// Close closes the handle; other handles on the file are unaffected.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for q, st := range s.stmts {
+		st.Close()
+		delete(s.stmts, q)
+	}
+	s.mu.Unlock()
+	return s.db.Close()
+}
+
+// Now reads the backend clock (see nowSQL).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var us int64
+	if err := s.on(nil).row(ctx, qNow).Scan(&us); err != nil {
+		return time.Time{}, fmt.Errorf("read clock: %w", err)
+	}
+	return fromMicros(us), nil
+}
+
+// hasSchema reports whether the store has been migrated at least once.
+func (s *Store) hasSchema(ctx context.Context) (bool, error) {
+	if s.schema.Load() {
+		return true, nil
+	}
+	if s.absent {
+		return false, nil
+	}
+	var n int
+	if err := s.on(nil).row(ctx, qHasSchema).Scan(&n); err != nil {
+		return false, fmt.Errorf("read schema: %w", err)
+	}
+	if n > 0 {
+		s.schema.Store(true)
+	}
+	return n > 0, nil
+}
+
+// read runs fn in a read transaction, which gives fn one consistent
+// snapshot. It reports false, without running fn, when the store has no
+// schema: such a store reads as empty.
+func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
+	ok, err := s.hasSchema(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	if err := fn(s.on(tx)); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// errNoSchema is returned by writes on a store that was never migrated.
+var errNoSchema = errors.New("schema not migrated")
+
+// write runs fn in a write transaction that began IMMEDIATE, so fn holds the
+// file's write lock from its first read. fn's error rolls it back.
+func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	ok, err := s.hasSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNoSchema
+	}
+	return s.writeTx(ctx, fn)
+}
+
+// writeTx is write without the schema check, for migrations.
+func (s *Store) writeTx(ctx context.Context, fn func(c conn) error) error {
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(s.on(tx)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// conn sends statements, on a transaction or (tx nil) on the pool, and
+// counts each as a round trip. Every query is a constant, so statements are
+// prepared once per Store and reused: SQLite then skips parsing, which is a
+// third of the cost of a small write.
+type conn struct {
+	s  *Store
+	tx *sql.Tx
+	// txStmts holds the statements already bound to tx.
+	txStmts map[string]*sql.Stmt
+}
+
+func (s *Store) on(tx *sql.Tx) conn {
+	c := conn{s: s, tx: tx}
+	if tx != nil {
+		c.txStmts = map[string]*sql.Stmt{}
+	}
+	return c
+}
+
+// stmt returns query prepared, bound to the transaction if there is one.
+func (c conn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := c.txStmts[query]; ok {
+		return st, nil
+	}
+	c.s.mu.Lock()
+	st, ok := c.s.stmts[query]
+	c.s.mu.Unlock()
+	if !ok {
+		var err error
+		if st, err = c.s.db.PrepareContext(ctx, query); err != nil {
+			if c.tx == nil {
+				return nil, err
+			}
+			// The pool cannot see what this transaction created yet (a
+			// migration's tables): prepare on the transaction alone.
+			if st, err = c.tx.PrepareContext(ctx, query); err != nil {
+				return nil, err
+			}
+			c.txStmts[query] = st
+			return st, nil
+		}
+		c.s.mu.Lock()
+		if prev, ok := c.s.stmts[query]; ok {
+			st.Close()
+			st = prev
+		} else {
+			c.s.stmts[query] = st
+		}
+		c.s.mu.Unlock()
+	}
+	if c.tx != nil {
+		st = c.tx.StmtContext(ctx, st) // closed with the transaction
+		c.txStmts[query] = st
+	}
+	return st, nil
+}
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.s.trips.Add(1)
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	c.s.trips.Add(1)
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// row is QueryRow. A statement that fails to prepare is sent unprepared,
+// so that its error surfaces through Scan like any other.
+func (c conn) row(ctx context.Context, query string, args ...any) *sql.Row {
+	c.s.trips.Add(1)
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		if c.tx != nil {
+			return c.tx.QueryRowContext(ctx, query, args...)
+		}
+		return c.s.db.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// script runs several statements unprepared (a migration file); it needs
+// a transaction.
+func (c conn) script(ctx context.Context, text string) error {
+	c.s.trips.Add(1)
+	_, err := c.tx.ExecContext(ctx, text)
+	return err
+}
+
+// fromMicros converts a stored time to UTC.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// fromNullMicros maps NULL to the zero time.
+func fromNullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// toNullMicros maps the zero time to NULL.
+func toNullMicros(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+// leaseMicros converts a lease to microseconds; leases must be positive.
+func leaseMicros(d time.Duration) (int64, error) {
+	if d < time.Microsecond {
+		return 0, fmt.Errorf("lease %v: must be at least 1µs", d)
+	}
+	return d.Microseconds(), nil
+}
+
+// namesJSON binds a list of names as one JSON array parameter, expanded in
+// SQL by json_each: one statement for any number of names, and the names
+// stay data.
+func namesJSON(names []string) (string, error) {
+	if names == nil {
+		names = []string{}
+	}
+	b, err := json.Marshal(names)
+	return string(b), err
+}

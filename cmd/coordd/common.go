@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/coordd/coordd/internal/version"
+	"github.com/coordd/coordd/reconcile"
+	"github.com/coordd/coordd/spec"
+)
+
+// loadSpec loads the spec and prints every error on stderr.
+func loadSpec(env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
+	s, err := spec.Load(path, spec.LoadOptions{
+		SkipEnv: skipEnv,
+		Getenv: func(k string) (string, bool) {
+			return os.LookupEnv(k)
+		},
+	})
+	if err != nil {
+		var errs spec.Errors
+		if errors.As(err, &errs) {
+			for _, e := range errs {
+				fmt.Fprintln(env.stderr, e.Error())
+			}
+			fmt.Fprintf(env.stderr, "%d error(s) in %s\n", len(errs), path)
+		} else {
+			fmt.Fprintf(env.stderr, "coordd: %v\n", err)
+		}
+		return nil, false
+	}
+	return s, true
+}
+
+// openEngine opens the spec's backends; readOnly is for plan.
+func openEngine(ctx context.Context, env *cliEnv, s *spec.Spec, readOnly bool) (*reconcile.Engine, bool) {
+	e, err := reconcile.Open(ctx, s, reconcile.OpenOptions{ReadOnly: readOnly, Version: version.Version})
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd: %v\n", err)
+		return nil, false
+	}
+	return e, true
+}

@@ -1,0 +1,149 @@
+// Command coordd is declarative coordination for a group of redundant
+// servers: semaphores, cron tasks and queues declared in YAML, reconciled
+// into a shared backend. Each subcommand lives in its own file and stays a
+// thin layer over packages that tests call directly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	usage   string
+	run     func(ctx context.Context, c *command, env *cliEnv, args []string) int
+}
+
+// cliEnv is what a subcommand may touch; tests replace its fields.
+type cliEnv struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	isTerminal     bool
+}
+
+var commands = []*command{validateCmd, planCmd, applyCmd, versionCmd}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal()}
+	code := run(ctx, env, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			if c := lookup(args[1]); c != nil {
+				fmt.Fprint(env.stdout, c.usage)
+				return 0
+			}
+		}
+		usage(env.stdout)
+		if len(args) == 0 {
+			return 1
+		}
+		return 0
+	}
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(env.stderr, "coordd: unknown command %q\n\n", args[0])
+		usage(env.stderr)
+		return 1
+	}
+	return c.run(ctx, c, env, args[1:])
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: coordd COMMAND [FLAGS]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	cs := append([]*command{}, commands...)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'coordd COMMAND --help' for a command's flags.")
+}
+
+// newFlags returns a FlagSet whose usage prints the command's usage text.
+func newFlags(c *command, env *cliEnv) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(env.stderr, c.usage)
+		fmt.Fprintln(env.stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags that may appear anywhere before a "--", including
+// after positional arguments (Go's flag package alone stops at the first
+// positional). It returns the positionals and everything after "--".
+func parseArgs(fs *flag.FlagSet, args []string) (positional, rest []string, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, err
+		}
+		consumed := len(args) - fs.NArg()
+		if consumed > 0 && args[consumed-1] == "--" {
+			return positional, fs.Args(), nil
+		}
+		if fs.NArg() == 0 {
+			return positional, nil, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// flagExit maps a flag parse error to an exit code: --help is success.
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 1
+}
+
+// specFlag adds -f/--file, defaulting to $COORDD_SPEC, then /etc/coordd.
+func specFlag(fs *flag.FlagSet, env *cliEnv) *string {
+	def := env.getenv("COORDD_SPEC")
+	if def == "" {
+		def = "/etc/coordd"
+	}
+	p := new(string)
+	fs.StringVar(p, "file", def, "spec file or directory of *.yaml/*.yml files ($COORDD_SPEC)")
+	fs.StringVar(p, "f", def, "short for --file")
+	return p
+}
+
+func noPositional(env *cliEnv, name string, pos []string) bool {
+	if len(pos) > 0 {
+		fmt.Fprintf(env.stderr, "coordd %s: unexpected argument %q\n", name, strings.Join(pos, " "))
+		return false
+	}
+	return true
+}

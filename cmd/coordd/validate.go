@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"fmt"
+)
+
+var validateCmd = &command{
+	name:    "validate",
+	summary: "load and check a spec without connecting to any backend",
+	usage: `Usage: coordd validate [-f PATH] [--skip-env]
+
+Loads the spec and checks it: syntax, field types, references and backend
+capabilities. Every error is printed on stderr as FILE:LINE:COL: ADDRESS: what
+is wrong. validate never connects to a backend.
+
+Exit status: 0 valid, 1 invalid.
+`,
+	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
+		fs := newFlags(c, env)
+		path := specFlag(fs, env)
+		skipEnv := fs.Bool("skip-env", false, "don't expand ${VAR} in backend fields (for CI without production secrets)")
+		pos, _, err := parseArgs(fs, args)
+		if err != nil {
+			return flagExit(err)
+		}
+		if !noPositional(env, c.name, pos) {
+			return 1
+		}
+		s, ok := loadSpec(env, *path, *skipEnv)
+		if !ok {
+			return 1
+		}
+		fmt.Fprintf(env.stdout, "The spec is valid: %d object(s) in %d file(s).\n", s.ObjectCount(), len(s.Files))
+		return 0
+	},
+}

@@ -1,0 +1,614 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+)
+
+// Action is what a change does to one object.
+type Action string
+
+const (
+	Create  Action = "create"
+	Update  Action = "update"
+	Replace Action = "replace"
+	Delete  Action = "delete"
+	// Repair puts back state that changed outside coordd (drift).
+	Repair Action = "repair"
+	// Finish completes a delete or replace that was waiting for holders.
+	Finish Action = "finish"
+	// Wait reports a delete or replace still waiting for holders; it
+	// changes nothing.
+	Wait Action = "wait"
+)
+
+// Symbol is the Terraform-like marker printed before a change.
+func (a Action) Symbol() string {
+	switch a {
+	case Create:
+		return "+"
+	case Update, Repair:
+		return "~"
+	case Replace:
+		return "-/+"
+	case Delete:
+		return "-"
+	case Finish:
+		return ">"
+	}
+	return " "
+}
+
+// AttrChange is one attribute line, e.g. "limit: 3 -> 5".
+type AttrChange struct {
+	Name string `json:"name"`
+	Old  string `json:"old,omitempty"`
+	New  string `json:"new,omitempty"`
+}
+
+// Change is one planned change to one object.
+type Change struct {
+	Address spec.Address `json:"address"`
+	Action  Action       `json:"action"`
+	Backend string       `json:"backend"`
+	// PrevBackend is where the object lived before a replace.
+	PrevBackend string       `json:"prev_backend,omitempty"`
+	Attrs       []AttrChange `json:"attrs,omitempty"`
+	// Notes explain the consequences: who waits, what moves, what stays.
+	Notes []string `json:"notes,omitempty"`
+	// Blocked, when set, is why apply refuses this plan.
+	Blocked string `json:"blocked,omitempty"`
+
+	desired  *object
+	entry    *backends.InventoryEntry
+	applied  *object // decoded entry.Placement
+	previous *object // decoded entry.Previous
+	// schedChanged: the cron schedule or timezone changed, so next_exec is
+	// recomputed.
+	schedChanged bool
+	// oldHeld: the object being replaced or deleted still has holders.
+	oldHeld bool
+}
+
+// Summary counts changes the way Terraform does: a replace is one add and
+// one destroy; repairs and finished drains count as changes.
+type Summary struct {
+	Add     int `json:"add"`
+	Change  int `json:"change"`
+	Destroy int `json:"destroy"`
+}
+
+// Plan is the ordered list of changes that makes the backends match the spec.
+type Plan struct {
+	// Changes are spec changes, in apply order.
+	Changes []*Change `json:"changes"`
+	// Drift lists state changed outside coordd, repaired by apply.
+	Drift []*Change `json:"drift"`
+	// Waiting lists deletes and replaces still waiting for holders.
+	Waiting []*Change `json:"waiting"`
+	// Blocked lists why apply would refuse; the plan is still shown.
+	Blocked []string `json:"blocked,omitempty"`
+
+	SpecHash          string  `json:"spec_hash"`
+	AppliedGeneration int64   `json:"applied_generation"`
+	Summary           Summary `json:"summary"`
+}
+
+// HasChanges reports whether apply would change anything.
+func (p *Plan) HasChanges() bool { return len(p.Changes)+len(p.Drift) > 0 }
+
+// Fingerprint identifies the plan's effect, so that apply can check that the
+// plan it re-computes under the lock is the one the operator approved.
+// Waiting entries are left out: holder counts move on their own.
+func (p *Plan) Fingerprint() string {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	_ = enc.Encode(p.Changes)
+	_ = enc.Encode(p.Drift)
+	_ = enc.Encode(p.Blocked)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Options change what apply is allowed to do.
+type Options struct {
+	// AllowEmpty lets a spec with no objects delete everything applied.
+	AllowEmpty bool
+	// AllowDestroyJobs lets a delete or replace drop a queue's jobs.
+	AllowDestroyJobs bool
+}
+
+// ErrBlocked is returned by Apply when the plan has blocked changes.
+var ErrBlocked = errors.New("plan is blocked")
+
+// obsKey identifies one object on one backend.
+type obsKey struct {
+	backend string
+	addr    spec.Address
+}
+
+// observations holds what the backends reported.
+type observations struct {
+	sem   map[obsKey]*backends.SemaphoreState
+	cron  map[obsKey]*backends.CronState
+	queue map[obsKey]*backends.QueueState
+}
+
+func (o *observations) semHolders(backend string, a spec.Address) int {
+	if st := o.sem[obsKey{backend, a}]; st != nil {
+		return len(st.Holders)
+	}
+	return 0
+}
+
+// observe asks each backend about the objects it should hold, one batch per
+// backend and kind.
+func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, error) {
+	type group struct {
+		backend string
+		kind    spec.Kind
+	}
+	names := map[group][]string{}
+	for _, k := range keys {
+		g := group{k.backend, k.addr.Kind}
+		names[g] = append(names[g], k.addr.Name)
+	}
+	groups := make([]group, 0, len(names))
+	for g := range names {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].backend != groups[j].backend {
+			return groups[i].backend < groups[j].backend
+		}
+		return groups[i].kind < groups[j].kind
+	})
+	obs := &observations{
+		sem:   map[obsKey]*backends.SemaphoreState{},
+		cron:  map[obsKey]*backends.CronState{},
+		queue: map[obsKey]*backends.QueueState{},
+	}
+	for _, g := range groups {
+		b, err := e.backend(g.backend)
+		if err != nil {
+			return nil, err
+		}
+		ns := names[g]
+		switch g.kind {
+		case spec.KindSemaphore:
+			adm, ok := b.(backends.SemaphoreAdmin)
+			if !ok {
+				return nil, fmt.Errorf("backend %q (%s): semaphores: %w", g.backend, b.Type(), backends.ErrUnsupported)
+			}
+			m, err := adm.ObserveSemaphores(ctx, ns)
+			if err != nil {
+				return nil, fmt.Errorf("observe semaphores on %q: %w", g.backend, err)
+			}
+			for n, st := range m {
+				obs.sem[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
+			}
+		case spec.KindCron:
+			adm, ok := b.(backends.CronAdmin)
+			if !ok {
+				return nil, fmt.Errorf("backend %q (%s): cron: %w", g.backend, b.Type(), backends.ErrUnsupported)
+			}
+			m, err := adm.ObserveCrons(ctx, ns)
+			if err != nil {
+				return nil, fmt.Errorf("observe cron tasks on %q: %w", g.backend, err)
+			}
+			for n, st := range m {
+				obs.cron[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
+			}
+		case spec.KindQueue:
+			adm, ok := b.(backends.QueueAdmin)
+			if !ok {
+				return nil, fmt.Errorf("backend %q (%s): queues: %w", g.backend, b.Type(), backends.ErrUnsupported)
+			}
+			m, err := adm.ObserveQueues(ctx, ns)
+			if err != nil {
+				return nil, fmt.Errorf("observe queues on %q: %w", g.backend, err)
+			}
+			for n, st := range m {
+				obs.queue[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
+			}
+		}
+	}
+	return obs, nil
+}
+
+// plan computes the plan from the spec, the inventory and the backends.
+func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
+	st, err := e.State.LoadState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load applied state: %w", err)
+	}
+	desired, err := desiredObjects(e.Spec)
+	if err != nil {
+		return nil, err
+	}
+	inv := make(map[spec.Address]*backends.InventoryEntry, len(st.Entries))
+	var keys []obsKey
+	for i := range st.Entries {
+		en := &st.Entries[i]
+		inv[en.Address] = en
+		keys = append(keys, obsKey{en.Backend, en.Address})
+		if en.Previous != nil {
+			keys = append(keys, obsKey{en.Previous.Backend, en.Address})
+		}
+	}
+	for _, d := range desired {
+		if en := inv[d.addr]; en == nil || en.Backend != d.backend {
+			keys = append(keys, obsKey{d.backend, d.addr})
+		}
+	}
+	obs, err := e.observe(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+
+	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{}}
+	if st.Last != nil {
+		p.AppliedGeneration = st.Last.Generation
+	}
+	seen := make(map[spec.Address]bool, len(desired))
+	var deletes []*Change
+	for _, d := range desired {
+		seen[d.addr] = true
+		if err := e.planDesired(p, d, inv[d.addr], obs, opts); err != nil {
+			return nil, err
+		}
+	}
+	for i := range st.Entries {
+		en := &st.Entries[i]
+		if seen[en.Address] {
+			continue
+		}
+		c, err := planRemoved(en, obs, opts)
+		if err != nil {
+			return nil, err
+		}
+		switch c.Action {
+		case Wait:
+			p.Waiting = append(p.Waiting, c)
+		default:
+			deletes = append(deletes, c)
+		}
+	}
+	// Deletes go last and in reverse kind order, so a cron task that names a
+	// semaphore is removed before the semaphore.
+	sort.SliceStable(deletes, func(i, j int) bool {
+		return kindOrder(deletes[i].Address.Kind) > kindOrder(deletes[j].Address.Kind)
+	})
+	p.Changes = append(p.Changes, deletes...)
+
+	if len(desired) == 0 && len(st.Entries) > 0 && !opts.AllowEmpty {
+		p.Blocked = append(p.Blocked, fmt.Sprintf(
+			"the spec declares no objects but %d are applied; an empty or broken spec never deletes what is running (use --allow-empty to delete them all)",
+			len(st.Entries)))
+	}
+	for _, c := range append(append([]*Change{}, p.Changes...), p.Drift...) {
+		if c.Blocked != "" {
+			p.Blocked = append(p.Blocked, c.Address.String()+": "+c.Blocked)
+		}
+		switch c.Action {
+		case Create:
+			p.Summary.Add++
+		case Update, Repair:
+			p.Summary.Change++
+		case Replace:
+			p.Summary.Add++
+			p.Summary.Destroy++
+		case Delete:
+			p.Summary.Destroy++
+		case Finish:
+			if c.entry != nil && c.entry.Status == backends.StatusDraining && c.desired == nil {
+				p.Summary.Destroy++
+			} else {
+				p.Summary.Change++
+			}
+		}
+	}
+	return p, nil
+}
+
+func kindOrder(k spec.Kind) int {
+	for i, x := range spec.Kinds {
+		if x == k {
+			return i
+		}
+	}
+	return len(spec.Kinds)
+}
+
+// planDesired plans one object that the spec declares.
+func (e *Engine) planDesired(p *Plan, d *object, en *backends.InventoryEntry, obs *observations, opts Options) error {
+	c := &Change{Address: d.addr, Backend: d.backend, desired: d, entry: en}
+	if en == nil {
+		c.Action = Create
+		for _, a := range d.attrs() {
+			if a.value != "" {
+				c.Attrs = append(c.Attrs, AttrChange{Name: a.name, New: a.value})
+			}
+		}
+		if d.cron != nil {
+			if d.cron.RunOnCreate {
+				c.Notes = append(c.Notes, "run_on_create: the first run is due at once")
+			} else {
+				c.Notes = append(c.Notes, "next_exec is the first scheduled time after apply (backend time)")
+			}
+		}
+		p.Changes = append(p.Changes, c)
+		return nil
+	}
+	applied, err := appliedObject(en.Address, en.Placement)
+	if err != nil {
+		return err
+	}
+	c.applied = applied
+	if en.Previous != nil {
+		if c.previous, err = appliedObject(en.Address, *en.Previous); err != nil {
+			return err
+		}
+	}
+	c.Attrs = diffAttrs(applied, d)
+	if d.cron != nil && applied.cron != nil {
+		c.schedChanged = applied.cron.Schedule != d.cron.Schedule || applied.cron.Timezone != d.cron.Timezone
+	}
+
+	if applied.placement() != d.placement() {
+		c.Action = Replace
+		c.PrevBackend = applied.backend
+		planReplace(c, applied, d, obs, opts)
+		p.Changes = append(p.Changes, c)
+		return nil
+	}
+
+	// Same placement. A replacement in progress finishes once the previous
+	// placement has drained.
+	if en.Status == backends.StatusReplacing && c.previous != nil {
+		held := obs.semHolders(c.previous.backend, d.addr)
+		if held > 0 {
+			p.Waiting = append(p.Waiting, &Change{
+				Address: d.addr, Action: Wait, Backend: d.backend, PrevBackend: c.previous.backend,
+				Notes: []string{fmt.Sprintf("replacing: admits nobody until %d holder(s) on %s release", held, c.previous.backend)},
+			})
+		} else {
+			c.Action = Finish
+			c.PrevBackend = c.previous.backend
+			c.Notes = append(c.Notes, fmt.Sprintf("holders on %s have drained; the replacement now admits up to %d", c.previous.backend, d.sem.Limit))
+			p.Changes = append(p.Changes, c)
+			return nil
+		}
+	}
+	if en.Status == backends.StatusDraining {
+		c.Action = Update
+		c.Notes = append(c.Notes, "declared again: cancels the pending delete")
+		p.Changes = append(p.Changes, c)
+		return nil
+	}
+	if len(c.Attrs) > 0 {
+		c.Action = Update
+		c.Notes = append(c.Notes, updateNotes(applied, d, obs)...)
+		p.Changes = append(p.Changes, c)
+		return nil
+	}
+	if notes := driftNotes(d, effectiveLimit(en, d, obs), obs); len(notes) > 0 {
+		c.Action = Repair
+		c.Attrs = nil
+		c.Notes = notes
+		p.Drift = append(p.Drift, c)
+	}
+	return nil
+}
+
+// effectiveLimit is the limit the backend should enforce now: 0 while a
+// replacement waits for the previous placement to drain.
+func effectiveLimit(en *backends.InventoryEntry, d *object, obs *observations) int {
+	if d.sem == nil {
+		return 0
+	}
+	if en != nil && en.Status == backends.StatusReplacing && en.Previous != nil &&
+		obs.semHolders(en.Previous.Backend, d.addr) > 0 {
+		return 0
+	}
+	return d.sem.Limit
+}
+
+func planReplace(c *Change, old, d *object, obs *observations, opts Options) {
+	if c.previous != nil && c.previous.placement() != d.placement() &&
+		obs.semHolders(c.previous.backend, d.addr) > 0 {
+		c.Blocked = fmt.Sprintf("an earlier replacement is still draining on %s; wait for its holders before changing backend or mode again", c.previous.backend)
+		return
+	}
+	if old.preventDestroy() {
+		c.Blocked = "prevent_destroy is set on the applied object; apply with prevent_destroy: false first"
+		return
+	}
+	switch {
+	case d.sem != nil:
+		if held := obs.semHolders(old.backend, d.addr); held > 0 {
+			c.oldHeld = true
+			c.Notes = append(c.Notes, fmt.Sprintf("the new semaphore admits nobody until %d holder(s) on %s (mode %s) release", held, old.backend, old.sem.Mode))
+		}
+	case d.cron != nil:
+		c.Notes = append(c.Notes, "a run in progress on the old backend finishes; next_exec is recomputed on the new one")
+	case d.queue != nil:
+		if q := obs.queue[obsKey{old.backend, d.addr}]; q != nil && q.Jobs() > 0 {
+			if !opts.AllowDestroyJobs {
+				c.Blocked = fmt.Sprintf("%d job(s) on %s would be dropped; drain the queue or use --allow-destroy-jobs", q.Jobs(), old.backend)
+			} else {
+				c.Notes = append(c.Notes, fmt.Sprintf("drops %d job(s) on %s (--allow-destroy-jobs)", q.Jobs(), old.backend))
+			}
+		}
+	}
+}
+
+func updateNotes(old, d *object, obs *observations) []string {
+	var notes []string
+	switch {
+	case d.sem != nil:
+		held := obs.semHolders(d.backend, d.addr)
+		if d.sem.Limit < old.sem.Limit && held > d.sem.Limit {
+			notes = append(notes, fmt.Sprintf("%d holder(s) keep their slots until they release; nobody is admitted above %d", held, d.sem.Limit))
+		}
+	case d.cron != nil:
+		if old.cron.Schedule != d.cron.Schedule || old.cron.Timezone != d.cron.Timezone {
+			notes = append(notes, "next_exec is recomputed from the new schedule")
+		}
+		if !jsonEqual(mustJSON(old.cron.Command), mustJSON(d.cron.Command)) {
+			notes = append(notes, "the new command applies from the next run; a run in progress finishes unchanged")
+		}
+	case d.queue != nil:
+		if d.queue.Partitions < old.queue.Partitions {
+			notes = append(notes, fmt.Sprintf("jobs in partitions %d..%d move to the remaining partitions; none is lost", d.queue.Partitions, old.queue.Partitions-1))
+		}
+	}
+	return notes
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// driftNotes compares what a backend holds with what was applied.
+func driftNotes(d *object, limit int, obs *observations) []string {
+	k := obsKey{d.backend, d.addr}
+	switch {
+	case d.sem != nil:
+		st := obs.sem[k]
+		if st == nil {
+			return []string{"missing in backend " + d.backend + "; apply re-creates it"}
+		}
+		var notes []string
+		if want := semConfig(d.sem, limit); st.Config != want {
+			notes = append(notes, "config in backend differs: "+diffStruct(st.Config, want))
+		}
+		if have, want := st.Slots, max(limit, len(st.Holders)); have < want {
+			notes = append(notes, fmt.Sprintf("%d slot(s) missing (have %d, want %d)", want-have, have, want))
+		} else if have > want {
+			notes = append(notes, fmt.Sprintf("%d extra slot(s) (have %d, want %d)", have-want, have, want))
+		}
+		return notes
+	case d.cron != nil:
+		st := obs.cron[k]
+		if st == nil {
+			return []string{"missing in backend " + d.backend + "; apply re-creates it and recomputes next_exec"}
+		}
+		var notes []string
+		if !jsonEqual(st.Def, d.raw) {
+			notes = append(notes, "definition in backend differs from the applied one")
+		}
+		if st.NextExec.IsZero() {
+			notes = append(notes, "next_exec is missing; apply recomputes it")
+		}
+		return notes
+	case d.queue != nil:
+		st := obs.queue[k]
+		if st == nil {
+			return []string{"missing in backend " + d.backend + "; apply re-creates it"}
+		}
+		var notes []string
+		if want := queueConfig(d.queue); st.Config != want {
+			notes = append(notes, "config in backend differs: "+diffStruct(st.Config, want))
+		}
+		if st.PartitionsPresent < d.queue.Partitions {
+			notes = append(notes, fmt.Sprintf("%d partition(s) missing (have %d, want %d)", d.queue.Partitions-st.PartitionsPresent, st.PartitionsPresent, d.queue.Partitions))
+		}
+		if st.Stranded > 0 {
+			notes = append(notes, fmt.Sprintf("%d job(s) stranded in removed partitions; apply moves them", st.Stranded))
+		}
+		return notes
+	}
+	return nil
+}
+
+// diffStruct renders the fields that differ between two flat structs, as
+// "limit 2 (want 3)".
+func diffStruct(have, want any) string {
+	var h, w map[string]any
+	_ = json.Unmarshal(mustJSON(have), &h)
+	_ = json.Unmarshal(mustJSON(want), &w)
+	keys := make([]string, 0, len(w))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	for k := range h {
+		if _, ok := w[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		if fmt.Sprint(h[k]) != fmt.Sprint(w[k]) {
+			parts = append(parts, fmt.Sprintf("%s %v (want %v)", k, h[k], w[k]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// planRemoved plans an applied object that the spec no longer declares.
+func planRemoved(en *backends.InventoryEntry, obs *observations, opts Options) (*Change, error) {
+	applied, err := appliedObject(en.Address, en.Placement)
+	if err != nil {
+		return nil, err
+	}
+	c := &Change{Address: en.Address, Action: Delete, Backend: en.Backend, entry: en, applied: applied}
+	if en.Previous != nil {
+		if c.previous, err = appliedObject(en.Address, *en.Previous); err != nil {
+			return nil, err
+		}
+	}
+	k := obsKey{en.Backend, en.Address}
+	if en.Status == backends.StatusDraining {
+		if held := obs.semHolders(en.Backend, en.Address); held > 0 {
+			c.Action = Wait
+			c.Notes = []string{fmt.Sprintf("draining: deleted once %d holder(s) release; admits nobody meanwhile", held)}
+		} else {
+			c.Action = Finish
+			c.Notes = []string{"holders have drained; the delete completes"}
+		}
+		return c, nil
+	}
+	if applied.preventDestroy() {
+		c.Blocked = "prevent_destroy is set on the applied object; apply with prevent_destroy: false first"
+	}
+	for _, a := range applied.attrs() {
+		if a.value != "" {
+			c.Attrs = append(c.Attrs, AttrChange{Name: a.name, Old: a.value})
+		}
+	}
+	switch {
+	case applied.sem != nil:
+		held := obs.semHolders(en.Backend, en.Address)
+		if c.previous != nil {
+			held += obs.semHolders(c.previous.backend, en.Address)
+		}
+		if held > 0 {
+			c.oldHeld = true
+			c.Notes = append(c.Notes, fmt.Sprintf("waits for %d holder(s) to release; admits nobody meanwhile", held))
+		}
+	case applied.cron != nil:
+		if st := obs.cron[k]; st != nil && st.Running > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("%d run(s) in progress finish", st.Running))
+		}
+	case applied.queue != nil:
+		if q := obs.queue[k]; q != nil && q.Jobs() > 0 {
+			if !opts.AllowDestroyJobs {
+				c.Blocked = fmt.Sprintf("the queue still holds %d job(s); drain it or use --allow-destroy-jobs", q.Jobs())
+			} else {
+				c.Notes = append(c.Notes, fmt.Sprintf("drops %d job(s) (--allow-destroy-jobs)", q.Jobs()))
+			}
+		}
+	}
+	return c, nil
+}

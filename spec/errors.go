@@ -1,0 +1,143 @@
+package spec
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Error is one problem in a spec, located at the YAML node that caused it so
+// that editors and CI logs can jump straight to it.
+type Error struct {
+	Pos Pos
+	// Address names what is wrong, e.g. "semaphore.reindex.limit",
+	// "backends.db.dsn" or "cluster.backend". It is empty for problems that
+	// belong to no field, such as invalid YAML.
+	Address string
+	Msg     string
+}
+
+// Error formats the problem as "FILE:LINE:COL: ADDRESS: MSG".
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d:%d: ", e.Pos.File, e.Pos.Line, e.Pos.Col)
+	if e.Address != "" {
+		b.WriteString(e.Address)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors lists every problem found in a spec, sorted by file, line and
+// column, so that one run of validate shows them all.
+type Errors []*Error
+
+// Error prints one problem per line.
+func (e Errors) Error() string {
+	lines := make([]string, len(e))
+	for i, err := range e {
+		lines[i] = err.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap lets errors.As find the individual *Error values.
+func (e Errors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, err := range e {
+		out[i] = err
+	}
+	return out
+}
+
+// sortErrors orders errors by position and drops exact duplicates, which
+// can arise when one bad node is reachable from two checks.
+func sortErrors(errs Errors) Errors {
+	sort.SliceStable(errs, func(i, j int) bool {
+		a, b := errs[i].Pos, errs[j].Pos
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
+	out := errs[:0]
+	for i, e := range errs {
+		if i > 0 && *e == *errs[i-1] {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// suggest returns the candidate closest to word when it is close enough to
+// be a likely typo, or "".
+func suggest(word string, candidates []string) string {
+	best, bestD := "", -1
+	lw := strings.ToLower(word)
+	for _, c := range candidates {
+		d := levenshtein(lw, strings.ToLower(c))
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 {
+		return ""
+	}
+	limit := 2
+	if len(word) <= 3 {
+		limit = 1
+	}
+	if bestD > limit || bestD >= len(word) {
+		return ""
+	}
+	return best
+}
+
+// didYouMean formats a suggestion as a message suffix.
+func didYouMean(word string, candidates []string) string {
+	if s := suggest(word, candidates); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
+}
+
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	if len(ra) > 64 || len(rb) > 64 {
+		// Too long to be a typo of a field name; avoid quadratic work.
+		return 1 << 20
+	}
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+// quote quotes a user-supplied value for a message, shortened so that a
+// pasted blob cannot flood the output.
+func quote(s string) string {
+	const max = 60
+	r := []rune(s)
+	if len(r) > max {
+		return fmt.Sprintf("%q...", string(r[:max]))
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,679 @@
+package spec
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults, documented in docs/spec.md.
+const (
+	defaultTablePrefix = "coordd_"
+	defaultKeyPrefix   = "coordd:"
+	defaultLeaderLease = 10 * time.Second
+	minLeaderLease     = time.Second
+
+	defaultSemLease = 60 * time.Second
+	// maxLimit bounds a semaphore's slots: backends keep one row or key per
+	// slot, and a typo such as 1000000 must not create a million of them.
+	maxLimit = 10000
+
+	defaultKillGrace       = 10 * time.Second
+	defaultCatchUpLimit    = 100
+	defaultCronBackoff     = 30 * time.Second
+	defaultHistoryLimit    = 100
+	defaultPartitions      = 4
+	maxPartitions          = 1024
+	defaultVisibility      = 5 * time.Minute
+	defaultQueueAttempts   = 5
+	defaultQueueBackoff    = 10 * time.Second
+	defaultMaxPayload      = 1 << 20
+	maxMaxPayload          = 64 << 20
+	positive               = time.Nanosecond // duration lower bound for "> 0"
+	implicitStoreFile      = "coordd.db"
+	memcachedClusterAdvice = "memcached cannot hold cluster state (inventory, leader lease); use sqlite, mysql or redis"
+)
+
+var backendTypes = []string{TypeSQLite, TypeMySQL, TypeRedis, TypeMemcached}
+
+// backendFields lists the fields each backend type accepts.
+var backendFields = map[string][]string{
+	TypeSQLite:    {"type", "path"},
+	TypeMySQL:     {"type", "dsn", "table_prefix"},
+	TypeRedis:     {"type", "url", "key_prefix"},
+	TypeMemcached: {"type", "servers", "key_prefix"},
+}
+
+var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "key_prefix", "servers"}
+
+var tablePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
+
+func (l *loader) decodeBackends(s *Spec) {
+	for _, name := range l.sortedNames("backends") {
+		d := l.named["backends"][name]
+		addr := "backends." + name
+		typ := peekType(d.val)
+		allowed := backendFields[typ]
+		if allowed == nil {
+			allowed = allBackendFields
+		}
+		fs := l.fields(d.file, addr, d.key, d.val, allowed, func(field string) string {
+			var owners []string
+			for _, t := range backendTypes {
+				if contains(backendFields[t], field) {
+					owners = append(owners, t)
+				}
+			}
+			if len(owners) == 0 {
+				return ""
+			}
+			return fmt.Sprintf("field %s does not apply to %s backends (it is for %s)", quote(field), typ, strings.Join(owners, " and "))
+		})
+		l.known[name] = ""
+		if fs == nil {
+			continue
+		}
+		b := &Backend{Name: name, Pos: d.file.posOf(d.key)}
+		if !fs.has("type") {
+			fs.missing("type", " (sqlite, mysql, redis or memcached)")
+			continue
+		}
+		t, ok := fs.str("type", false)
+		if !ok {
+			continue
+		}
+		if !contains(backendTypes, t) {
+			fs.errf("type", "unknown backend type %s%s; use sqlite, mysql, redis or memcached", quote(t), didYouMean(t, backendTypes))
+			continue
+		}
+		b.Type = t
+		l.known[name] = t
+		switch t {
+		case TypeSQLite:
+			b.Path = filepath.Join(l.dataDir, name+".db")
+			if v, checkable, ok := l.expandField(fs, "path", false); ok {
+				switch {
+				case checkable && v == "":
+					fs.errf("path", "must not be empty")
+				case checkable && !filepath.IsAbs(v):
+					b.Path = filepath.Join(d.file.dir, v)
+				case checkable:
+					b.Path = filepath.Clean(v)
+				default:
+					b.Path = v
+				}
+			}
+		case TypeMySQL:
+			if !fs.has("dsn") {
+				fs.missing("dsn", ", e.g. \"user:${DB_PASSWORD}@tcp(db1:3306)/coordd\"")
+			} else if v, checkable, ok := l.expandField(fs, "dsn", true); ok {
+				b.DSN = v
+				if checkable {
+					if _, err := mysql.ParseDSN(v); err != nil {
+						msg := err.Error()
+						if strings.HasPrefix(msg, "invalid dbname") {
+							msg = "invalid database name escape"
+						}
+						fs.errf("dsn", "is not a valid MySQL DSN: %s", scrubSecret(msg, v))
+					}
+				}
+			}
+			b.TablePrefix = defaultTablePrefix
+			if v, checkable, ok := l.expandField(fs, "table_prefix", false); ok {
+				b.TablePrefix = v
+				if checkable && !tablePrefixRE.MatchString(v) {
+					fs.errf("table_prefix", "must be at most 32 letters, digits or \"_\", got %s", quote(v))
+				}
+			}
+		case TypeRedis:
+			if !fs.has("url") {
+				fs.missing("url", ", e.g. \"redis://cache1:6379/0\"")
+			} else if v, checkable, ok := l.expandField(fs, "url", true); ok {
+				b.URL = v
+				if checkable {
+					if msg := checkRedisURL(v); msg != "" {
+						fs.errf("url", "%s", msg)
+					}
+				}
+			}
+			b.KeyPrefix = defaultKeyPrefix
+			if v, _, ok := l.expandField(fs, "key_prefix", false); ok {
+				b.KeyPrefix = v
+			}
+		case TypeMemcached:
+			b.Servers = l.servers(fs)
+			b.KeyPrefix = defaultKeyPrefix
+			if v, _, ok := l.expandField(fs, "key_prefix", false); ok {
+				b.KeyPrefix = v
+			}
+		}
+		s.Backends[name] = b
+	}
+}
+
+// peekType reads a backend's type before its fields are checked, so that
+// fields of other types can be named as such.
+func peekType(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "type" && n.Content[i+1].Kind == yaml.ScalarNode {
+			if t := n.Content[i+1].Value; contains(backendTypes, t) {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// expandField reads a connection field and expands environment
+// references in it. checkable is false when the value still holds
+// references (SkipEnv), so checks of the final value must be skipped. ok
+// is false when the field is absent or bad.
+func (l *loader) expandField(fs *fieldSet, name string, secret bool) (v string, checkable, ok bool) {
+	raw, ok := fs.str(name, secret)
+	if !ok {
+		return "", false, false
+	}
+	return l.expand(fs.file, fs.addr+"."+name, fs.node(name), raw)
+}
+
+func (l *loader) expand(f *srcFile, addr string, n *yaml.Node, raw string) (v string, checkable, ok bool) {
+	r := expandEnv(raw, l.getenv)
+	if r.malformed != "" {
+		l.errAt(f, n, addr, "%s", r.malformed)
+		return "", false, false
+	}
+	for _, m := range r.missing {
+		l.errAt(f, n, addr, "environment variable %s is not set (use ${%s:-default} for a fallback)", m, m)
+	}
+	if len(r.missing) > 0 {
+		return "", false, false
+	}
+	return r.value, l.getenv != nil || r.refs == 0, true
+}
+
+// checkRedisURL returns what is wrong with a redis URL, never quoting it.
+func checkRedisURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		var inner error = err
+		if ue, ok := err.(*url.Error); ok {
+			inner = ue.Err
+		}
+		return "is not a valid URL: " + scrubSecret(inner.Error(), v)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Sprintf("must be a redis:// or rediss:// URL, got scheme %s", quote(u.Scheme))
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return "has no host, e.g. redis://cache1:6379/0"
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "has an invalid port"
+		}
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return "the path must be a database number, e.g. redis://cache1:6379/0"
+		}
+	}
+	return ""
+}
+
+// servers reads memcached's host:port list.
+func (l *loader) servers(fs *fieldSet) []string {
+	n, ok := fs.scalar("servers")
+	if !ok {
+		if !fs.has("servers") {
+			fs.missing("servers", ", e.g. [\"mc1:11211\", \"mc2:11211\"]")
+		}
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		fs.errf("servers", "must be a list of host:port, got %s", describe(n, false))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		fs.errf("servers", "must list at least one host:port")
+		return nil
+	}
+	var out []string
+	for i, e := range n.Content {
+		addr := fmt.Sprintf("%s.servers[%d]", fs.addr, i)
+		if e.Kind == yaml.AliasNode {
+			continue
+		}
+		if e.Kind != yaml.ScalarNode || e.ShortTag() != tagStr {
+			l.errAt(fs.file, e, addr, "must be a host:port string, got %s", describe(e, false))
+			continue
+		}
+		v, checkable, ok := l.expand(fs.file, addr, e, e.Value)
+		if !ok {
+			continue
+		}
+		if checkable {
+			host, port, err := net.SplitHostPort(v)
+			p, perr := strconv.Atoi(port)
+			if err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+				l.errAt(fs.file, e, addr, "must be host:port, got %s", quote(v))
+				continue
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (l *loader) decodeCluster(s *Spec) {
+	s.Cluster.LeaderLease = defaultLeaderLease
+	explicit, explicitOK := "", false
+	var fs *fieldSet
+	if d := l.cluster; d != nil {
+		s.Cluster.Pos = d.file.posOf(d.key)
+		fs = l.fields(d.file, "cluster", d.key, d.val, []string{"backend", "leader_lease"}, nil)
+		if fs != nil {
+			s.Cluster.LeaderLease, _ = fs.duration("leader_lease", defaultLeaderLease, minLeaderLease)
+			if fs.has("backend") {
+				explicit, explicitOK = fs.str("backend", false)
+				if !explicitOK {
+					// Already reported; keep objects from repeating it.
+					l.def, l.defOK = "", false
+					return
+				}
+			}
+		}
+	}
+	declared := l.sortedNames("backends")
+	if len(declared) == 0 {
+		// Nothing declared: everything lives in the embedded store.
+		b := &Backend{
+			Name:     DefaultBackendName,
+			Type:     TypeSQLite,
+			Path:     filepath.Join(l.dataDir, implicitStoreFile),
+			Implicit: true,
+		}
+		s.Backends[b.Name] = b
+		l.known[b.Name] = TypeSQLite
+	}
+	switch {
+	case explicitOK:
+		s.Cluster.Backend = explicit
+		l.def = explicit
+		typ, ok := l.known[explicit]
+		switch {
+		case !ok:
+			fs.errf("backend", "backend %s is not declared%s%s", quote(explicit), didYouMean(explicit, declared), declaredList(declared))
+		case typ == TypeMemcached:
+			fs.errf("backend", "%s", memcachedClusterAdvice)
+		default:
+			l.defOK = typ != ""
+		}
+	case len(declared) == 0:
+		s.Cluster.Backend = DefaultBackendName
+		l.def, l.defOK = DefaultBackendName, true
+	case len(declared) == 1:
+		name := declared[0]
+		s.Cluster.Backend = name
+		l.def = name
+		if l.known[name] == TypeMemcached {
+			if l.cluster != nil {
+				l.errAt(l.cluster.file, l.cluster.key, "cluster.backend", "%s", memcachedClusterAdvice)
+			} else {
+				d := l.named["backends"][name]
+				l.errAt(d.file, d.key, "cluster.backend", "%s", memcachedClusterAdvice)
+			}
+		}
+		l.defOK = l.known[name] != ""
+	default:
+		l.ambiguous = true
+		msg := fmt.Sprintf("%d backends are declared (%s) and cluster.backend is not set; set cluster.backend to the one that holds cluster state", len(declared), strings.Join(declared, ", "))
+		if l.cluster != nil {
+			l.errAt(l.cluster.file, l.cluster.key, "cluster.backend", "%s", msg)
+		} else {
+			l.errAt(l.firstBackends.file, l.firstBackends.key, "cluster.backend", "%s", msg)
+		}
+	}
+}
+
+func declaredList(names []string) string {
+	if len(names) == 0 {
+		return "; no backend is declared"
+	}
+	return "; declared: " + strings.Join(names, ", ")
+}
+
+// objectBackend resolves an object's backend: its own backend field, or
+// the default. typ is "" when checks against the type must be skipped
+// because the problem was already reported.
+func (l *loader) objectBackend(fs *fieldSet) (name, typ string) {
+	if fs.has("backend") {
+		v, ok := fs.str("backend", false)
+		if !ok {
+			return "", ""
+		}
+		t, known := l.known[v]
+		if !known {
+			declared := l.sortedNames("backends")
+			fs.errf("backend", "backend %s is not declared%s%s", quote(v), didYouMean(v, declared), declaredList(declared))
+			return v, ""
+		}
+		return v, t
+	}
+	if l.ambiguous {
+		declared := l.sortedNames("backends")
+		fs.errf("backend", "%d backends are declared (%s) and cluster.backend is not set; set backend or cluster.backend", len(declared), strings.Join(declared, ", "))
+		return "", ""
+	}
+	if !l.defOK {
+		return l.def, ""
+	}
+	return l.def, l.known[l.def]
+}
+
+// notOnMemcached reports an object of a kind memcached cannot hold.
+func notOnMemcached(fs *fieldSet, name, typ, what string) {
+	if typ == TypeMemcached {
+		fs.errf("backend", "backend %s is memcached, which holds semaphores only; put %s on a sqlite, mysql or redis backend", quote(name), what)
+	}
+}
+
+var semaphoreFields = []string{"backend", "limit", "lease", "mode", "wake", "max_waiting", "max_hold", "prevent_destroy"}
+
+func (l *loader) decodeSemaphores(s *Spec) {
+	for _, name := range l.sortedNames("semaphores") {
+		d := l.named["semaphores"][name]
+		fs := l.fields(d.file, "semaphore."+name, d.key, d.val, semaphoreFields, nil)
+		if fs == nil {
+			continue
+		}
+		o := &Semaphore{Name: name, Pos: d.file.posOf(d.key)}
+		var typ string
+		o.Backend, typ = l.objectBackend(fs)
+
+		limitOK := false
+		if !fs.has("limit") {
+			fs.missing("limit", " (how many holders at once, at least 1)")
+		} else {
+			o.Limit, limitOK = fs.intRange("limit", 0, 1, maxLimit)
+		}
+		o.Lease, _ = fs.duration("lease", defaultSemLease, positive)
+		modeOK := false
+		o.Mode, modeOK = fs.enum("mode", ModeLease, ModeLease, ModeSession, ModeCounter)
+		if modeOK && fs.has("mode") {
+			switch {
+			case o.Mode == ModeSession && typ != "" && typ != TypeMySQL:
+				fs.errf("mode", "mode session needs a mysql backend; backend %s is %s", quote(o.Backend), typ)
+			case o.Mode == ModeCounter && typ != "" && typ != TypeMemcached:
+				fs.errf("mode", "mode counter needs a memcached backend; backend %s is %s", quote(o.Backend), typ)
+			}
+			if o.Mode == ModeCounter && limitOK && o.Limit != 1 {
+				fs.errf("limit", "mode counter allows only limit 1, got %d", o.Limit)
+			}
+		}
+		if fs.has("wake") {
+			w, ok := fs.enum("wake", "", WakePoll, WakeKill)
+			if ok && modeOK && o.Mode != ModeSession {
+				fs.errf("wake", "wake applies only to mode session (on mysql); mode is %s", o.Mode)
+			}
+			o.Wake = w
+		} else if o.Mode == ModeSession {
+			o.Wake = WakePoll
+		}
+		if fs.has("max_waiting") {
+			if v, ok := fs.intRange("max_waiting", 0, 0, 0); ok {
+				o.MaxWaiting = &v
+			}
+		}
+		o.MaxHold, _ = fs.duration("max_hold", 0, 0)
+		o.PreventDestroy = fs.boolean("prevent_destroy")
+		s.Semaphores[name] = o
+	}
+}
+
+var cronFields = []string{
+	"backend", "schedule", "timezone", "command", "workdir", "env", "timeout", "kill_grace",
+	"catch_up", "catch_up_limit", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
+	"semaphore", "run_on_create", "history_limit", "prevent_destroy",
+}
+
+func (l *loader) decodeCron(s *Spec) {
+	for _, name := range l.sortedNames("cron") {
+		d := l.named["cron"][name]
+		fs := l.fields(d.file, "cron."+name, d.key, d.val, cronFields, nil)
+		if fs == nil {
+			continue
+		}
+		o := &CronTask{Name: name, Pos: d.file.posOf(d.key)}
+		var typ string
+		o.Backend, typ = l.objectBackend(fs)
+		notOnMemcached(fs, o.Backend, typ, "cron tasks")
+
+		loc, locOK := time.UTC, true
+		o.Timezone = "UTC"
+		if fs.has("timezone") {
+			tz, ok := fs.str("timezone", false)
+			locOK = ok
+			if ok {
+				if lc, err := loadLocation(tz); err != nil {
+					fs.errf("timezone", "%v", err)
+					locOK = false
+				} else {
+					loc, o.Timezone = lc, tz
+					if tz == "" {
+						o.Timezone = "UTC"
+					}
+				}
+			}
+		}
+		if !fs.has("schedule") {
+			fs.missing("schedule", ", e.g. \"0 4 * * *\"")
+		} else if expr, ok := fs.str("schedule", false); ok {
+			o.Schedule = strings.Join(strings.Fields(expr), " ")
+			sched, err := parseScheduleIn(o.Schedule, loc)
+			if err != nil {
+				fs.errf("schedule", "%v", err)
+			} else if locOK {
+				o.Sched = sched
+			}
+		}
+		if !fs.has("command") {
+			fs.missing("command", ": a list [program, args...] or a shell string")
+		} else {
+			o.Command = l.command(fs)
+		}
+		if fs.has("workdir") {
+			if w, ok := fs.str("workdir", false); ok {
+				if !filepath.IsAbs(w) {
+					fs.errf("workdir", "must be an absolute path, got %s", quote(w))
+				}
+				o.Workdir = w
+			}
+		}
+		o.Env = l.env(fs)
+		o.Timeout, _ = fs.duration("timeout", 0, 0)
+		o.KillGrace, _ = fs.duration("kill_grace", defaultKillGrace, 0)
+		o.CatchUp, _ = fs.enum("catch_up", CatchUpOnce, CatchUpNone, CatchUpOnce, CatchUpAll)
+		o.CatchUpLimit, _ = fs.intRange("catch_up_limit", defaultCatchUpLimit, 1, 0)
+		o.Overlap, _ = fs.enum("overlap", OverlapForbid, OverlapForbid, OverlapAllow)
+		o.MaxAttempts, _ = fs.intRange("max_attempts", 1, 1, 0)
+		o.RetryBackoff, _ = fs.duration("retry_backoff", defaultCronBackoff, 0)
+		o.OnHostLoss, _ = fs.enum("on_host_loss", HostLossRetry, HostLossRetry, HostLossFail)
+		if fs.has("semaphore") {
+			if sem, ok := fs.str("semaphore", false); ok {
+				o.Semaphore = sem
+				if _, declared := l.named["semaphores"][sem]; !declared {
+					names := l.sortedNames("semaphores")
+					fs.errf("semaphore", "semaphore %s is not declared%s", quote(sem), didYouMean(sem, names))
+				}
+			}
+		}
+		o.RunOnCreate = fs.boolean("run_on_create")
+		o.HistoryLimit, _ = fs.intRange("history_limit", defaultHistoryLimit, 0, 0)
+		o.PreventDestroy = fs.boolean("prevent_destroy")
+		s.Cron[name] = o
+	}
+}
+
+// command reads a cron command: a list runs directly, a string with
+// /bin/sh -c.
+func (l *loader) command(fs *fieldSet) Command {
+	n, ok := fs.scalar("command")
+	if !ok {
+		return Command{}
+	}
+	switch {
+	case n.Kind == yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			fs.errf("command", "must not be empty: give [program, args...]")
+			return Command{}
+		}
+		argv := make([]string, 0, len(n.Content))
+		for i, e := range n.Content {
+			if e.Kind == yaml.AliasNode {
+				continue
+			}
+			v, ok := stringish(e)
+			if !ok {
+				l.errAt(fs.file, e, fmt.Sprintf("%s.command[%d]", fs.addr, i), "must be a string, got %s", describe(e, false))
+				continue
+			}
+			if i == 0 && v == "" {
+				l.errAt(fs.file, e, fs.addr+".command[0]", "the program must not be empty")
+			}
+			argv = append(argv, v)
+		}
+		return Command{Argv: argv}
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == tagStr:
+		if strings.TrimSpace(n.Value) == "" {
+			fs.errf("command", "must not be empty")
+		}
+		return Command{Shell: n.Value}
+	}
+	fs.errf("command", "must be a list [program, args...] or a shell string, got %s", describe(n, false))
+	return Command{}
+}
+
+// env reads a cron task's environment. Values are passed as written:
+// ${...} in them is not expanded.
+func (l *loader) env(fs *fieldSet) map[string]string {
+	n, ok := fs.scalar("env")
+	if !ok || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		fs.errf("env", "must be a mapping of NAME: value, got %s", describe(n, false))
+		return nil
+	}
+	out := map[string]string{}
+	keys := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode {
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			l.errAt(fs.file, k, fs.addr+".env", "keys must be variable names, got %s", describe(k, false))
+			continue
+		}
+		addr := fs.addr + ".env." + k.Value
+		if prev, dup := keys[k.Value]; dup {
+			l.errAt(fs.file, k, fs.addr+".env", "duplicate key %s; first at %s", quote(k.Value), fs.file.pos(prev))
+			continue
+		}
+		keys[k.Value] = k
+		if !validEnvName(k.Value) {
+			l.errAt(fs.file, k, fs.addr+".env", "invalid variable name %s: it starts with a letter or \"_\" and holds only letters, digits and \"_\"", quote(k.Value))
+			continue
+		}
+		if v.Kind == yaml.AliasNode {
+			continue
+		}
+		val, ok := stringish(v)
+		if !ok {
+			l.errAt(fs.file, v, addr, "must be a string, got %s", describe(v, false))
+			continue
+		}
+		out[k.Value] = val
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+var queueFields = []string{
+	"backend", "partitions", "visibility_timeout", "max_attempts", "retry_backoff", "timeout",
+	"unique", "max_payload", "claim", "prevent_destroy",
+}
+
+func (l *loader) decodeQueues(s *Spec) {
+	for _, name := range l.sortedNames("queues") {
+		d := l.named["queues"][name]
+		fs := l.fields(d.file, "queue."+name, d.key, d.val, queueFields, nil)
+		if fs == nil {
+			continue
+		}
+		o := &Queue{Name: name, Pos: d.file.posOf(d.key)}
+		var typ string
+		o.Backend, typ = l.objectBackend(fs)
+		notOnMemcached(fs, o.Backend, typ, "queues")
+		o.Partitions, _ = fs.intRange("partitions", defaultPartitions, 1, maxPartitions)
+		o.VisibilityTimeout, _ = fs.duration("visibility_timeout", defaultVisibility, positive)
+		o.MaxAttempts, _ = fs.intRange("max_attempts", defaultQueueAttempts, 1, 0)
+		o.RetryBackoff, _ = fs.duration("retry_backoff", defaultQueueBackoff, 0)
+		o.Timeout, _ = fs.duration("timeout", 0, 0)
+		o.Unique, _ = fs.enum("unique", UniqueNone, UniqueNone, UniquePending, UniquePendingOrRunning)
+		o.MaxPayload = l.maxPayload(fs)
+		var ok bool
+		o.Claim, ok = fs.enum("claim", ClaimPartition, ClaimPartition, ClaimSkipLocked)
+		if ok && o.Claim == ClaimSkipLocked && typ != "" && typ != TypeMySQL {
+			fs.errf("claim", "claim skip_locked needs a mysql backend; backend %s is %s", quote(o.Backend), typ)
+		}
+		o.PreventDestroy = fs.boolean("prevent_destroy")
+		s.Queues[name] = o
+	}
+}
+
+// maxPayload reads a size in bytes: an integer or a string like "64KiB".
+func (l *loader) maxPayload(fs *fieldSet) int64 {
+	n, ok := fs.scalar("max_payload")
+	if !ok {
+		return defaultMaxPayload
+	}
+	var v int64
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == tagInt:
+		if err := n.Decode(&v); err != nil {
+			fs.errf("max_payload", "must be a size like 1048576 or \"1MiB\", got %s", describe(n, false))
+			return defaultMaxPayload
+		}
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == tagStr:
+		if v, ok = parseSize(n.Value); !ok {
+			fs.errf("max_payload", "must be a size like 1048576, \"64KiB\", \"1MiB\", \"512KB\" or \"2MB\", got %s", describe(n, false))
+			return defaultMaxPayload
+		}
+	default:
+		fs.errf("max_payload", "must be a size like 1048576 or \"1MiB\", got %s", describe(n, false))
+		return defaultMaxPayload
+	}
+	if v <= 0 {
+		fs.errf("max_payload", "must be greater than 0")
+		return defaultMaxPayload
+	}
+	if v > maxMaxPayload {
+		fs.errf("max_payload", "must be at most 64MiB (%d bytes), got %d", maxMaxPayload, v)
+		return defaultMaxPayload
+	}
+	return v
+}

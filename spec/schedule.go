@@ -1,0 +1,137 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+	_ "time/tzdata" // timezones validate the same on hosts without a zoneinfo database
+
+	"github.com/robfig/cron/v3"
+)
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// neverRef is the fixed instant from which a schedule must fire at least
+// once (robfig searches five years ahead), so that "0 0 30 2 *" is rejected
+// without making validation depend on the current time.
+var neverRef = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ParseSchedule parses a cron expression evaluated in timezone ("" = UTC).
+// It accepts five fields, six with a leading seconds field, the @yearly,
+// @annually, @monthly, @weekly, @daily, @midnight and @hourly descriptors,
+// and "@every D", whose occurrences are the multiples of D since the Unix
+// epoch so that missed runs can be counted from stored times alone.
+func ParseSchedule(expr, timezone string) (Schedule, error) {
+	loc, err := loadLocation(timezone)
+	if err != nil {
+		return nil, err
+	}
+	return parseScheduleIn(expr, loc)
+}
+
+// loadLocation resolves an IANA zone. "Local" is refused because the
+// servers of one group may not agree on it.
+func loadLocation(tz string) (*time.Location, error) {
+	switch tz {
+	case "":
+		return time.UTC, nil
+	case "Local":
+		return nil, errors.New(`"Local" is not allowed: servers may disagree on it; name an IANA zone such as "Europe/Paris" or "UTC"`)
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %s: use an IANA name such as \"Asia/Tokyo\" or \"UTC\"", quote(tz))
+	}
+	return loc, nil
+}
+
+func parseScheduleIn(expr string, loc *time.Location) (s Schedule, err error) {
+	fields := strings.Fields(expr)
+	if len(fields) == 0 {
+		return nil, errors.New("schedule is empty")
+	}
+	if f := fields[0]; strings.HasPrefix(f, "TZ=") || strings.HasPrefix(f, "CRON_TZ=") {
+		return nil, errors.New("TZ= and CRON_TZ= prefixes are not allowed; set the timezone field instead")
+	}
+	if fields[0] == "@every" {
+		if len(fields) != 2 {
+			return nil, errors.New(`"@every" takes one duration, e.g. "@every 15m"`)
+		}
+		d, err := time.ParseDuration(fields[1])
+		if err != nil {
+			return nil, fmt.Errorf("@every: invalid duration %s: use Go syntax such as 90s or 1h30m", quote(fields[1]))
+		}
+		if d < time.Second {
+			return nil, errors.New("@every: the interval must be at least 1s")
+		}
+		return &everySchedule{expr: expr, d: d, loc: loc}, nil
+	}
+	defer func() {
+		// The parser is third-party; never let a malformed expression take
+		// the process down.
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("invalid cron expression %s", quote(expr))
+		}
+	}()
+	cs, err := cronParser.Parse(expr)
+	if err != nil {
+		return nil, fmt.Errorf("invalid cron expression %s: %v", quote(expr), err)
+	}
+	spec, ok := cs.(*cron.SpecSchedule)
+	if !ok {
+		return nil, fmt.Errorf("invalid cron expression %s", quote(expr))
+	}
+	spec.Location = loc
+	if spec.Next(neverRef).IsZero() {
+		return nil, fmt.Errorf("cron expression %s never fires", quote(expr))
+	}
+	return &cronSchedule{expr: expr, s: spec, loc: loc}, nil
+}
+
+// cronSchedule is a robfig schedule pinned to the task's location.
+type cronSchedule struct {
+	expr string
+	s    *cron.SpecSchedule
+	loc  *time.Location
+}
+
+func (c *cronSchedule) Next(t time.Time) time.Time {
+	n := c.s.Next(t)
+	if n.IsZero() {
+		return n
+	}
+	return n.In(c.loc)
+}
+
+func (c *cronSchedule) String() string { return c.expr }
+
+// everySchedule fires at every multiple of d since the Unix epoch. Unlike
+// robfig's @every, which counts from "now", this gives every server the same
+// occurrences and makes missed ones countable.
+type everySchedule struct {
+	expr string
+	d    time.Duration
+	loc  *time.Location
+}
+
+var nsPerSec = big.NewInt(int64(time.Second))
+
+func (e *everySchedule) Next(t time.Time) time.Time {
+	// ns since the epoch does not fit in an int64 past year 2262; use big
+	// integers so that any time.Time works.
+	ns := new(big.Int).Mul(big.NewInt(t.Unix()), nsPerSec)
+	ns.Add(ns, big.NewInt(int64(t.Nanosecond())))
+	d := big.NewInt(int64(e.d))
+	q := new(big.Int).Div(ns, d) // Euclidean: floor for positive d
+	q.Add(q, big.NewInt(1))
+	q.Mul(q, d)
+	sec, rem := new(big.Int).DivMod(q, nsPerSec, new(big.Int))
+	if !sec.IsInt64() {
+		return time.Time{}
+	}
+	return time.Unix(sec.Int64(), rem.Int64()).In(e.loc)
+}
+
+func (e *everySchedule) String() string { return e.expr }

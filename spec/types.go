@@ -1,0 +1,195 @@
+// Package spec loads and validates coordd's declarative YAML.
+//
+// A spec is one file or a directory of *.yaml/*.yml files, merged. Loading is
+// strict (unknown keys are errors), every error carries FILE:LINE:COL and the
+// address of the field, and all errors are reported at once. The loaded Spec is
+// normalized: defaults are filled in, every object has a resolved backend, and
+// durations are parsed. The rest of coordd works only with this normalized form.
+package spec
+
+import (
+	"time"
+)
+
+// Kind is one of the three kinds of managed object.
+type Kind string
+
+const (
+	KindSemaphore Kind = "semaphore"
+	KindCron      Kind = "cron"
+	KindQueue     Kind = "queue"
+)
+
+// Kinds lists the kinds in the order plans print them.
+var Kinds = []Kind{KindSemaphore, KindCron, KindQueue}
+
+// Address names one managed object, e.g. "semaphore.reindex".
+type Address struct {
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+}
+
+func (a Address) String() string { return string(a.Kind) + "." + a.Name }
+
+// Pos is a position in a spec file. Line and Col are 1-based.
+type Pos struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Col  int    `json:"col"`
+}
+
+// Backend types.
+const (
+	TypeSQLite    = "sqlite"
+	TypeMySQL     = "mysql"
+	TypeRedis     = "redis"
+	TypeMemcached = "memcached"
+)
+
+// DefaultBackendName is the name given to the implicit embedded store used
+// when a spec declares no backend at all.
+const DefaultBackendName = "embedded"
+
+// Backend is one declared connection. Connection fields have had ${VAR}
+// expansion applied (unless the loader ran with SkipEnv).
+type Backend struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+
+	// sqlite
+	Path string `json:"path,omitempty"` // absolute after load
+	// mysql
+	DSN         string `json:"-"` // may hold a password: never printed; see RedactedDSN
+	TablePrefix string `json:"table_prefix,omitempty"`
+	// redis
+	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
+	// redis, memcached
+	KeyPrefix string   `json:"key_prefix,omitempty"`
+	Servers   []string `json:"servers,omitempty"`
+
+	// Implicit is true for the embedded store added when no backend is declared.
+	Implicit bool `json:"implicit,omitempty"`
+	Pos      Pos  `json:"-"`
+}
+
+// Cluster holds cluster-wide settings.
+type Cluster struct {
+	// Backend holds the leader lease, the inventory and the apply records.
+	Backend     string        `json:"backend"`
+	LeaderLease time.Duration `json:"leader_lease"`
+	Pos         Pos           `json:"-"`
+}
+
+// Semaphore modes, wake strategies, claim strategies and other enums.
+const (
+	ModeLease   = "lease"
+	ModeSession = "session"
+	ModeCounter = "counter"
+
+	WakePoll = "poll"
+	WakeKill = "kill"
+
+	CatchUpNone = "none"
+	CatchUpOnce = "once"
+	CatchUpAll  = "all"
+
+	OverlapForbid = "forbid"
+	OverlapAllow  = "allow"
+
+	HostLossRetry = "retry"
+	HostLossFail  = "fail"
+
+	UniqueNone             = "none"
+	UniquePending          = "pending"
+	UniquePendingOrRunning = "pending_or_running"
+
+	ClaimPartition  = "partition"
+	ClaimSkipLocked = "skip_locked"
+)
+
+// Semaphore admits at most Limit holders across all servers.
+type Semaphore struct {
+	Name    string        `json:"-"`
+	Backend string        `json:"backend"`
+	Limit   int           `json:"limit"`
+	Lease   time.Duration `json:"lease"`
+	Mode    string        `json:"mode"`
+	Wake    string        `json:"wake,omitempty"`
+	// MaxWaiting is nil for "no bound"; 0 means nobody may wait.
+	MaxWaiting     *int          `json:"max_waiting,omitempty"`
+	MaxHold        time.Duration `json:"max_hold,omitempty"`
+	PreventDestroy bool          `json:"prevent_destroy,omitempty"`
+	Pos            Pos           `json:"-"`
+}
+
+// Command is what a cron task runs. Exactly one of Argv and Shell is set:
+// a YAML list runs directly, a YAML string runs with /bin/sh -c.
+type Command struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+}
+
+// CronTask runs Command on exactly one server per scheduled time.
+type CronTask struct {
+	Name           string            `json:"-"`
+	Backend        string            `json:"backend"`
+	Schedule       string            `json:"schedule"`
+	Timezone       string            `json:"timezone"`
+	Command        Command           `json:"command"`
+	Workdir        string            `json:"workdir,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Timeout        time.Duration     `json:"timeout,omitempty"`
+	KillGrace      time.Duration     `json:"kill_grace"`
+	CatchUp        string            `json:"catch_up"`
+	CatchUpLimit   int               `json:"catch_up_limit"`
+	Overlap        string            `json:"overlap"`
+	MaxAttempts    int               `json:"max_attempts"`
+	RetryBackoff   time.Duration     `json:"retry_backoff"`
+	OnHostLoss     string            `json:"on_host_loss"`
+	Semaphore      string            `json:"semaphore,omitempty"`
+	RunOnCreate    bool              `json:"run_on_create,omitempty"`
+	HistoryLimit   int               `json:"history_limit"`
+	PreventDestroy bool              `json:"prevent_destroy,omitempty"`
+	Pos            Pos               `json:"-"`
+
+	// Sched is the parsed schedule; never nil after a successful load.
+	Sched Schedule `json:"-"`
+}
+
+// Queue holds jobs that any server may take.
+type Queue struct {
+	Name              string        `json:"-"`
+	Backend           string        `json:"backend"`
+	Partitions        int           `json:"partitions"`
+	VisibilityTimeout time.Duration `json:"visibility_timeout"`
+	MaxAttempts       int           `json:"max_attempts"`
+	RetryBackoff      time.Duration `json:"retry_backoff"`
+	Timeout           time.Duration `json:"timeout,omitempty"`
+	Unique            string        `json:"unique"`
+	MaxPayload        int64         `json:"max_payload"`
+	Claim             string        `json:"claim"`
+	PreventDestroy    bool          `json:"prevent_destroy,omitempty"`
+	Pos               Pos           `json:"-"`
+}
+
+// Spec is a loaded, validated and normalized spec.
+type Spec struct {
+	Backends   map[string]*Backend   `json:"backends"`
+	Cluster    Cluster               `json:"cluster"`
+	Semaphores map[string]*Semaphore `json:"semaphores"`
+	Cron       map[string]*CronTask  `json:"cron"`
+	Queues     map[string]*Queue     `json:"queues"`
+
+	// Files are the files that were read, in merge order.
+	Files []string `json:"-"`
+}
+
+// Schedule yields the occurrences of a cron schedule.
+type Schedule interface {
+	// Next returns the first occurrence strictly after t, in t's location
+	// converted to the task's timezone. It returns the zero time when there
+	// is none.
+	Next(t time.Time) time.Time
+	// String returns the schedule as written.
+	String() string
+}
