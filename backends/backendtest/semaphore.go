@@ -120,6 +120,7 @@ func testSemaphores(t *testing.T, h Harness) {
 		{"ReleaseExpired", testSemReleaseExpired},
 		{"LimitUp", testSemLimitUp},
 		{"LimitDown", testSemLimitDown},
+		{"LimitDownExpired", testSemLimitDownExpired},
 		{"LimitZero", testSemLimitZero},
 		{"DeleteHeld", testSemDeleteHeld},
 		{"Drift", testSemDrift},
@@ -288,6 +289,11 @@ func testSemReleaseExpired(t *testing.T, h Harness) {
 	a := newOwner("a")
 	ga := s.acquire("s", a, time.Second)
 	waitPast(t, s.b, ga.ExpiresAt)
+	_, err := s.Extend(t.Context(), "s", a, time.Minute)
+	wantErr(t, err, backends.ErrLost, "extend after expiry")
+	if st := s.wantSlots("s", 2, 0); st.Expired != 1 {
+		t.Fatalf("extend after expiry changed the slot: Expired = %d, want 1", st.Expired)
+	}
 	wantErr(t, s.Release(t.Context(), "s", a), backends.ErrLost, "release after expiry")
 	st := s.wantSlots("s", 2, 0)
 	if st.Expired != 0 {
@@ -342,6 +348,46 @@ func testSemLimitDown(t *testing.T, h Harness) {
 	s.acquire("s", newOwner("b"), time.Minute)
 	s.full("s")
 	s.wantSlots("s", 2, 2)
+}
+
+// testSemLimitDownExpired checks the guard on acquire: after lowering the
+// limit, slots above it whose leases expire are free rows, yet nobody may
+// take one while the live holders reach the limit.
+func testSemLimitDownExpired(t *testing.T, h Harness) {
+	s, _ := freshSem(t, h)
+	s.put(semConfig("s", 5))
+	var short []backends.Grant
+	for i := range 5 {
+		lease := time.Hour
+		if i >= 2 {
+			lease = 3 * time.Second
+		}
+		g := s.acquire("s", newOwner("a"), lease)
+		if i >= 2 {
+			short = append(short, g)
+		}
+	}
+	s.put(semConfig("s", 2))
+	last := short[0].ExpiresAt
+	for _, g := range short {
+		if g.ExpiresAt.After(last) {
+			last = g.ExpiresAt
+		}
+	}
+	// Normally the slots are all still held here, so 3 expired rows remain
+	// after the wait; if the test ran slower, PutSemaphore already deleted
+	// them. Either way nobody may be admitted.
+	if st := s.observe("s"); st.Slots != 5 {
+		t.Logf("slots already trimmed to %d before the leases expired: the guard is not exercised", st.Slots)
+	}
+	waitPast(t, s.b, last)
+	st := s.observe("s")
+	if len(st.Holders) != 2 {
+		t.Fatalf("after expiry: %d live holders, want 2", len(st.Holders))
+	}
+	s.full("s")
+	s.full("s")
+	s.wantSlots("s", st.Slots, 2)
 }
 
 func testSemLimitZero(t *testing.T, h Harness) {

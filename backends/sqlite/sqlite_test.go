@@ -224,6 +224,10 @@ func TestSpecialPath(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("store not at %q: %v", path, err)
 	}
+	info, err := openStore(t, path, backends.Options{ReadOnly: true}).Schema(t.Context())
+	if err != nil || info.Version != info.Latest {
+		t.Fatalf("read-only schema at %q = %+v, %v; want migrated", path, info, err)
+	}
 }
 
 func TestMigrationsRecorded(t *testing.T) {

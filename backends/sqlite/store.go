@@ -86,17 +86,17 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 	case opts.ReadOnly:
 		if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
 			s.absent = true
-			dsn = "file::memory:?" + query(true)
+			dsn = "file::memory:?" + dsnParams(true)
 		} else if err != nil {
 			return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 		} else {
-			dsn = fileURI(abs) + "?mode=ro&" + query(true)
+			dsn = fileURI(abs) + "?mode=ro&" + dsnParams(true)
 		}
 	default:
 		if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 			return nil, fmt.Errorf("sqlite %s: create directory: %w", abs, err)
 		}
-		dsn = fileURI(abs) + "?" + query(false)
+		dsn = fileURI(abs) + "?" + dsnParams(false)
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -121,10 +121,10 @@ func fileURI(abs string) string {
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 }
 
-// query returns the connection parameters. Write transactions begin
+// dsnParams returns the connection parameters. Write transactions begin
 // IMMEDIATE; journal mode and synchronous are only set on writable handles
 // (setting them writes to the file).
-func query(readOnly bool) string {
+func dsnParams(readOnly bool) string {
 	v := url.Values{}
 	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
 	v.Add("_pragma", "foreign_keys(1)")
