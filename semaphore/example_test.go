@@ -1,0 +1,62 @@
+package semaphore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/semaphore"
+)
+
+// Acquire a slot, keep it alive while the work runs, stop when it is lost,
+// and pass the fencing number to whatever the work writes.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "coordd-example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlite.Open(ctx, "db", filepath.Join(dir, "coordd.db"), backends.Options{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+	// coordd apply creates semaphores; the example does it by hand.
+	_ = st.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "reindex", Limit: 1, Lease: time.Minute, Mode: "lease", MaxWaiting: -1})
+
+	c, _ := semaphore.New(st, "web1")
+	l, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: 30 * time.Second, Wait: time.Minute})
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	work, stop := context.WithCancel(ctx)
+	go l.KeepAlive(work, nil)
+	select {
+	case <-l.Lost():
+		fmt.Println("lost the slot: stop writing")
+	default:
+		fmt.Printf("slot %d, fencing token %d\n", l.Slot, l.Fencing)
+	}
+	stop()
+	_ = l.Release(ctx)
+	// Output: slot 0, fencing token 1
+}
+
+// Fail at once when every slot is taken, as `coordd sem run --no-wait` does.
+func ExampleClient_Acquire_noWait() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "coordd-example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlite.Open(ctx, "db", filepath.Join(dir, "coordd.db"), backends.Options{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+	_ = st.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "nightly", Limit: 1, Lease: time.Minute, Mode: "lease", MaxWaiting: -1})
+
+	c, _ := semaphore.New(st, "web1")
+	first, _ := c.Acquire(ctx, "nightly", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true})
+	_, err := c.Acquire(ctx, "nightly", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true})
+	fmt.Println(err)
+	_ = first.Release(ctx)
+	// Output: semaphore not acquired: no free slot
+}

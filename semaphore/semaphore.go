@@ -1,0 +1,302 @@
+// Package semaphore is the Go API for coordd semaphores: acquire a slot with
+// a context, keep its lease alive while work runs, learn through a channel
+// when it is lost, and release it.
+//
+// The backend does the counting (see backends.Semaphores); this package adds
+// waiting. In one process, waiters are woken on release with no lost
+// wake-ups: a waiter takes the current wake channel *before* it tries to
+// acquire, and a release closes that channel, so a release that lands between
+// a failed try and the wait still wakes it (the scheme of a condition
+// variable, as in seed 004). Across processes the backend's WaitSemaphore
+// takes over: a blocking pop on Redis, KILL QUERY on MySQL, a bounded backoff
+// poll on SQLite.
+//
+// A lease is trusted only until a deadline on the monotonic clock: the send
+// time of the last successful renewal plus the lease, minus a margin. The
+// deadline never depends on the host's wall clock or on the backend's clock
+// agreeing with it.
+package semaphore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// ErrNotAcquired is returned when no slot was free in time (--no-wait, or
+// the wait elapsed). It wraps backends.ErrNoSlot.
+var ErrNotAcquired = fmt.Errorf("semaphore not acquired: %w", backends.ErrNoSlot)
+
+// Client acquires slots of the semaphores held by one backend.
+type Client struct {
+	sems    backends.Semaphores
+	waiters backends.Waiters // nil when the backend has none
+	host    string
+	pid     int
+
+	mu    sync.Mutex
+	wakes map[string]chan struct{}
+}
+
+// New returns a client for b. host identifies this machine in holder
+// records.
+func New(b backends.Backend, host string) (*Client, error) {
+	s, ok := b.(backends.Semaphores)
+	if !ok {
+		return nil, fmt.Errorf("backend %q (%s) cannot hold semaphores: %w", b.Name(), b.Type(), backends.ErrUnsupported)
+	}
+	w, _ := b.(backends.Waiters)
+	return &Client{sems: s, waiters: w, host: host, pid: os.Getpid(), wakes: map[string]chan struct{}{}}, nil
+}
+
+// wakeChan returns the channel the next release of name closes.
+func (c *Client) wakeChan(name string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.wakes[name]
+	if !ok {
+		ch = make(chan struct{})
+		c.wakes[name] = ch
+	}
+	return ch
+}
+
+// wake wakes every in-process waiter of name.
+func (c *Client) wake(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.wakes[name]; ok {
+		close(ch)
+		delete(c.wakes, name)
+	}
+}
+
+// AcquireOptions tune one acquire.
+type AcquireOptions struct {
+	// Lease is the lease to ask for; it is renewed by KeepAlive.
+	Lease time.Duration
+	// NoWait fails at once with ErrNotAcquired when no slot is free.
+	NoWait bool
+	// Wait bounds the wait; zero waits until ctx ends.
+	Wait time.Duration
+	// WaiterLease is how long a waiter record outlives a crashed waiter.
+	// Default 30s.
+	WaiterLease time.Duration
+}
+
+// Lease is one held slot.
+type Lease struct {
+	Name    string
+	Slot    int
+	Fencing int64
+	Owner   string
+	lease   time.Duration
+	c       *Client
+
+	mu       sync.Mutex
+	deadline time.Time // monotonic: sentAt + lease - margin
+	lost     chan struct{}
+	lostOnce sync.Once
+	released bool
+}
+
+// margin is how much of the lease is not trusted: time for the request, and
+// for clocks that run at slightly different rates.
+func margin(lease time.Duration) time.Duration {
+	return min(lease/10, 2*time.Second)
+}
+
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Acquire takes a slot of name, waiting as opts say. It returns
+// ErrNotAcquired when none was free in time and backends.ErrTooManyWaiters
+// when max_waiting waiters already queue.
+func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	if opts.Lease <= 0 {
+		return nil, errors.New("acquire: lease must be positive")
+	}
+	owner := newOwner()
+	var deadline <-chan time.Time
+	if opts.Wait > 0 {
+		t := time.NewTimer(opts.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	waiterLease := opts.WaiterLease
+	if waiterLease <= 0 {
+		waiterLease = 30 * time.Second
+	}
+	registered := false
+	defer func() {
+		if registered {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = c.waiters.LeaveWait(lctx, name, owner)
+		}
+	}()
+	for {
+		wake := c.wakeChan(name) // before the try: a release after it closes this channel
+		sentAt := time.Now()
+		g, err := c.sems.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
+		if err == nil {
+			return &Lease{
+				Name: name, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, lease: opts.Lease, c: c,
+				deadline: sentAt.Add(opts.Lease - margin(opts.Lease)), lost: make(chan struct{}),
+			}, nil
+		}
+		if !errors.Is(err, backends.ErrNoSlot) {
+			return nil, fmt.Errorf("acquire %q: %w", name, err)
+		}
+		if opts.NoWait {
+			return nil, ErrNotAcquired
+		}
+		if c.waiters != nil {
+			// Registering (and renewing) the waiter record enforces
+			// max_waiting; a crashed waiter's record expires on its own.
+			if err := c.waiters.EnterWait(ctx, name, owner, waiterLease); err != nil {
+				return nil, fmt.Errorf("wait for %q: %w", name, err)
+			}
+			registered = true
+		}
+		if err := c.waitOnce(ctx, name, wake, deadline, waiterLease/3); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitOnce blocks until an in-process release, a backend wake-up, the
+// deadline (ErrNotAcquired), ctx's end, or max.
+func (c *Client) waitOnce(ctx context.Context, name string, wake <-chan struct{}, deadline <-chan time.Time, max time.Duration) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		if c.waiters != nil {
+			done <- c.waiters.WaitSemaphore(wctx, name, max)
+			return
+		}
+		// Without a backend wake-up, poll at a gentle bounded rate.
+		t := time.NewTimer(min(max, 200*time.Millisecond))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			done <- nil
+		case <-wctx.Done():
+			done <- wctx.Err()
+		}
+	}()
+	select {
+	case <-wake:
+		return nil
+	case err := <-done:
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("wait for %q: %w", name, err)
+		}
+		return ctx.Err()
+	case <-deadline:
+		return ErrNotAcquired
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Lost is closed when the lease is lost: an extend found another owner, or
+// the deadline passed without a successful renewal.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Deadline is the monotonic instant until which the lease is trusted.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// Extend renews the lease once. It returns backends.ErrLost (and closes
+// Lost) when the slot is no longer this lease's.
+func (l *Lease) Extend(ctx context.Context) error {
+	sentAt := time.Now()
+	_, err := l.c.sems.Extend(ctx, l.Name, l.Owner, l.lease)
+	if err != nil {
+		if errors.Is(err, backends.ErrLost) {
+			l.markLost()
+		}
+		return fmt.Errorf("extend %q: %w", l.Name, err)
+	}
+	l.mu.Lock()
+	if d := sentAt.Add(l.lease - margin(l.lease)); d.After(l.deadline) {
+		l.deadline = d
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// KeepAlive renews the lease about every lease/3 until ctx ends or the
+// lease is lost. onRenew, when not nil, gets the send time of each
+// successful renewal (a child supervisor moves its kill deadline with it).
+// Renew only while the work is really alive: a stuck worker whose timer keeps
+// renewing holds its slot for ever (seed 001's warning).
+func (l *Lease) KeepAlive(ctx context.Context, onRenew func(sentAt time.Time)) {
+	every := max(l.lease/3, 10*time.Millisecond)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.lost:
+			return
+		case <-t.C:
+		}
+		sentAt := time.Now()
+		err := l.Extend(ctx)
+		switch {
+		case err == nil:
+			if onRenew != nil {
+				onRenew(sentAt)
+			}
+			t.Reset(every)
+		case errors.Is(err, backends.ErrLost):
+			return
+		case time.Now().After(l.Deadline()):
+			l.markLost()
+			return
+		default:
+			// A transient error: retry sooner, while the deadline allows.
+			t.Reset(max(every/4, 10*time.Millisecond))
+		}
+	}
+}
+
+// Release frees the slot and wakes this process's waiters. It returns
+// backends.ErrLost when the lease had already been lost.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	err := l.c.sems.Release(ctx, l.Name, l.Owner)
+	l.c.wake(l.Name)
+	if err != nil {
+		if errors.Is(err, backends.ErrLost) {
+			l.markLost()
+		}
+		return fmt.Errorf("release %q: %w", l.Name, err)
+	}
+	return nil
+}
