@@ -329,39 +329,97 @@ type DueTask struct {
 	NextExec time.Time
 }
 
-// Occurrence is one attempt of one scheduled time of one task. The pair
-// (Task, ScheduledAt) is unique in the backend; a retry is a new attempt.
+// Occurrence is one attempt of one scheduled time of one task. The triple
+// (Task, ScheduledAt, Attempt) is unique in the backend: that row, not the
+// leader, is what keeps two hosts from starting the same attempt.
 type Occurrence struct {
-	Task        string
-	ScheduledAt time.Time
-	Attempt     int
-	Owner       string
-	Host        string
-	ExpiresAt   time.Time
+	Task        string    `json:"task"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+	// Attempt counts from 1; a retry is a new attempt of the same time.
+	Attempt int    `json:"attempt"`
+	RunID   string `json:"run_id"`
+	// Fencing is strictly increasing per task across all runs.
+	Fencing   int64     `json:"fencing"`
+	Owner     string    `json:"owner"`
+	Host      string    `json:"host"`
+	Manual    bool      `json:"manual,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	ExpiresAt time.Time `json:"expires_at"` // the run lease, backend time
 }
+
+// Run statuses.
+const (
+	RunRunning   = "running"
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	RunTimedOut  = "timeout"
+	RunLost      = "lost"    // its host died mid-run
+	RunSkipped   = "skipped" // overlap forbid, catch_up none, semaphore busy
+)
 
 // RunResult is how an occurrence ended.
 type RunResult struct {
-	Status   string // "succeeded", "failed", "timeout", "lost", "skipped"
-	ExitCode int
-	Error    string
+	Status   string `json:"status"`
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+	// Output is the tail of the run's stdout and stderr (at most 64 KiB).
+	Output []byte `json:"-"`
+}
+
+// Run is one row of a task's history.
+type Run struct {
+	Occurrence
+	RunResult
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// ClaimRequest asks to start (or skip) one attempt.
+type ClaimRequest struct {
+	Task string
+	// ScheduledAt is the due next_exec being claimed. For attempt 1 of a
+	// scheduled run the claim is a compare-and-swap on it.
+	ScheduledAt time.Time
+	// Next is next_exec after this claim (attempt 1, not manual).
+	Next    time.Time
+	Attempt int
+	Owner   string
+	Host    string
+	Lease   time.Duration
+	// Manual: `coordd cron run`. No compare-and-swap; ScheduledAt is
+	// ignored and the backend's now is used.
+	Manual bool
+	// Skip, when not empty, records the occurrence as skipped with this
+	// reason (and still advances next_exec) instead of starting it.
+	Skip string
 }
 
 // Crons is the runtime side of the scheduler.
 type Crons interface {
-	// DueTasks lists tasks due at backend now.
-	DueTasks(ctx context.Context, limit int) ([]DueTask, error)
-	// ClaimOccurrence atomically moves task's next_exec from scheduledAt to
-	// next and creates the occurrence row (task, scheduledAt) leased to
-	// owner. It returns ErrConflict when another host claimed it first.
-	ClaimOccurrence(ctx context.Context, task string, scheduledAt, next time.Time, owner, host string, lease time.Duration) (Occurrence, error)
-	// ExtendOccurrence renews owner's lease on occ (ErrLost otherwise).
+	// DueTasks lists tasks whose next_exec is at or before backend now,
+	// earliest first, and the earliest next_exec of the others (zero when
+	// none) so that the scheduler can sleep until then.
+	DueTasks(ctx context.Context, limit int) (due []DueTask, nextAt time.Time, err error)
+	// ClaimOccurrence inserts the occurrence row leased to Owner. For
+	// attempt 1 of a scheduled run it also moves next_exec from ScheduledAt
+	// to Next in the same transaction; for attempt > 1 it requires attempt-1
+	// to have ended unsuccessfully. It returns ErrConflict when another host
+	// claimed it first or next_exec moved.
+	ClaimOccurrence(ctx context.Context, req ClaimRequest) (Occurrence, error)
+	// ExtendOccurrence renews Owner's run lease (ErrLost otherwise).
 	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)
-	// FinishOccurrence records the result, if owner still holds occ.
+	// FinishOccurrence records the result if occ.Owner still holds the run
+	// (ErrLost otherwise), and trims history to the task's history_limit.
 	FinishOccurrence(ctx context.Context, occ Occurrence, res RunResult) error
-	// ExpiredOccurrences lists occurrences whose lease expired unfinished:
+	// ExpiredOccurrences lists running occurrences whose run lease expired:
 	// their host was lost.
 	ExpiredOccurrences(ctx context.Context, limit int) ([]Occurrence, error)
+	// ReapOccurrence marks an expired running occurrence as lost, only if it
+	// is still running and expired (ErrConflict otherwise).
+	ReapOccurrence(ctx context.Context, occ Occurrence) error
+	// Running lists task's occurrences whose run lease is live.
+	Running(ctx context.Context, task string) ([]Occurrence, error)
+	// History lists task's runs, newest first.
+	History(ctx context.Context, task string, limit int) ([]Run, error)
 }
 
 // QueueConfig is a queue as the runtime enforces it.
@@ -385,6 +443,10 @@ type QueueState struct {
 	Ready             int64 `json:"ready"`
 	InFlight          int64 `json:"in_flight"`
 	Dead              int64 `json:"dead"`
+	// Delayed counts ready jobs whose available_at is in the future.
+	Delayed int64 `json:"delayed"`
+	// OldestReady is the enqueue time of the oldest ready job (zero: none).
+	OldestReady time.Time `json:"oldest_ready"`
 	// Stranded counts jobs in partitions at or above Config.Partitions.
 	Stranded int64 `json:"stranded"`
 }
@@ -407,40 +469,56 @@ type QueueAdmin interface {
 
 // Job is one queued job.
 type Job struct {
-	ID          string
-	Queue       string
-	Partition   int
-	Payload     []byte
-	UniqueKey   string
-	Attempt     int
-	EnqueuedAt  time.Time
-	Owner       string    // set while claimed
-	ExpiresAt   time.Time // visibility deadline while claimed
-	LastError   string
-	AvailableAt time.Time
+	ID        int64  `json:"id"`
+	Queue     string `json:"queue"`
+	Partition int    `json:"partition"`
+	Payload   []byte `json:"-"`
+	// Key picks the partition and is the unique key when the queue has
+	// unique set.
+	Key         string    `json:"key,omitempty"`
+	Attempt     int       `json:"attempt"`
+	EnqueuedAt  time.Time `json:"enqueued_at"`
+	AvailableAt time.Time `json:"available_at"`
+	Owner       string    `json:"-"`          // set while claimed
+	ExpiresAt   time.Time `json:"expires_at"` // visibility deadline while claimed
+	LastError   string    `json:"last_error,omitempty"`
 }
 
 // PushRequest enqueues one job.
 type PushRequest struct {
-	Payload   []byte
-	UniqueKey string
-	Delay     time.Duration
+	Payload []byte
+	// Key: jobs with one key go to one partition (FIFO among them); empty
+	// spreads jobs over the partitions. With unique, a second push of a key
+	// returns the existing job and ErrDuplicate.
+	Key   string
+	Delay time.Duration
 }
 
 // Queues is the runtime side of queues.
 type Queues interface {
-	// Push enqueues a job (ErrDuplicate, ErrPayloadTooLarge, ErrNotFound).
+	// Push enqueues a job (ErrPayloadTooLarge, ErrNotFound; ErrDuplicate
+	// with the existing job).
 	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
-	// Claim takes up to max ready jobs in insert order, leased to owner for
-	// visibility. It returns no jobs and no error when none is ready.
-	Claim(ctx context.Context, queue, owner string, max int, visibility time.Duration) ([]Job, error)
-	// Ack deletes a finished job, if owner still holds it.
+	// Claim takes up to max ready jobs of one partition in insert order,
+	// each leased to owner for the queue's visibility timeout and counted
+	// as an attempt. A job whose visibility expired is ready again; one
+	// whose attempts are used up moves to the dead set instead. No job and
+	// no error when none is ready.
+	Claim(ctx context.Context, queue, owner string, max int) ([]Job, error)
+	// Ack deletes a finished job if j.Owner still holds it (ErrLost).
 	Ack(ctx context.Context, j Job) error
-	// Retry returns a failed job to the queue after delay, or moves it to
-	// the dead set when its attempts are used up.
-	Retry(ctx context.Context, j Job, delay time.Duration, reason string) error
-	// ExtendJob renews owner's visibility lease.
-	ExtendJob(ctx context.Context, j Job, visibility time.Duration) (time.Time, error)
+	// Retry returns a failed job to the queue after the queue's
+	// retry_backoff, or moves it to the dead set when its attempts are used
+	// up, if j.Owner still holds it (ErrLost).
+	Retry(ctx context.Context, j Job, reason string) error
+	// ExtendJob renews j.Owner's visibility lease (ErrLost).
+	ExtendJob(ctx context.Context, j Job) (time.Time, error)
 	// WaitQueue blocks until a job may be ready, max elapsed or ctx ended.
 	WaitQueue(ctx context.Context, queue string, max time.Duration) error
+	// Dead lists dead jobs, oldest first.
+	Dead(ctx context.Context, queue string, limit int) ([]Job, error)
+	// RequeueDead makes every dead job ready again with attempts reset.
+	RequeueDead(ctx context.Context, queue string) (int64, error)
+	// PurgeDead deletes every dead job.
+	PurgeDead(ctx context.Context, queue string) (int64, error)
 }

@@ -97,8 +97,11 @@ type Lease struct {
 	Slot    int
 	Fencing int64
 	Owner   string
-	lease   time.Duration
-	c       *Client
+	// AcquiredAt is when the acquiring request was sent (monotonic): a
+	// child supervisor counts the lease from it.
+	AcquiredAt time.Time
+	lease      time.Duration
+	c          *Client
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic: sentAt + lease - margin
@@ -107,9 +110,9 @@ type Lease struct {
 	released bool
 }
 
-// margin is how much of the lease is not trusted: time for the request, and
+// Margin is how much of a lease is not trusted: time for the request, and
 // for clocks that run at slightly different rates.
-func margin(lease time.Duration) time.Duration {
+func Margin(lease time.Duration) time.Duration {
 	return min(lease/10, 2*time.Second)
 }
 
@@ -151,8 +154,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		g, err := c.sems.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
 		if err == nil {
 			return &Lease{
-				Name: name, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, lease: opts.Lease, c: c,
-				deadline: sentAt.Add(opts.Lease - margin(opts.Lease)), lost: make(chan struct{}),
+				Name: name, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
+				deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)), lost: make(chan struct{}),
 			}, nil
 		}
 		if !errors.Is(err, backends.ErrNoSlot) {
@@ -236,7 +239,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 		return fmt.Errorf("extend %q: %w", l.Name, err)
 	}
 	l.mu.Lock()
-	if d := sentAt.Add(l.lease - margin(l.lease)); d.After(l.deadline) {
+	if d := sentAt.Add(l.lease - Margin(l.lease)); d.After(l.deadline) {
 		l.deadline = d
 	}
 	l.mu.Unlock()

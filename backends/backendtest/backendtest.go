@@ -53,8 +53,12 @@ var capabilities = []capability{
 	{"Migrator", is[backends.Migrator], testMigrator},
 	{"StateStore", is[backends.StateStore], testStateStore},
 	{"Semaphores", isSemaphores, testSemaphores},
+	{"Waiters", is[backends.Waiters], testWaiters},
+	{"Leader", is[backends.Leader], testLeader},
 	{"CronAdmin", is[backends.CronAdmin], testCronAdmin},
+	{"Crons", is[backends.Crons], testCronsRuntime},
 	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
+	{"Queues", is[backends.Queues], testQueues},
 }
 
 func is[T any](b backends.Backend) bool {

@@ -39,6 +39,31 @@
 // kept free, so the slot count converges on the limit without evicting
 // anybody.
 //
+// # Waiters
+//
+// semaphore_waiters bounds and orders the waiters of a semaphore. EnterWait,
+// in one IMMEDIATE transaction, deletes expired waiter records, refuses with
+// ErrTooManyWaiters when max_waiting live waiters remain, and otherwise
+// queues the owner with a ticket (seq) above every live waiter's, leased in
+// backend time so that a crashed waiter's place frees itself. Re-entering
+// renews the lease and keeps the place. FirstWaiter (not part of
+// backends.Waiters) names the head of the line, the live waiter with the
+// lowest ticket, so that a caller serving waiters FIFO lets only the head
+// call TryAcquire. SQLite cannot push a wake-up to another process, so
+// WaitSemaphore polls a cheap read, with a backoff from 5 ms to 100 ms,
+// until TryAcquire may succeed.
+//
+// # The leader lease
+//
+// The leader table has one row: holder, term and expiry. ElectLeader is one
+// UPSERT that takes a free, expired or resigned lease with term + 1, renews
+// the live holder's own lease in the same term, and changes nothing while
+// another holder's lease is live. ResignLeader only expires the row, so the
+// term counter survives. Should the row be deleted behind coordd's back (or
+// on a fresh store), the next term starts at backend now in microseconds:
+// terms grow by one per election, far slower than the clock, so the restart
+// is still above every earlier term.
+//
 // # Schema
 //
 // Numbered migrations are embedded from migrations/*.sql and recorded in

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,8 +42,12 @@ INSERT OR IGNORE INTO queue_partitions (queue, partition) SELECT ?1, i FROM p`
 FROM queues q WHERE q.name IN (SELECT value FROM json_each(?))`
 
 	// qQueueObserveJobs counts jobs by queue, state and whether they are
-	// stranded in a partition at or above the queue's partition count.
-	qQueueObserveJobs = `SELECT j.queue, j.state, j.partition >= q.partitions, count(*)
+	// stranded in a partition at or above the queue's partition count, with
+	// the ready jobs that are delayed (available_at in the future) and the
+	// enqueue time of the oldest ready job available now (NULL: none).
+	qQueueObserveJobs = `SELECT j.queue, j.state, j.partition >= q.partitions, count(*),
+  count(CASE WHEN j.state = 'ready' AND j.available_at > ` + nowSQL + ` THEN 1 END),
+  min(CASE WHEN j.state = 'ready' AND j.available_at <= ` + nowSQL + ` THEN j.enqueued_at END)
 FROM queue_jobs j JOIN queues q ON q.name = j.queue
 WHERE j.queue IN (SELECT value FROM json_each(?))
 GROUP BY j.queue, j.state, j.partition >= q.partitions`
@@ -154,13 +159,18 @@ func (s *Store) ObserveQueues(ctx context.Context, names []string) (map[string]*
 		for rows.Next() {
 			var name, state string
 			var stranded bool
-			var n int64
-			if err := rows.Scan(&name, &state, &stranded, &n); err != nil {
+			var n, delayed int64
+			var oldest sql.NullInt64
+			if err := rows.Scan(&name, &state, &stranded, &n, &delayed, &oldest); err != nil {
 				return err
 			}
 			st := out[name]
 			if st == nil {
 				continue
+			}
+			st.Delayed += delayed
+			if t := fromNullMicros(oldest); !t.IsZero() && (st.OldestReady.IsZero() || t.Before(st.OldestReady)) {
+				st.OldestReady = t
 			}
 			switch state {
 			case "ready":

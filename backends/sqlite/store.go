@@ -30,6 +30,8 @@ var (
 	_ backends.StateStore     = (*Store)(nil)
 	_ backends.SemaphoreAdmin = (*Store)(nil)
 	_ backends.Semaphores     = (*Store)(nil)
+	_ backends.Waiters        = (*Store)(nil)
+	_ backends.Leader         = (*Store)(nil)
 	_ backends.CronAdmin      = (*Store)(nil)
 	_ backends.QueueAdmin     = (*Store)(nil)
 )

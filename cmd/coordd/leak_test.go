@@ -1,11 +1,19 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package if a test leaves goroutines running, such as
-// a backend connection an engine forgot to close.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the test binary as coordd itself when COORDD_TEST_AS_MAIN
+// is set, so process tests exec real coordd processes without a separate
+// build. Otherwise it runs the tests and fails on leaked goroutines.
+func TestMain(m *testing.M) {
+	if os.Getenv("COORDD_TEST_AS_MAIN") == "1" {
+		main()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}

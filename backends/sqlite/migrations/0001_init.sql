@@ -54,23 +54,32 @@ CREATE TABLE leader (
 
 -- cron_tasks holds each task's applied definition (canonical JSON) and the
 -- next scheduled time (NULL: none). exec_by names the host that claimed the
--- last occurrence.
+-- last occurrence. fencing is the counter that every claimed occurrence
+-- bumps (scheduled, manual, retry or skipped), so occurrence fencing numbers
+-- are strictly increasing per task.
 CREATE TABLE cron_tasks (
   name      TEXT    NOT NULL PRIMARY KEY,
   def       TEXT    NOT NULL,
   next_exec INTEGER,
   exec_by   TEXT    NOT NULL DEFAULT '',
-  updated   INTEGER NOT NULL
+  updated   INTEGER NOT NULL,
+  fencing   INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 CREATE INDEX cron_tasks_next_exec ON cron_tasks (next_exec);
 
 -- cron_occurrences has one row per attempt of one scheduled time of a task.
 -- It has no foreign key on purpose: deleting a task lets running occurrences
--- finish and keeps their history.
+-- finish and keeps their history. run_id is random per row; manual is 1 for
+-- `coordd cron run` (scheduled_at is then the backend time of the claim);
+-- output is the tail (at most 64 KiB) of the run's stdout and stderr. A
+-- skipped occurrence is inserted finished, with expires_at = started_at.
 CREATE TABLE cron_occurrences (
   task         TEXT    NOT NULL,
   scheduled_at INTEGER NOT NULL,
-  attempt      INTEGER NOT NULL,
+  attempt      INTEGER NOT NULL CHECK (attempt >= 1),
+  run_id       TEXT    NOT NULL,
+  fencing      INTEGER NOT NULL,
+  manual       INTEGER NOT NULL DEFAULT 0,
   owner        TEXT    NOT NULL,
   host         TEXT    NOT NULL,
   status       TEXT    NOT NULL,
@@ -79,6 +88,7 @@ CREATE TABLE cron_occurrences (
   finished_at  INTEGER,
   exit_code    INTEGER,
   error        TEXT,
+  output       BLOB,
   UNIQUE (task, scheduled_at, attempt)
 ) STRICT;
 CREATE INDEX cron_occurrences_status ON cron_occurrences (status, expires_at);
@@ -146,3 +156,11 @@ CREATE TABLE apply_lock (
   owner      TEXT    NOT NULL,
   expires_at INTEGER NOT NULL
 ) STRICT;
+
+-- queue runtime
+-- claimed_at is when Claim last served the partition: Claim serves the least
+-- recently claimed partition that has a claimable job, so none starves.
+ALTER TABLE queue_partitions ADD COLUMN claimed_at INTEGER NOT NULL DEFAULT 0;
+-- queue_jobs_state serves the visibility sweep, WaitQueue's poll and the
+-- dead set without walking every partition.
+CREATE INDEX queue_jobs_state ON queue_jobs (queue, state, available_at);

@@ -1,0 +1,460 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+var _ backends.Crons = (*Store)(nil)
+
+// maxOutput is the most of a run's output that FinishOccurrence keeps: the
+// tail, where the error usually is.
+const maxOutput = 64 << 10
+
+// maxManualProbe bounds the search for a free scheduled_at of a manual run
+// (see ClaimOccurrence); each step is one microsecond after backend now.
+const maxManualProbe = 1000
+
+// occCols are the columns scanned by scanOcc, in its order.
+const occCols = `task, scheduled_at, attempt, run_id, fencing, manual, owner, host, started_at, expires_at`
+
+// occKey matches one occurrence row by its unique key: ?1 task,
+// ?2 scheduled_at, ?3 attempt.
+const occKey = `task = ?1 AND scheduled_at = ?2 AND attempt = ?3`
+
+// historyLimitSQL is the history_limit of task ?1, read from its definition:
+// 100 when the task is absent or its definition has no integer
+// history_limit, never below 0.
+const historyLimitSQL = `max(0, coalesce((SELECT CASE WHEN json_type(def, '$.history_limit') = 'integer'
+  THEN json_extract(def, '$.history_limit') ELSE 100 END FROM cron_tasks WHERE name = ?1), 100))`
+
+const (
+	// qCronDue lists due tasks, earliest first, up to ?1 (-1: all), and in
+	// one more row (kind 1, name NULL) the earliest next_exec of the tasks
+	// that are not due (NULL: none). now is read once, so every task is
+	// either due or counted in that minimum.
+	qCronDue = `WITH n(now) AS MATERIALIZED (SELECT ` + nowSQL + `),
+due AS (SELECT t.name, t.def, t.next_exec FROM cron_tasks t, n
+  WHERE t.next_exec <= n.now ORDER BY t.next_exec, t.name LIMIT ?1)
+SELECT 0 AS kind, name, def, next_exec FROM due
+UNION ALL
+SELECT 1, NULL, NULL, (SELECT min(t.next_exec) FROM cron_tasks t, n WHERE t.next_exec > n.now)
+ORDER BY kind, next_exec, name`
+
+	// qCronTaskExists tells ErrNotFound from ErrConflict after a claim
+	// changed nothing.
+	qCronTaskExists = `SELECT EXISTS (SELECT 1 FROM cron_tasks WHERE name = ?1)`
+
+	// qCronAdvance is the compare-and-swap of a scheduled claim: it moves
+	// next_exec from the claimed time ?2 to ?3, records the claiming host
+	// ?4 and bumps the task's fencing counter. No row: another host claimed
+	// first, next_exec moved, or the task is absent.
+	qCronAdvance = `UPDATE cron_tasks SET next_exec = ?3, exec_by = ?4, fencing = fencing + 1
+WHERE name = ?1 AND next_exec = ?2 RETURNING fencing`
+
+	// qCronBumpFencing bumps the task's fencing counter for a manual run or
+	// a retry, which leave next_exec alone. No row: the task is absent.
+	qCronBumpFencing = `UPDATE cron_tasks SET fencing = fencing + 1 WHERE name = ?1 RETURNING fencing`
+
+	// qCronRetryable reports whether attempt ?3 of (?1, ?2) ended
+	// unsuccessfully (failed, timeout or lost), the condition for starting
+	// the next attempt.
+	qCronRetryable = `SELECT EXISTS (SELECT 1 FROM cron_occurrences
+WHERE ` + occKey + ` AND status IN ('failed', 'timeout', 'lost'))`
+
+	// qCronManualTaken reports whether a manual run at ?2 would collide with
+	// an existing attempt 1 of task ?1 or with its pending next_exec.
+	qCronManualTaken = `SELECT EXISTS (SELECT 1 FROM cron_occurrences WHERE task = ?1 AND scheduled_at = ?2 AND attempt = 1)
+  OR EXISTS (SELECT 1 FROM cron_tasks WHERE name = ?1 AND next_exec = ?2)`
+
+	// qCronInsert inserts an occurrence started at backend now. A running
+	// one (?9 = 'running') is leased until now + ?10; any other status is
+	// recorded as finished at once (a skip, with ?10 = 0). An existing row
+	// with the same key inserts nothing and returns no row.
+	qCronInsert = `INSERT INTO cron_occurrences
+  (task, scheduled_at, attempt, run_id, fencing, manual, owner, host, status, started_at, expires_at, finished_at, error)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ` + nowSQL + `, ` + nowSQL + ` + ?10,
+  CASE WHEN ?9 = 'running' THEN NULL ELSE ` + nowSQL + ` END, ?11)
+ON CONFLICT (task, scheduled_at, attempt) DO NOTHING
+RETURNING started_at, expires_at`
+
+	// qCronExtend renews a run lease, only for its owner ?4, only while the
+	// run is running and its lease unexpired.
+	qCronExtend = `UPDATE cron_occurrences SET expires_at = ` + nowSQL + ` + ?5
+WHERE ` + occKey + ` AND owner = ?4 AND status = 'running' AND expires_at > ` + nowSQL + `
+RETURNING expires_at`
+
+	// qCronFinish records the result of a run still running under owner ?4.
+	qCronFinish = `UPDATE cron_occurrences
+SET status = ?5, exit_code = ?6, error = ?7, output = ?8, finished_at = ` + nowSQL + `
+WHERE ` + occKey + ` AND owner = ?4 AND status = 'running'`
+
+	// qCronTrim deletes task ?1's finished occurrences beyond the newest
+	// history_limit; running ones are never deleted.
+	qCronTrim = `DELETE FROM cron_occurrences WHERE task = ?1 AND status <> 'running' AND rowid NOT IN (
+  SELECT rowid FROM cron_occurrences WHERE task = ?1 AND status <> 'running'
+  ORDER BY started_at DESC, attempt DESC, rowid DESC LIMIT ` + historyLimitSQL + `)`
+
+	// qCronExpired lists running occurrences whose run lease expired, the
+	// longest expired first, up to ?1 (-1: all).
+	qCronExpired = `SELECT ` + occCols + ` FROM cron_occurrences
+WHERE status = 'running' AND expires_at <= ` + nowSQL + ` ORDER BY expires_at, task LIMIT ?1`
+
+	// qCronReap marks a running occurrence whose lease expired as lost.
+	qCronReap = `UPDATE cron_occurrences
+SET status = 'lost', finished_at = ` + nowSQL + `, error = 'run lease expired: host lost'
+WHERE ` + occKey + ` AND status = 'running' AND expires_at <= ` + nowSQL
+
+	// qCronRunning lists task ?1's running occurrences whose lease is live.
+	qCronRunning = `SELECT ` + occCols + ` FROM cron_occurrences
+WHERE task = ?1 AND status = 'running' AND expires_at > ` + nowSQL + `
+ORDER BY started_at, attempt, rowid`
+
+	// qCronHistory lists task ?1's occurrences of any status, newest first,
+	// up to ?2 (-1: all).
+	qCronHistory = `SELECT ` + occCols + `, status, coalesce(exit_code, 0), coalesce(error, ''), output, finished_at
+FROM cron_occurrences WHERE task = ?1
+ORDER BY started_at DESC, attempt DESC, rowid DESC LIMIT ?2`
+)
+
+// sqlLimit maps a non-positive limit to SQLite's "no limit".
+func sqlLimit(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// newRunID returns 16 random bytes in hex.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// scanner is *sql.Rows or *sql.Row.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanOcc scans occCols followed by extra destinations.
+func scanOcc(r scanner, o *backends.Occurrence, extra ...any) error {
+	var sched, started, expires int64
+	dest := append([]any{&o.Task, &sched, &o.Attempt, &o.RunID, &o.Fencing, &o.Manual, &o.Owner, &o.Host, &started, &expires}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return err
+	}
+	o.ScheduledAt, o.StartedAt, o.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
+	return nil
+}
+
+// DueTasks lists tasks whose next_exec is at or before backend now, earliest
+// first, up to limit (non-positive: all), and the earliest next_exec of the
+// others (zero when none). Both come from one statement and one instant.
+func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, time.Time, error) {
+	var due []backends.DueTask
+	var nextAt time.Time
+	_, err := s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, qCronDue, sqlLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var kind int
+			var name, def sql.NullString
+			var next sql.NullInt64
+			if err := rows.Scan(&kind, &name, &def, &next); err != nil {
+				return err
+			}
+			if kind == 1 {
+				nextAt = fromNullMicros(next)
+				continue
+			}
+			due = append(due, backends.DueTask{Name: name.String, Def: json.RawMessage(def.String), NextExec: fromNullMicros(next)})
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("due cron tasks: %w", err)
+	}
+	return due, nextAt, nil
+}
+
+// ClaimOccurrence inserts the occurrence row in one IMMEDIATE transaction,
+// bumping the task's fencing counter:
+//
+//   - attempt 1 of a scheduled run first moves next_exec from ScheduledAt to
+//     Next (a compare-and-swap: ErrConflict when it moved);
+//   - attempt > 1 (of a scheduled or, with Manual, a manual run) requires
+//     attempt-1 of the same ScheduledAt to have ended failed, timeout or lost
+//     (ErrConflict otherwise) and leaves next_exec alone;
+//   - attempt 1 of a manual run is scheduled at backend now, moved forward
+//     by a microsecond at a time past any existing attempt 1 or the pending
+//     next_exec it would collide with, and leaves next_exec alone.
+//
+// With Skip the row is recorded as skipped and finished, without a lease.
+// An existing row with the same key is ErrConflict; an absent task is
+// ErrNotFound.
+func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
+	occ, err := s.claim(ctx, req)
+	if err != nil {
+		return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+	}
+	return occ, nil
+}
+
+func (s *Store) claim(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
+	switch {
+	case req.Task == "":
+		return backends.Occurrence{}, errors.New("empty task name")
+	case req.Owner == "":
+		return backends.Occurrence{}, errors.New("empty owner")
+	case req.Attempt < 1:
+		return backends.Occurrence{}, fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
+	}
+	status, lease, reason := backends.RunRunning, int64(0), sql.NullString{}
+	if req.Skip != "" {
+		status, reason = backends.RunSkipped, sql.NullString{String: req.Skip, Valid: true}
+	} else {
+		var err error
+		if lease, err = leaseMicros(req.Lease); err != nil {
+			return backends.Occurrence{}, err
+		}
+	}
+	occ := backends.Occurrence{
+		Task: req.Task, Attempt: req.Attempt, RunID: newRunID(),
+		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
+	}
+	err := s.write(ctx, func(c conn) error {
+		// notFoundOr tells an absent task from a lost compare-and-swap.
+		notFoundOr := func(other error) error {
+			var exists bool
+			if err := c.row(ctx, qCronTaskExists, req.Task).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return backends.ErrNotFound
+			}
+			return other
+		}
+		var sched int64
+		switch {
+		case req.Attempt > 1:
+			sched = req.ScheduledAt.UnixMicro()
+			var retryable bool
+			if err := c.row(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
+				return err
+			}
+			if !retryable {
+				return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
+			}
+			err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
+			if errors.Is(err, sql.ErrNoRows) {
+				return backends.ErrNotFound
+			} else if err != nil {
+				return err
+			}
+		case req.Manual:
+			err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
+			if errors.Is(err, sql.ErrNoRows) {
+				return backends.ErrNotFound
+			} else if err != nil {
+				return err
+			}
+			if err := c.row(ctx, qNow).Scan(&sched); err != nil {
+				return err
+			}
+			for i := 0; ; i, sched = i+1, sched+1 {
+				if i == maxManualProbe {
+					return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
+				}
+				var taken bool
+				if err := c.row(ctx, qCronManualTaken, req.Task, sched).Scan(&taken); err != nil {
+					return err
+				}
+				if !taken {
+					break
+				}
+			}
+		default:
+			sched = req.ScheduledAt.UnixMicro()
+			err := c.row(ctx, qCronAdvance, req.Task, sched, toNullMicros(req.Next), req.Host).Scan(&occ.Fencing)
+			if errors.Is(err, sql.ErrNoRows) {
+				return notFoundOr(fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict))
+			} else if err != nil {
+				return err
+			}
+		}
+		var started, expires int64
+		err := c.row(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
+			req.Owner, req.Host, status, lease, reason).Scan(&started, &expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
+		} else if err != nil {
+			return err
+		}
+		occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
+		if status != backends.RunRunning {
+			_, err = c.exec(ctx, qCronTrim, req.Task)
+		}
+		return err
+	})
+	return occ, err
+}
+
+// ExtendOccurrence renews occ.Owner's run lease to backend now + lease.
+func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
+	us, err := leaseMicros(lease)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend cron %q: %w", occ.Task, err)
+	}
+	var exp int64
+	err = s.write(ctx, func(c conn) error {
+		err := c.row(ctx, qCronExtend, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, us).Scan(&exp)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrLost
+		}
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
+	}
+	return fromMicros(exp), nil
+}
+
+// finished reports whether status ends a run.
+func finished(status string) bool {
+	switch status {
+	case backends.RunSucceeded, backends.RunFailed, backends.RunTimedOut, backends.RunLost, backends.RunSkipped:
+		return true
+	}
+	return false
+}
+
+// FinishOccurrence records res if occ.Owner still runs occ (ErrLost
+// otherwise), keeping the last 64 KiB of output, and trims the task's
+// finished occurrences to its history_limit in the same transaction.
+func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
+	if !finished(res.Status) {
+		return fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
+	}
+	out := res.Output
+	if len(out) > maxOutput {
+		out = out[len(out)-maxOutput:]
+	}
+	errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
+	err := s.write(ctx, func(c conn) error {
+		r, err := c.exec(ctx, qCronFinish, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
+			res.Status, res.ExitCode, errText, out)
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return backends.ErrLost
+		}
+		_, err = c.exec(ctx, qCronTrim, occ.Task)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
+	}
+	return nil
+}
+
+// ExpiredOccurrences lists running occurrences whose run lease expired, up
+// to limit (non-positive: all).
+func (s *Store) ExpiredOccurrences(ctx context.Context, limit int) ([]backends.Occurrence, error) {
+	out, err := s.listOcc(ctx, qCronExpired, sqlLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("expired cron occurrences: %w", err)
+	}
+	return out, nil
+}
+
+// ReapOccurrence marks occ lost if it is still running with an expired
+// lease (ErrConflict otherwise), then trims the task's history.
+func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) error {
+	err := s.write(ctx, func(c conn) error {
+		r, err := c.exec(ctx, qCronReap, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt)
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
+		}
+		_, err = c.exec(ctx, qCronTrim, occ.Task)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reap cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
+	}
+	return nil
+}
+
+// Running lists task's occurrences whose run lease is live, oldest first.
+func (s *Store) Running(ctx context.Context, task string) ([]backends.Occurrence, error) {
+	out, err := s.listOcc(ctx, qCronRunning, task)
+	if err != nil {
+		return nil, fmt.Errorf("running cron %q: %w", task, err)
+	}
+	return out, nil
+}
+
+// listOcc runs a query that selects occCols.
+func (s *Store) listOcc(ctx context.Context, query string, args ...any) ([]backends.Occurrence, error) {
+	var out []backends.Occurrence
+	_, err := s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var o backends.Occurrence
+			if err := scanOcc(rows, &o); err != nil {
+				return err
+			}
+			out = append(out, o)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// History lists task's occurrences of any status, newest started first, up
+// to limit (non-positive: all), with their output.
+func (s *Store) History(ctx context.Context, task string, limit int) ([]backends.Run, error) {
+	var out []backends.Run
+	_, err := s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, qCronHistory, task, sqlLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r backends.Run
+			var fin sql.NullInt64
+			if err := scanOcc(rows, &r.Occurrence, &r.Status, &r.ExitCode, &r.Error, &r.Output, &fin); err != nil {
+				return err
+			}
+			r.FinishedAt = fromNullMicros(fin)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cron history %q: %w", task, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/open"
+	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/version"
+	"github.com/coordd/coordd/semaphore"
+	"github.com/coordd/coordd/spec"
+)
+
+var semCmd = &command{
+	name:    "sem",
+	summary: "run a command holding a semaphore slot; show holders",
+	usage: `Usage:
+  coordd sem run NAME [-f PATH] [--wait DURATION | --no-wait] [--host-id ID] -- CMD ARGS...
+  coordd sem status [NAME] [-f PATH] [--json]
+
+sem run takes a slot of semaphore NAME, runs CMD while renewing the lease, and
+releases the slot when CMD exits. Without --wait or --no-wait it waits as long
+as it takes, as flock(1) does. The child runs in its own process group, gets
+INT, TERM, HUP and QUIT forwarded, and has COORDD_SEMAPHORE, COORDD_SLOT and
+COORDD_FENCING_TOKEN set. It never outlives the lease: if renewals stop, it gets
+TERM and then KILL before the lease ends.
+
+Exit status of sem run:
+  the child's code, or 128+N when signal N killed it
+  75   not acquired (--no-wait, --wait elapsed, max_waiting full)
+  122  the slot was lost while the child ran
+  125  coordd failed before the start (spec, unknown semaphore, backend)
+  126  command not executable; 127 command not found
+`,
+	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
+		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Fprint(env.stderr, c.usage)
+			if len(args) == 0 {
+				return 1
+			}
+			return 0
+		}
+		switch args[0] {
+		case "run":
+			return semRun(ctx, c, env, args[1:])
+		case "status":
+			return semStatus(ctx, c, env, args[1:])
+		}
+		fmt.Fprintf(env.stderr, "coordd sem: unknown subcommand %q\n\n%s", args[0], c.usage)
+		return 1
+	},
+}
+
+// semTarget is one semaphore resolved from the local spec, with its backend
+// opened.
+type semTarget struct {
+	name    string
+	local   *spec.Semaphore
+	backend backends.Backend
+	applied backends.SemaphoreConfig
+}
+
+// openSem loads the spec, finds name and opens its backend. The runtime
+// enforces the applied config, not the local file, so two hosts with
+// different checkouts still share one limit; a difference is reported.
+func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, error) {
+	s, ok := loadSpec(env, path, false)
+	if !ok {
+		return nil, errors.New("the spec is invalid")
+	}
+	local := s.Semaphores[name]
+	if local == nil {
+		return nil, fmt.Errorf("semaphore %q is not declared in %s", name, path)
+	}
+	b, err := open.Open(ctx, s.Backends[local.Backend], backends.Options{Version: version.Version})
+	if err != nil {
+		return nil, fmt.Errorf("open backend %q: %w", local.Backend, err)
+	}
+	adm, ok := b.(backends.SemaphoreAdmin)
+	if !ok {
+		b.Close()
+		return nil, fmt.Errorf("backend %q cannot hold semaphores", local.Backend)
+	}
+	m, err := adm.ObserveSemaphores(ctx, []string{name})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("read semaphore %q: %w", name, err)
+	}
+	st := m[name]
+	if st == nil {
+		b.Close()
+		return nil, fmt.Errorf("semaphore %q is not applied on backend %q; run coordd apply", name, local.Backend)
+	}
+	if st.Config.Limit != local.Limit || st.Config.Lease != local.Lease {
+		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s) differs from the applied one (limit %d, lease %s); the applied one is enforced\n",
+			name, local.Limit, local.Lease, st.Config.Limit, st.Config.Lease)
+	}
+	return &semTarget{name: name, local: local, backend: b, applied: st.Config}, nil
+}
+
+func hostID(flagVal string) string {
+	if flagVal != "" {
+		return flagVal
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}
+
+// forwarded are the signals sem run passes to the child's process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	wait := fs.Duration("wait", 0, "give up after waiting this long (exit 75)")
+	noWait := fs.Bool("no-wait", false, "give up at once when no slot is free (exit 75)")
+	host := fs.String("host-id", "", "host id recorded with the holder (default: the hostname)")
+	pos, rest, err := parseArgs(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return child.ExitCoorddFailed
+	}
+	if len(pos) == 0 {
+		fmt.Fprintln(env.stderr, "coordd sem run: missing semaphore NAME")
+		return child.ExitCoorddFailed
+	}
+	name, argv := pos[0], append(pos[1:], rest...)
+	if len(argv) == 0 {
+		fmt.Fprintln(env.stderr, "coordd sem run: missing command after --")
+		return child.ExitCoorddFailed
+	}
+	if *noWait && *wait > 0 {
+		fmt.Fprintln(env.stderr, "coordd sem run: --wait and --no-wait exclude each other")
+		return child.ExitCoorddFailed
+	}
+
+	// Signal handlers go in before waiting starts, so a signal while
+	// waiting ends the wait cleanly instead of killing us with a slot taken.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	defer cancelWait()
+	var waitSig os.Signal
+	stopWatch := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			waitSig = s
+			cancelWait()
+		case <-stopWatch:
+		}
+	}()
+
+	t, err := openSem(ctx, env, *path, name)
+	if err != nil {
+		close(stopWatch)
+		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		return child.ExitCoorddFailed
+	}
+	defer t.backend.Close()
+	cl, err := semaphore.New(t.backend, hostID(*host))
+	if err != nil {
+		close(stopWatch)
+		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		return child.ExitCoorddFailed
+	}
+	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait})
+	close(stopWatch)
+	switch {
+	case err == nil:
+	case errors.Is(err, semaphore.ErrNotAcquired), errors.Is(err, backends.ErrTooManyWaiters):
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: %v\n", name, err)
+		return child.ExitNotAcquired
+	case waitSig != nil:
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", name, waitSig)
+		return 128 + int(waitSig.(syscall.Signal))
+	default:
+		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		return child.ExitCoorddFailed
+	}
+	return runHolding(ctx, env, t, l, argv, sigs)
+}
+
+// runHolding runs argv while l is held and renewed, then releases it.
+func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lease, argv []string, sigs <-chan os.Signal) int {
+	lease := t.applied.Lease
+	grace := min(lease/3, 10*time.Second)
+	p, err := child.Start(ctx, child.Spec{
+		Argv:  argv,
+		Stdin: env.stdin, Stdout: env.stdout, Stderr: env.stderr,
+		Env: []string{
+			"COORDD_SEMAPHORE=" + t.name,
+			"COORDD_SLOT=" + strconv.Itoa(l.Slot),
+			"COORDD_FENCING_TOKEN=" + strconv.FormatInt(l.Fencing, 10),
+		},
+		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.AcquiredAt,
+		Timeout: t.applied.MaxHold, KillGrace: grace,
+	})
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = l.Release(rctx)
+	}
+	if err != nil {
+		release()
+		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		return child.ExitCode(child.Result{StartErr: err})
+	}
+	kctx, stopKeep := context.WithCancel(ctx)
+	go l.KeepAlive(kctx, p.Renewed)
+
+	lost := false
+	for done := false; !done; {
+		select {
+		case s := <-sigs:
+			_ = p.Signal(s.(syscall.Signal))
+		case <-l.Lost():
+			// Another owner has the slot: stop the child now rather than at
+			// the deadline.
+			if !lost {
+				lost = true
+				fmt.Fprintf(env.stderr, "coordd sem run: %s: slot lost; stopping the command\n", t.name)
+				_ = p.Signal(syscall.SIGTERM)
+				go func() {
+					select {
+					case <-p.Done():
+					case <-time.After(grace):
+						_ = p.Signal(syscall.SIGKILL)
+					}
+				}()
+			}
+		case <-p.Done():
+			done = true
+		}
+	}
+	stopKeep()
+	res := p.Wait()
+	release()
+	if lost || res.LeaseLost {
+		return child.ExitLeaseLost
+	}
+	return child.ExitCode(res)
+}
+
+// semStatusJSON is one semaphore in `sem status --json`.
+type semStatusJSON struct {
+	Name    string            `json:"name"`
+	Backend string            `json:"backend"`
+	Limit   int               `json:"limit"`
+	Lease   string            `json:"lease"`
+	Slots   int               `json:"slots"`
+	Holders []backends.Holder `json:"holders"`
+	Applied bool              `json:"applied"`
+}
+
+func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	s, ok := loadSpec(env, *path, false)
+	if !ok {
+		return 1
+	}
+	var names []string
+	if len(pos) > 0 {
+		names = pos
+	} else {
+		for n := range s.Semaphores {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	byBackend := map[string][]string{}
+	for _, n := range names {
+		sem := s.Semaphores[n]
+		if sem == nil {
+			fmt.Fprintf(env.stderr, "coordd sem status: semaphore %q is not declared\n", n)
+			return 1
+		}
+		byBackend[sem.Backend] = append(byBackend[sem.Backend], n)
+	}
+	states := map[string]*backends.SemaphoreState{}
+	for bn, ns := range byBackend {
+		b, err := open.Open(ctx, s.Backends[bn], backends.Options{ReadOnly: true, Version: version.Version})
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd sem status: open backend %q: %v\n", bn, err)
+			return 1
+		}
+		adm, ok := b.(backends.SemaphoreAdmin)
+		if !ok {
+			b.Close()
+			fmt.Fprintf(env.stderr, "coordd sem status: backend %q cannot hold semaphores\n", bn)
+			return 1
+		}
+		m, err := adm.ObserveSemaphores(ctx, ns)
+		b.Close()
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
+			return 1
+		}
+		for n, st := range m {
+			states[n] = st
+		}
+	}
+	out := make([]semStatusJSON, 0, len(names))
+	for _, n := range names {
+		row := semStatusJSON{Name: n, Backend: s.Semaphores[n].Backend, Holders: []backends.Holder{}}
+		if st := states[n]; st != nil {
+			row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
+			row.Holders = append(row.Holders, st.Holders...)
+		}
+		out = append(out, row)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return 0
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range out {
+		if !r.Applied {
+			fmt.Fprintf(tw, "semaphore.%s\tnot applied (run coordd apply)\n", r.Name)
+			continue
+		}
+		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tlimit %d\tlease %s\tholders %d\n", r.Name, r.Backend, r.Limit, r.Lease, len(r.Holders))
+		for _, h := range r.Holders {
+			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\texpires %s\tfencing %d\n",
+				h.Slot, h.Host, h.PID, h.AcquiredAt.UTC().Format(time.RFC3339), h.ExpiresAt.UTC().Format(time.RFC3339), h.Fencing)
+		}
+	}
+	tw.Flush()
+	return 0
+}

@@ -1,0 +1,86 @@
+// Package child starts and supervises the command that coordd runs while it
+// holds a lease (cron tasks, `coordd sem run NAME -- cmd`, queue workers).
+//
+// # Process group and signals
+//
+// The child is started in its own process group (Setpgid), whose id is the
+// child's pid. [Process.Signal] sends to the whole group (kill(-pgid, sig)),
+// so a shell and the commands it spawned all receive the signals the caller
+// forwards (INT, TERM, HUP, QUIT), and every escalation (TERM, then KILL) made
+// by the supervisor also reaches the whole group.
+//
+// When the child (the group leader) exits, whatever is left in its process
+// group is sent SIGKILL before the child is reaped: a background job left
+// behind by the command must not keep running after coordd has released the
+// lease. While the leader is a zombie its pid cannot be reused, so the
+// supervisor never signals a recycled process group: the leader's exit is
+// observed with waitid(WNOWAIT), signals are disabled, and only then is the
+// leader reaped.
+//
+// # Parent death: Pdeathsig and the locked thread
+//
+// The child is started with Pdeathsig = SIGKILL, so that if coordd itself is
+// killed (kill -9, OOM killer) its child dies with it instead of running on
+// without a lease. The kernel delivers the parent-death signal when the
+// *thread* that forked the child exits, not when the process exits
+// (golang/go#27505). A Go program's threads come and go: a goroutine that is
+// not locked can fork on a thread that the runtime later retires, and the
+// child would then be killed at a random moment. Start therefore forks and
+// waits from a goroutine that called runtime.LockOSThread and stays locked
+// until the child has been reaped; the thread lives exactly as long as the
+// child needs it.
+//
+// # Lease deadline
+//
+// With a non-zero Spec.Lease the supervisor keeps a deadline on the monotonic
+// clock:
+//
+//	deadline = sentAt(last successful renewal) + Lease − Margin
+//
+// where sentAt is the time taken (with time.Now, so it carries a monotonic
+// reading) *before* the renewal request was sent: the backend's lease started
+// no earlier than that, so the deadline can only be early, never late.
+// Margin absorbs clock-rate differences between this host and the backend.
+// The first deadline comes from Spec.AcquiredAt, the send time of the request
+// that acquired the lease; later ones from [Process.Renewed]. An older sentAt
+// never moves the deadline back.
+//
+// If no renewal arrives in time, the process group gets SIGTERM at
+// deadline − Grace and SIGKILL at the deadline (Grace ≤ Lease/3). Once the
+// TERM has been sent the lease counts as lost: later renewals no longer move
+// the KILL. The result then reports LeaseLost, and [ExitCode] maps it to
+// [ExitLeaseLost]. Times handed to Renewed must keep their monotonic reading
+// (do not serialise them or call Round(0)); otherwise wall-clock jumps can
+// move the deadline.
+//
+// # Timeout and cancellation
+//
+// Spec.Timeout (max_hold, cron timeout) sends SIGTERM once the child has run
+// that long and SIGKILL KillGrace later (DefaultKillGrace when zero); the
+// result reports TimedOut. Cancelling the context passed to Start does the
+// same (TERM, then KILL after KillGrace) and reports Canceled.
+//
+// # Exit codes
+//
+// [ExitCode] maps a [Result] the way a shell does: the child's own exit code,
+// 128+N when signal N killed it, 126 when the command could not be executed
+// (permission denied, exec format error), 127 when it was not found; plus
+// coordd's own codes ExitNotAcquired, ExitLeaseLost and ExitCoorddFailed.
+//
+// # Limits
+//
+//   - Descendants that leave the process group (setsid, setpgid, a daemon's
+//     double fork) are outside every guarantee of this package: they receive
+//     neither the forwarded signals nor the lease/timeout escalation, and they
+//     survive the child's exit.
+//   - Pdeathsig only covers the direct child. If coordd is killed -9, the
+//     child dies, but other members of its process group (the commands a
+//     shell started, a pipeline's other stages) are not signalled by the
+//     kernel and run on, reparented to init. A shell `-c` string consisting
+//     of a single simple command is usually exec'ed by the shell itself and
+//     is then covered.
+//   - Pdeathsig is cleared by the kernel when the child executes a
+//     set-user-ID or set-group-ID program.
+//   - After the leader exits, Wait waits at most WaitDelay for descendants
+//     outside the group that still hold the child's stdout/stderr pipes.
+package child
