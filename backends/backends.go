@@ -180,6 +180,10 @@ type StateStore interface {
 	// atomically, but only while owner still holds the apply lock (ErrLost
 	// otherwise). It assigns and returns the new generation.
 	CommitApply(ctx context.Context, owner string, rec ApplyRecord, put []InventoryEntry, remove []spec.Address) (int64, error)
+	// FindApply returns the latest apply record of specHash, ErrNotFound
+	// when that hash was never applied. The daemon uses it to tell a new
+	// spec (apply it) from a stale checkout (warn, never apply).
+	FindApply(ctx context.Context, specHash string) (ApplyRecord, error)
 }
 
 // SemaphoreConfig is a semaphore as the runtime enforces it.
@@ -420,6 +424,14 @@ type Crons interface {
 	Running(ctx context.Context, task string) ([]Occurrence, error)
 	// History lists task's runs, newest first.
 	History(ctx context.Context, task string, limit int) ([]Run, error)
+	// PendingRetries lists, across all tasks, the latest attempt of each
+	// (task, scheduled_at) when it ended failed, timeout or lost and no
+	// higher attempt exists, earliest finished first, up to limit
+	// (non-positive: all), without output. Manual runs are included. The
+	// caller decides from the task's max_attempts, retry_backoff and
+	// on_host_loss whether to claim attempt+1. A run trimmed away by
+	// history_limit is no longer listed.
+	PendingRetries(ctx context.Context, limit int) ([]Run, error)
 }
 
 // QueueConfig is a queue as the runtime enforces it.

@@ -84,3 +84,35 @@ func TestDriftRepair(t *testing.T) {
 		t.Fatalf("limit drift not repaired:\n%s", text(p))
 	}
 }
+
+// TestResyncRepairsTowardApplied: resync repairs drift toward the applied
+// record and ignores local spec changes (a stale or newer checkout).
+func TestResyncRepairsTowardApplied(t *testing.T) {
+	f := newFixture(t)
+	f.write(threeKinds)
+	f.apply(reconcile.Options{})
+	st := f.store("db")
+	exec(t, st, `DELETE FROM semaphore_slots WHERE name = ? AND slot = 0`, "reindex")
+
+	// The local files now say limit 7 and drop the queue.
+	f.write(strings.Replace(strings.Replace(threeKinds, "limit: 3", "limit: 7", 1), "queues:\n  thumbs: {partitions: 4}\n", "", 1))
+	p := f.plan(reconcile.Options{Resync: true})
+	if len(p.Changes) != 0 || len(p.Drift) != 1 || len(p.Blocked) != 0 {
+		t.Fatalf("resync plan should hold only the slot repair:\n%s", text(p))
+	}
+	res, err := f.engine(false).Apply(context.Background(), reconcile.Options{Resync: true}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := f.semState(st, "reindex"); s.Slots != 3 || s.Config.Limit != 3 {
+		t.Fatalf("after resync: slots %d limit %d, want 3/3", s.Slots, s.Config.Limit)
+	}
+	state, _ := st.LoadState(context.Background())
+	if len(state.Entries) != 3 || state.Last.SpecHash != res.Plan.SpecHash {
+		t.Fatalf("resync changed the inventory or the applied hash: %d entries, %+v", len(state.Entries), state.Last)
+	}
+	// A plain plan still shows the local changes.
+	if p := f.plan(reconcile.Options{}); p.Summary.Change != 1 || p.Summary.Destroy != 1 {
+		t.Fatalf("local plan:\n%s", text(p))
+	}
+}

@@ -184,6 +184,7 @@ func (o *object) attrs() []attr {
 			{"max_attempts", i(c.MaxAttempts)}, {"retry_backoff", dur(c.RetryBackoff)},
 			{"on_host_loss", c.OnHostLoss}, {"semaphore", c.Semaphore},
 			{"run_on_create", b(c.RunOnCreate)}, {"history_limit", i(c.HistoryLimit)},
+			{"run_lease", dur(c.RunLease)},
 			{"prevent_destroy", b(c.PreventDestroy)},
 		}
 	case o.queue != nil:

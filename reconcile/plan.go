@@ -124,6 +124,12 @@ type Options struct {
 	AllowEmpty bool
 	// AllowDestroyJobs lets a delete or replace drop a queue's jobs.
 	AllowDestroyJobs bool
+	// Resync plans toward the applied record instead of the local spec:
+	// it repairs drift and finishes pending drains, and never creates,
+	// updates or deletes anything the last apply did not decide. The
+	// daemon's periodic resync uses it, so a host with a stale checkout
+	// repairs toward what was applied, not toward its own files.
+	Resync bool
 }
 
 // ErrBlocked is returned by Apply when the plan has blocked changes.
@@ -230,7 +236,12 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load applied state: %w", err)
 	}
-	desired, err := desiredObjects(e.Spec)
+	var desired []*object
+	if opts.Resync {
+		desired, err = inventoryObjects(st)
+	} else {
+		desired, err = desiredObjects(e.Spec)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +266,12 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 	}
 
 	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{}}
+	if opts.Resync {
+		p.SpecHash = ""
+		if st.Last != nil {
+			p.SpecHash = st.Last.SpecHash
+		}
+	}
 	if st.Last != nil {
 		p.AppliedGeneration = st.Last.Generation
 	}
@@ -289,7 +306,7 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 	})
 	p.Changes = append(p.Changes, deletes...)
 
-	if len(desired) == 0 && len(st.Entries) > 0 && !opts.AllowEmpty {
+	if len(desired) == 0 && len(st.Entries) > 0 && !opts.AllowEmpty && !opts.Resync {
 		p.Blocked = append(p.Blocked, fmt.Sprintf(
 			"the spec declares no objects but %d are applied; an empty or broken spec never deletes what is running (use --allow-empty to delete them all)",
 			len(st.Entries)))
@@ -611,4 +628,24 @@ func planRemoved(en *backends.InventoryEntry, obs *observations, opts Options) (
 		}
 	}
 	return c, nil
+}
+
+// inventoryObjects is the applied record as desired objects: every entry
+// that is not being deleted, in plan order.
+func inventoryObjects(st backends.State) ([]*object, error) {
+	var out []*object
+	for _, k := range spec.Kinds {
+		for i := range st.Entries {
+			en := &st.Entries[i]
+			if en.Address.Kind != k || en.Status == backends.StatusDraining {
+				continue
+			}
+			o, err := appliedObject(en.Address, en.Placement)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }

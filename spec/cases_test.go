@@ -123,6 +123,8 @@ var badCases = []badCase{
 		pos: "a.yaml:2:24", msg: "semaphore.x.lease: must be a duration like 30s, got integer 30"},
 	{name: "zero visibility timeout", files: one("queues:\n  q: {visibility_timeout: 0s}\n"),
 		pos: "a.yaml:2:27", msg: "queue.q.visibility_timeout: must be greater than 0"},
+	{name: "run lease below 1s", files: one("cron:\n  c: {schedule: \"@daily\", command: \"true\", run_lease: 500ms}\n"),
+		pos: "a.yaml:2:55", msg: "cron.c.run_lease: must be at least 1s"},
 	{name: "leader lease below 1s", files: one("cluster: {leader_lease: 500ms}\n"),
 		pos: "a.yaml:1:25", msg: "cluster.leader_lease: must be at least 1s"},
 	{name: "memcached holding a queue", files: one(mcHeader + "queues:\n  q: {backend: mc}\n"),

@@ -192,7 +192,7 @@ func TestExampleLoads(t *testing.T) {
 		Command: Command{Argv: []string{"/usr/local/bin/report", "--daily"}}, Timeout: 30 * time.Minute,
 		KillGrace: 10 * time.Second, CatchUp: CatchUpOnce, CatchUpLimit: 100, Overlap: OverlapForbid,
 		MaxAttempts: 1, RetryBackoff: 30 * time.Second, OnHostLoss: HostLossRetry, Semaphore: "nightly-report",
-		HistoryLimit: 100, Pos: Pos{"a.yaml", 12, 3},
+		HistoryLimit: 100, RunLease: 30 * time.Second, Pos: Pos{"a.yaml", 12, 3},
 	}
 	if !reflect.DeepEqual(*c, wantCron) {
 		t.Errorf("cron = %+v\nwant  %+v", *c, wantCron)
@@ -266,7 +266,7 @@ func TestImplicitEmbeddedBackend(t *testing.T) {
 		if b == nil || !reflect.DeepEqual(*b, want) || len(s.Backends) != 1 {
 			t.Errorf("%q: backends = %v", src, s.Backends)
 		}
-		if s.Cluster.Backend != DefaultBackendName || s.Cluster.LeaderLease != 10*time.Second {
+		if s.Cluster.Backend != DefaultBackendName || s.Cluster.LeaderLease != 4*time.Second {
 			t.Errorf("%q: cluster = %+v", src, s.Cluster)
 		}
 		if s.Semaphores == nil || s.Cron == nil || s.Queues == nil {

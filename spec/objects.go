@@ -18,7 +18,7 @@ import (
 const (
 	defaultTablePrefix = "coordd_"
 	defaultKeyPrefix   = "coordd:"
-	defaultLeaderLease = 10 * time.Second
+	defaultLeaderLease = 4 * time.Second
 	minLeaderLease     = time.Second
 
 	defaultSemLease = 60 * time.Second
@@ -30,6 +30,8 @@ const (
 	defaultCatchUpLimit    = 100
 	defaultCronBackoff     = 30 * time.Second
 	defaultHistoryLimit    = 100
+	defaultRunLease        = 30 * time.Second
+	minRunLease            = time.Second
 	defaultPartitions      = 4
 	maxPartitions          = 1024
 	defaultVisibility      = 5 * time.Minute
@@ -444,7 +446,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 var cronFields = []string{
 	"backend", "schedule", "timezone", "command", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
-	"semaphore", "run_on_create", "history_limit", "prevent_destroy",
+	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease",
 }
 
 func (l *loader) decodeCron(s *Spec) {
@@ -520,6 +522,7 @@ func (l *loader) decodeCron(s *Spec) {
 		}
 		o.RunOnCreate = fs.boolean("run_on_create")
 		o.HistoryLimit, _ = fs.intRange("history_limit", defaultHistoryLimit, 0, 0)
+		o.RunLease, _ = fs.duration("run_lease", defaultRunLease, minRunLease)
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Cron[name] = o
 	}

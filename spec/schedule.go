@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // timezones validate the same on hosts without a zoneinfo database
@@ -87,22 +88,116 @@ func parseScheduleIn(expr string, loc *time.Location) (s Schedule, err error) {
 	if spec.Next(neverRef).IsZero() {
 		return nil, fmt.Errorf("cron expression %s never fires", quote(expr))
 	}
-	return &cronSchedule{expr: expr, s: spec, loc: loc}, nil
+	cs2 := &cronSchedule{expr: expr, s: spec, loc: loc}
+	if loc != time.UTC && !absoluteHours(fields) {
+		wall := *spec
+		wall.Location = time.UTC
+		cs2.wall = &wall
+	}
+	return cs2, nil
+}
+
+// absoluteHours reports whether a schedule's hour field runs every hour
+// ("*", "?", a step over all hours such as "*/2", or @hourly): such
+// schedules follow absolute time across daylight saving changes.
+// Descriptors other than @hourly have a fixed hour.
+func absoluteHours(fields []string) bool {
+	var hour string
+	switch {
+	case strings.HasPrefix(fields[0], "@"):
+		return fields[0] == "@hourly"
+	case len(fields) == 5:
+		hour = fields[1]
+	case len(fields) == 6:
+		hour = fields[2]
+	default:
+		return true
+	}
+	return strings.HasPrefix(hour, "*") || strings.HasPrefix(hour, "?")
 }
 
 // cronSchedule is a robfig schedule pinned to the task's location.
+//
+// A schedule with a fixed hour field (wall is set) is evaluated on the wall
+// clock instead, so that daylight saving changes neither skip nor repeat a
+// run: the next matching wall-clock time is computed as if the zone had no
+// transitions, then mapped to an instant by wallInstant. A wall time that
+// occurs twice (fall back) maps to its first instant, so the second one does
+// not run; a wall time that does not exist (spring forward) maps to the first
+// valid instant after it, so it runs once, late. Schedules whose hour field
+// covers every hour (and @every) follow absolute time and use robfig as is.
 type cronSchedule struct {
 	expr string
 	s    *cron.SpecSchedule
 	loc  *time.Location
+	wall *cron.SpecSchedule // s evaluated in UTC as wall-clock time; nil: absolute
 }
 
+// maxWallSteps bounds the wall-clock search in Next: a gap or a repeated
+// hour skips at most a few hours' worth of matches.
+const maxWallSteps = 10000
+
 func (c *cronSchedule) Next(t time.Time) time.Time {
-	n := c.s.Next(t)
-	if n.IsZero() {
-		return n
+	if c.wall == nil {
+		n := c.s.Next(t)
+		if n.IsZero() {
+			return n
+		}
+		return n.In(c.loc)
 	}
-	return n.In(c.loc)
+	w := wallClock(t.In(c.loc))
+	for range maxWallSteps {
+		w = c.wall.Next(w)
+		if w.IsZero() {
+			return w
+		}
+		if n := wallInstant(w, c.loc); n.After(t) {
+			return n
+		}
+	}
+	return time.Time{}
+}
+
+// wallClock returns t's wall-clock reading as a UTC time.
+func wallClock(t time.Time) time.Time {
+	y, mo, d := t.Date()
+	h, mi, s := t.Clock()
+	return time.Date(y, mo, d, h, mi, s, t.Nanosecond(), time.UTC)
+}
+
+// wallInstant maps a wall-clock reading w (a UTC time) in loc to an instant:
+// the earliest instant that reads w, or, when none does (the clocks jumped
+// over it), the first instant after the jump.
+func wallInstant(w time.Time, loc *time.Location) time.Time {
+	// Any transition near w is visible from the offsets a day around it.
+	var offs []int
+	for _, d := range []time.Duration{-24 * time.Hour, 0, 24 * time.Hour} {
+		_, off := w.Add(d).In(loc).Zone()
+		if !slices.Contains(offs, off) {
+			offs = append(offs, off)
+		}
+	}
+	var best time.Time
+	for _, off := range offs {
+		i := w.Add(-time.Duration(off) * time.Second).In(loc)
+		if wallClock(i).Equal(w) && (best.IsZero() || i.Before(best)) {
+			best = i
+		}
+	}
+	if !best.IsZero() {
+		return best
+	}
+	for _, off := range offs {
+		i := w.Add(-time.Duration(off) * time.Second).In(loc)
+		start, _ := i.ZoneBounds()
+		if !start.IsZero() && wallClock(start).After(w) && (best.IsZero() || start.Before(best)) {
+			best = start
+		}
+	}
+	if best.IsZero() { // cannot happen with real zone data; stay safe
+		return time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
+	}
+	return best
 }
 
 func (c *cronSchedule) String() string { return c.expr }

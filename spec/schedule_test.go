@@ -92,18 +92,79 @@ func TestScheduleDST(t *testing.T) {
 			}
 		}
 	}
-	// Pinned robfig behaviour, documented in docs/spec.md: the nonexistent
-	// 02:30 of the spring-forward day is skipped ...
+	// Fixed hours: the nonexistent 02:30 of the spring-forward day runs
+	// once, at the first valid instant after it (03:00 EDT = 07:00Z) ...
 	s := mustSchedule(t, "30 2 * * *", "America/New_York")
-	if got := s.Next(utc("2026-03-08T05:00:00Z")); !got.Equal(utc("2026-03-09T06:30:00Z")) {
-		t.Errorf("spring forward: Next = %v", got.UTC())
+	got := s.Next(utc("2026-03-08T05:00:00Z"))
+	if !got.Equal(utc("2026-03-08T07:00:00Z")) {
+		t.Errorf("spring forward: Next = %v, want 2026-03-08T07:00:00Z", got.UTC())
 	}
-	// ... and the repeated 01:30 of the fall-back day occurs twice.
+	if got.Location().String() != "America/New_York" || got.Hour() != 3 || got.Minute() != 0 {
+		t.Errorf("spring forward: %v, want 03:00 local", got)
+	}
+	if n := s.Next(got); !n.Equal(utc("2026-03-09T06:30:00Z")) {
+		t.Errorf("spring forward: then %v, want the next day's 02:30 EDT", n.UTC())
+	}
+	// ... and of the repeated 01:30 of the fall-back day only the first runs.
 	s = mustSchedule(t, "30 1 * * *", "America/New_York")
 	first := s.Next(utc("2026-11-01T04:00:00Z"))
 	second := s.Next(first)
-	if !first.Equal(utc("2026-11-01T05:30:00Z")) || !second.Equal(utc("2026-11-01T06:30:00Z")) {
-		t.Errorf("fall back: %v then %v", first.UTC(), second.UTC())
+	if !first.Equal(utc("2026-11-01T05:30:00Z")) || !second.Equal(utc("2026-11-02T06:30:00Z")) {
+		t.Errorf("fall back: %v then %v, want 05:30Z then the next day's 06:30Z", first.UTC(), second.UTC())
+	}
+	// Starting inside the repeated hour (01:10 EST) does not run the
+	// repeated 01:30 either.
+	if got := s.Next(utc("2026-11-01T06:10:00Z")); !got.Equal(utc("2026-11-02T06:30:00Z")) {
+		t.Errorf("fall back from the second 01:10: %v", got.UTC())
+	}
+}
+
+func TestScheduleDSTFixedTimes(t *testing.T) {
+	cases := []struct {
+		expr, tz, from string
+		want           []string
+	}{
+		// New York: 2026-03-08 02:00 EST -> 03:00 EDT; 2026-11-01 02:00 EDT -> 01:00 EST.
+		{"30 2 * * *", "America/New_York", "2026-03-07T00:00:00Z",
+			[]string{"2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
+		{"0 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
+			[]string{"2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z"}},
+		{"*/20 2 * * *", "America/New_York", "2026-03-08T06:00:00Z", // 02:00, 02:20, 02:40 all map to 03:00: once
+			[]string{"2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z"}},
+		{"30 1 * * *", "America/New_York", "2026-10-31T00:00:00Z",
+			[]string{"2026-10-31T05:30:00Z", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
+		{"0 9 * * *", "America/New_York", "2026-10-31T00:00:00Z",
+			[]string{"2026-10-31T13:00:00Z", "2026-11-01T14:00:00Z"}},
+		// Berlin: 2026-03-29 02:00 CET -> 03:00 CEST; 2026-10-25 03:00 CEST -> 02:00 CET.
+		{"30 2 * * *", "Europe/Berlin", "2026-03-28T00:00:00Z",
+			[]string{"2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"30 2 * * *", "Europe/Berlin", "2026-10-24T00:00:00Z",
+			[]string{"2026-10-24T00:30:00Z", "2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+		{"@daily", "Europe/Berlin", "2026-10-24T12:00:00Z",
+			[]string{"2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z"}},
+		// Absolute time: wildcard hours, @hourly and @every run in both
+		// passes of the repeated hour and skip the missing one.
+		{"30 * * * *", "America/New_York", "2026-11-01T05:00:00Z",
+			[]string{"2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-01T07:30:00Z"}},
+		{"@hourly", "America/New_York", "2026-11-01T05:00:00Z",
+			[]string{"2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"}},
+		{"0 */1 * * *", "Europe/Berlin", "2026-10-25T00:00:00Z",
+			[]string{"2026-10-25T01:00:00Z", "2026-10-25T02:00:00Z"}},
+		{"30 * * * *", "America/New_York", "2026-03-08T06:00:00Z",
+			[]string{"2026-03-08T06:30:00Z", "2026-03-08T07:30:00Z"}},
+		{"@every 1h", "America/New_York", "2026-11-01T05:00:00Z",
+			[]string{"2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"}},
+	}
+	for _, tc := range cases {
+		s := mustSchedule(t, tc.expr, tc.tz)
+		at := utc(tc.from)
+		for _, w := range tc.want {
+			at = s.Next(at)
+			if !at.Equal(utc(w)) {
+				t.Errorf("%q in %s from %s: got %s, want %s", tc.expr, tc.tz, tc.from, at.UTC().Format(time.RFC3339), w)
+				break
+			}
+		}
 	}
 }
 

@@ -131,26 +131,30 @@ type Command struct {
 
 // CronTask runs Command on exactly one server per scheduled time.
 type CronTask struct {
-	Name           string            `json:"-"`
-	Backend        string            `json:"backend"`
-	Schedule       string            `json:"schedule"`
-	Timezone       string            `json:"timezone"`
-	Command        Command           `json:"command"`
-	Workdir        string            `json:"workdir,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Timeout        time.Duration     `json:"timeout,omitempty"`
-	KillGrace      time.Duration     `json:"kill_grace"`
-	CatchUp        string            `json:"catch_up"`
-	CatchUpLimit   int               `json:"catch_up_limit"`
-	Overlap        string            `json:"overlap"`
-	MaxAttempts    int               `json:"max_attempts"`
-	RetryBackoff   time.Duration     `json:"retry_backoff"`
-	OnHostLoss     string            `json:"on_host_loss"`
-	Semaphore      string            `json:"semaphore,omitempty"`
-	RunOnCreate    bool              `json:"run_on_create,omitempty"`
-	HistoryLimit   int               `json:"history_limit"`
-	PreventDestroy bool              `json:"prevent_destroy,omitempty"`
-	Pos            Pos               `json:"-"`
+	Name         string            `json:"-"`
+	Backend      string            `json:"backend"`
+	Schedule     string            `json:"schedule"`
+	Timezone     string            `json:"timezone"`
+	Command      Command           `json:"command"`
+	Workdir      string            `json:"workdir,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Timeout      time.Duration     `json:"timeout,omitempty"`
+	KillGrace    time.Duration     `json:"kill_grace"`
+	CatchUp      string            `json:"catch_up"`
+	CatchUpLimit int               `json:"catch_up_limit"`
+	Overlap      string            `json:"overlap"`
+	MaxAttempts  int               `json:"max_attempts"`
+	RetryBackoff time.Duration     `json:"retry_backoff"`
+	OnHostLoss   string            `json:"on_host_loss"`
+	Semaphore    string            `json:"semaphore,omitempty"`
+	RunOnCreate  bool              `json:"run_on_create,omitempty"`
+	HistoryLimit int               `json:"history_limit"`
+	// RunLease is the run lease of an occurrence: the host running it
+	// renews it every RunLease/3; when it stops, the occurrence is lost
+	// after RunLease.
+	RunLease       time.Duration `json:"run_lease"`
+	PreventDestroy bool          `json:"prevent_destroy,omitempty"`
+	Pos            Pos           `json:"-"`
 
 	// Sched is the parsed schedule; never nil after a successful load.
 	Sched Schedule `json:"-"`

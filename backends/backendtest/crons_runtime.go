@@ -400,6 +400,75 @@ func testCronsRuntime(t *testing.T, h Harness) {
 			t.Fatalf("attempt 3 fencing %d, not above attempt 2's %d", p3.Fencing, p2.Fencing)
 		}
 	})
+	t.Run("PendingRetries", func(t *testing.T) {
+		t.Parallel()
+		c, open := freshCrons(t, h)
+		other := open()
+		ctx := t.Context()
+		pending := func() []backends.Run {
+			t.Helper()
+			runs, err := other.PendingRetries(ctx, 0)
+			ok(t, err, "pending retries")
+			return runs
+		}
+		if p := pending(); len(p) != 0 {
+			t.Fatalf("pending retries of an empty store: %+v", p)
+		}
+		at := c.putAt("a", def, -10*time.Second)
+		c.putAt("b", def, -10*time.Second)
+		// a@at: attempt 1 fails -> pending (attempt 1).
+		a1 := c.claim(scheduled("a", at, at.Add(time.Second), newOwner("a1"), 30*time.Second))
+		if p := pending(); len(p) != 0 {
+			t.Fatalf("a running attempt is pending: %+v", p)
+		}
+		c.finish(a1, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit 3"})
+		p := pending()
+		if len(p) != 1 || !sameOcc(p[0].Occurrence, a1) || p[0].Status != backends.RunFailed || p[0].ExitCode != 3 || p[0].FinishedAt.IsZero() {
+			t.Fatalf("pending after a failure: %+v, want attempt 1 of a", p)
+		}
+		// Attempt 2 claimed: nothing pending while it runs; it times out ->
+		// attempt 2 is the pending one, attempt 1 is not listed any more.
+		a2 := other.claim(retry(a1, 2, newOwner("a2"), 30*time.Second))
+		if p := pending(); len(p) != 0 {
+			t.Fatalf("pending while attempt 2 runs: %+v", p)
+		}
+		other.finish(a2, backends.RunResult{Status: backends.RunTimedOut, ExitCode: -1})
+		if p := pending(); len(p) != 1 || !sameOcc(p[0].Occurrence, a2) || p[0].Status != backends.RunTimedOut {
+			t.Fatalf("pending after attempt 2 timed out: %+v, want only attempt 2", p)
+		}
+		// Attempt 3 succeeds: nothing pending for a.
+		a3 := c.claim(retry(a2, 3, newOwner("a3"), 30*time.Second))
+		c.finish(a3, backends.RunResult{Status: backends.RunSucceeded})
+		// b: a succeeded run and a skipped one are never pending; a lost one is.
+		bt := c.nextExec("b")
+		b1 := c.claim(scheduled("b", bt, bt.Add(time.Second), newOwner("b1"), 30*time.Second))
+		c.finish(b1, backends.RunResult{Status: backends.RunSucceeded})
+		c.claim(backends.ClaimRequest{Task: "b", ScheduledAt: bt.Add(time.Second), Next: bt.Add(2 * time.Second), Attempt: 1,
+			Owner: newOwner("skip"), Host: "h", Skip: "overlap"})
+		b3 := c.claim(scheduled("b", bt.Add(2*time.Second), bt.Add(time.Hour), newOwner("dead"), time.Second))
+		if p := pending(); len(p) != 0 {
+			t.Fatalf("pending with only successes, skips and a live run: %+v", p)
+		}
+		pollWithin(t, "the run lease to expire", 10*time.Second, func() (bool, error) {
+			exp, err := other.ExpiredOccurrences(ctx, 100)
+			return containsOcc(exp, b3), err
+		})
+		ok(t, other.ReapOccurrence(ctx, b3), "reap")
+		p = pending()
+		if len(p) != 1 || !sameOcc(p[0].Occurrence, b3) || p[0].Status != backends.RunLost {
+			t.Fatalf("pending after a reap: %+v, want the lost run of b", p)
+		}
+		// A manual failure is listed too, in finish order; limit applies.
+		m := c.claim(manual("a", newOwner("m"), 30*time.Second))
+		c.finish(m, backends.RunResult{Status: backends.RunFailed, ExitCode: 1})
+		p = pending()
+		if len(p) != 2 || !sameOcc(p[0].Occurrence, b3) || !sameOcc(p[1].Occurrence, m) || !p[1].Manual {
+			t.Fatalf("pending: %+v, want the lost b then the manual a", p)
+		}
+		if p, err := other.PendingRetries(ctx, 1); err != nil || len(p) != 1 || !sameOcc(p[0].Occurrence, b3) {
+			t.Fatalf("pending limit 1: %+v, %v", p, err)
+		}
+	})
 	t.Run("LeaseLoss", func(t *testing.T) {
 		t.Parallel()
 		c, open := freshCrons(t, h)

@@ -49,6 +49,7 @@ func testStateStore(t *testing.T, h Harness) {
 	t.Run("LockExpiry", func(t *testing.T) { t.Parallel(); testLockExpiry(t, h) })
 	t.Run("LockRace", func(t *testing.T) { t.Parallel(); testLockRace(t, h) })
 	t.Run("LargeCommit", func(t *testing.T) { t.Parallel(); testLargeCommit(t, h) })
+	t.Run("FindApply", func(t *testing.T) { t.Parallel(); testFindApply(t, h) })
 }
 
 // entries builds inventory entries for addresses "kind.name".
@@ -293,4 +294,33 @@ func testLargeCommit(t *testing.T, h Harness) {
 			t.Fatalf("entry %d = %s generation %d, want semaphore.%s generation %d", i, e.Address, e.Generation, want, gen)
 		}
 	}
+}
+
+// testFindApply checks that the apply log answers "was this spec hash ever
+// applied, and is it still the latest?".
+func testFindApply(t *testing.T, h Harness) {
+	b, _ := fresh(t, h)
+	ss := as[backends.StateStore](t, b)
+	ctx := t.Context()
+	_, err := ss.FindApply(ctx, "hash-a")
+	wantErr(t, err, backends.ErrNotFound, "find a hash never applied")
+	unlock, err := ss.TryLockApply(ctx, "alice", time.Minute)
+	ok(t, err, "lock")
+	defer unlock(ctx)
+	for _, hash := range []string{"hash-a", "hash-b", "hash-a", "hash-c"} {
+		_, err := ss.CommitApply(ctx, "alice", backends.ApplyRecord{SpecHash: hash, Host: "h"}, nil, nil)
+		ok(t, err, "commit "+hash)
+	}
+	r, err := ss.FindApply(ctx, "hash-a")
+	ok(t, err, "find hash-a")
+	if r.Generation != 3 || r.SpecHash != "hash-a" || r.At.IsZero() {
+		t.Errorf("find hash-a: %+v, want the latest (generation 3)", r)
+	}
+	r, err = ss.FindApply(ctx, "hash-b")
+	ok(t, err, "find hash-b")
+	if r.Generation != 2 {
+		t.Errorf("find hash-b: generation %d, want 2", r.Generation)
+	}
+	_, err = ss.FindApply(ctx, "hash-z")
+	wantErr(t, err, backends.ErrNotFound, "find an unknown hash")
 }

@@ -118,6 +118,15 @@ WHERE ` + occKey + ` AND status = 'running' AND expires_at <= ` + nowSQL
 WHERE task = ?1 AND status = 'running' AND expires_at > ` + nowSQL + `
 ORDER BY started_at, attempt, rowid`
 
+	// qCronPendingRetries lists the latest attempt of each (task,
+	// scheduled_at) that ended unsuccessfully and has no higher attempt,
+	// earliest finished first, up to ?1 (-1: all).
+	qCronPendingRetries = `SELECT ` + occCols + `, status, coalesce(exit_code, 0), coalesce(error, ''), finished_at
+FROM cron_occurrences o WHERE status IN ('failed', 'timeout', 'lost')
+  AND NOT EXISTS (SELECT 1 FROM cron_occurrences h
+    WHERE h.task = o.task AND h.scheduled_at = o.scheduled_at AND h.attempt > o.attempt)
+ORDER BY finished_at, task, scheduled_at LIMIT ?1`
+
 	// qCronHistory lists task ?1's occurrences of any status, newest first,
 	// up to ?2 (-1: all).
 	qCronHistory = `SELECT ` + occCols + `, status, coalesce(exit_code, 0), coalesce(error, ''), output, finished_at
@@ -455,6 +464,34 @@ func (s *Store) History(ctx context.Context, task string, limit int) ([]backends
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cron history %q: %w", task, err)
+	}
+	return out, nil
+}
+
+// PendingRetries lists the latest attempt of each (task, scheduled_at) that
+// ended failed, timeout or lost and has no higher attempt, earliest finished
+// first, up to limit (non-positive: all), without output.
+func (s *Store) PendingRetries(ctx context.Context, limit int) ([]backends.Run, error) {
+	var out []backends.Run
+	_, err := s.read(ctx, func(c conn) error {
+		rows, err := c.query(ctx, qCronPendingRetries, sqlLimit(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r backends.Run
+			var fin sql.NullInt64
+			if err := scanOcc(rows, &r.Occurrence, &r.Status, &r.ExitCode, &r.Error, &fin); err != nil {
+				return err
+			}
+			r.FinishedAt = fromNullMicros(fin)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pending cron retries: %w", err)
 	}
 	return out, nil
 }

@@ -50,6 +50,10 @@ ON CONFLICT (kind, name) DO UPDATE SET backend = excluded.backend, backend_type 
 	qInventory = `SELECT kind, name, backend, backend_type, spec, status, previous, generation
 FROM inventory ORDER BY kind, name`
 
+	// qFindApply reads the latest apply record of one spec hash.
+	qFindApply = `SELECT generation, spec_hash, host, at, summary FROM apply_log
+WHERE spec_hash = ? ORDER BY generation DESC LIMIT 1`
+
 	// qLastApply reads the latest apply record.
 	qLastApply = `SELECT generation, spec_hash, host, at, summary FROM apply_log ORDER BY generation DESC LIMIT 1`
 )
@@ -195,4 +199,29 @@ func (s *Store) LoadState(ctx context.Context) (backends.State, error) {
 		return backends.State{}, fmt.Errorf("load state: %w", err)
 	}
 	return st, nil
+}
+
+// FindApply returns the latest apply record of specHash.
+func (s *Store) FindApply(ctx context.Context, specHash string) (backends.ApplyRecord, error) {
+	var r backends.ApplyRecord
+	found := false
+	_, err := s.read(ctx, func(c conn) error {
+		var at int64
+		err := c.row(ctx, qFindApply, specHash).Scan(&r.Generation, &r.SpecHash, &r.Host, &at, &r.Summary)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r.At, found = fromMicros(at), true
+		return nil
+	})
+	if err != nil {
+		return backends.ApplyRecord{}, fmt.Errorf("find apply: %w", err)
+	}
+	if !found {
+		return backends.ApplyRecord{}, fmt.Errorf("spec hash %.12s: %w", specHash, backends.ErrNotFound)
+	}
+	return r, nil
 }

@@ -69,6 +69,15 @@ type Store struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared statements by query
+
+	// writeTurn lets one write transaction of this handle run at a time,
+	// in arrival order. SQLite admits one writer per file anyway, and a
+	// writer that finds the file locked sleeps in a busy handler that is
+	// not fair: under contention one goroutine could wait for seconds,
+	// longer than a short lease, while others take turns. Waiting here,
+	// in a queue, keeps every wait short; other processes still contend
+	// through busy_timeout.
+	writeTurn chan struct{}
 }
 
 // Open opens (and unless opts.ReadOnly creates) the SQLite file at path. It
@@ -82,7 +91,7 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 	if err != nil {
 		return nil, fmt.Errorf("sqlite path %q: %w", path, err)
 	}
-	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}}
+	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}, writeTurn: make(chan struct{}, 1)}
 	var dsn string
 	switch {
 	case opts.ReadOnly:
@@ -236,6 +245,12 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 
 // writeTx is write without the schema check, for migrations.
 func (s *Store) writeTx(ctx context.Context, fn func(c conn) error) error {
+	select {
+	case s.writeTurn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writeTurn }()
 	s.trips.Add(1)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -33,7 +33,7 @@ type cliEnv struct {
 	isTerminal     bool
 }
 
-var commands = []*command{validateCmd, planCmd, applyCmd, semCmd, versionCmd}
+var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, cronCmd, queueCmd, versionCmd}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -147,3 +147,41 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Fatalf("unknown command: %d", code)
 	}
 }
+
+func TestStatus(t *testing.T) {
+	c := newCLI(t)
+	p := writeSpec(t, `
+semaphores:
+  s: {limit: 2}
+cron:
+  t: {schedule: "@daily", command: "true"}
+queues:
+  q: {partitions: 2}
+`)
+	if code, out, errs := c.run("", false, "status", "-f", p); code != 0 || !strings.Contains(out, "nothing applied yet") || !strings.Contains(out, "semaphore.s") || !strings.Contains(out, "not applied") {
+		t.Fatalf("status before apply: %d\n%s\n%s", code, out, errs)
+	}
+	if code, _, errs := c.run("", false, "apply", "-f", p, "--auto-approve"); code != 0 {
+		t.Fatalf("apply: %s", errs)
+	}
+	code, out, errs := c.run("", false, "status", "-f", p, "--host-id", "web3")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	for _, want := range []string{"Leader:    none", "This host: web3", "limit 2", "holders 0", "cron.t", "never ran", "queue.q", "ready 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Warning") {
+		t.Errorf("status warns right after apply:\n%s", out)
+	}
+	// A changed local spec is reported as differing from the applied one.
+	p2 := writeSpec(t, "semaphores:\n  s: {limit: 3}\n")
+	if _, out, _ := c.run("", false, "status", "-f", p2); !strings.Contains(out, "differs from the applied one") {
+		t.Errorf("no hash warning:\n%s", out)
+	}
+	if _, out, _ := c.run("", false, "status", "-f", p, "--json"); !strings.Contains(out, `"local_spec_hash"`) {
+		t.Errorf("json: %s", out)
+	}
+}

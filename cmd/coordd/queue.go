@@ -1,0 +1,554 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/open"
+	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/version"
+	"github.com/coordd/coordd/queue"
+	"github.com/coordd/coordd/spec"
+)
+
+var queueCmd = &command{
+	name:    "queue",
+	summary: "push jobs, run workers, show and repair queues",
+	usage: `Usage:
+  coordd queue push NAME [-f PATH] [--delay D] [--key K] [PAYLOAD | -]
+  coordd queue work NAME [-f PATH] [--concurrency N] [--drain] [--host-id ID] -- CMD ARGS...
+  coordd queue stats [NAME...] [-f PATH] [--json]
+  coordd queue dead NAME [-f PATH] [--requeue | --purge] [--json]
+
+queue push enqueues one job and prints its id. The payload is PAYLOAD, or
+stdin when it is "-" or absent. Under the queue's unique setting a push whose
+--key is already pending is not pushed again: it prints the existing job's id
+and exits 0. A payload over max_payload is an error.
+
+queue work claims jobs of queue NAME and runs CMD once per job, up to
+--concurrency at a time. The payload is CMD's stdin; CMD gets COORDD_QUEUE,
+COORDD_JOB_ID and COORDD_ATTEMPT. Exit 0 acks the job; anything else retries
+it after retry_backoff, and after max_attempts attempts it moves to the dead
+set. The job's visibility lease is renewed while CMD runs; CMD never outlives
+it (TERM, then KILL before the lease ends), and it is stopped after the
+queue's timeout, if one is set. With --drain, work exits once no job is
+ready, delayed or in flight. On SIGINT or SIGTERM it stops claiming, forwards
+the signal to the running commands and exits 0 once they have finished.
+
+queue stats shows ready, in-flight, delayed and dead jobs and the age of the
+oldest ready job. queue dead lists dead jobs, or with --requeue makes them
+ready again (attempts reset), or with --purge deletes them, printing how many.
+
+Exit status: 0 ok, 1 error.
+`,
+	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
+		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Fprint(env.stderr, c.usage)
+			if len(args) == 0 {
+				return 1
+			}
+			return 0
+		}
+		switch args[0] {
+		case "push":
+			return queuePush(ctx, c, env, args[1:])
+		case "work":
+			return queueWork(ctx, c, env, args[1:])
+		case "stats":
+			return queueStats(ctx, c, env, args[1:])
+		case "dead":
+			return queueDead(ctx, c, env, args[1:])
+		}
+		fmt.Fprintf(env.stderr, "coordd queue: unknown subcommand %q\n\n%s", args[0], c.usage)
+		return 1
+	},
+}
+
+// queueTarget is one queue resolved from the local spec, with its backend
+// opened and its applied config read.
+type queueTarget struct {
+	name    string
+	local   *spec.Queue
+	backend backends.Backend
+	applied backends.QueueConfig
+}
+
+// openQueue loads the spec, finds name, opens its backend and reads the
+// applied config, which is what the runtime enforces; a local difference is
+// reported.
+func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly bool) (*queueTarget, error) {
+	s, ok := loadSpec(env, path, false)
+	if !ok {
+		return nil, errors.New("the spec is invalid")
+	}
+	local := s.Queues[name]
+	if local == nil {
+		return nil, fmt.Errorf("queue %q is not declared in %s", name, path)
+	}
+	b, err := open.Open(ctx, s.Backends[local.Backend], backends.Options{ReadOnly: readOnly, Version: version.Version})
+	if err != nil {
+		return nil, fmt.Errorf("open backend %q: %w", local.Backend, err)
+	}
+	adm, ok := b.(backends.QueueAdmin)
+	if !ok {
+		b.Close()
+		return nil, fmt.Errorf("backend %q cannot hold queues", local.Backend)
+	}
+	m, err := adm.ObserveQueues(ctx, []string{name})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("read queue %q: %w", name, err)
+	}
+	st := m[name]
+	if st == nil {
+		b.Close()
+		return nil, fmt.Errorf("queue %q (backend %q) is not applied; run coordd apply", name, local.Backend)
+	}
+	a := st.Config
+	if a.VisibilityTimeout != local.VisibilityTimeout || a.MaxAttempts != local.MaxAttempts || a.Timeout != local.Timeout || a.Unique != local.Unique || a.MaxPayload != local.MaxPayload {
+		fmt.Fprintf(env.stderr, "coordd: warning: queue %q: the local spec differs from the applied one; the applied one is enforced (coordd plan shows the difference)\n", name)
+	}
+	return &queueTarget{name: name, local: local, backend: b, applied: a}, nil
+}
+
+func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	delay := fs.Duration("delay", 0, "make the job claimable only after this long")
+	key := fs.String("key", "", "partition key; the deduplication key under unique")
+	pos, rest, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	pos = append(pos, rest...)
+	if len(pos) == 0 {
+		fmt.Fprintln(env.stderr, "coordd queue push: missing queue NAME")
+		return 1
+	}
+	if len(pos) > 2 {
+		fmt.Fprintf(env.stderr, "coordd queue push: one PAYLOAD at most, got %q (quote it)\n", strings.Join(pos[1:], " "))
+		return 1
+	}
+	if *delay < 0 {
+		fmt.Fprintln(env.stderr, "coordd queue push: --delay must not be negative")
+		return 1
+	}
+	name := pos[0]
+	t, err := openQueue(ctx, env, *path, name, false)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue push: %v\n", err)
+		return 1
+	}
+	defer t.backend.Close()
+
+	var payload []byte
+	truncated := false
+	if len(pos) == 2 && pos[1] != "-" {
+		payload = []byte(pos[1])
+	} else {
+		// Read one byte past max_payload: enough to refuse it, without
+		// reading an endless stdin.
+		limit := t.applied.MaxPayload
+		if limit <= 0 {
+			limit = 64 << 20
+		}
+		payload, err = io.ReadAll(io.LimitReader(env.stdin, limit+1))
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd queue push: read stdin: %v\n", err)
+			return 1
+		}
+		truncated = int64(len(payload)) > limit
+	}
+	if t.applied.MaxPayload > 0 && int64(len(payload)) > t.applied.MaxPayload {
+		more := ""
+		if truncated {
+			more = "more than "
+		}
+		fmt.Fprintf(env.stderr, "coordd queue push: %s: payload of %s%d bytes exceeds max_payload %d\n", name, more, t.applied.MaxPayload, t.applied.MaxPayload)
+		return 1
+	}
+	cl, err := queue.New(t.backend)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue push: %v\n", err)
+		return 1
+	}
+	j, err := cl.Push(ctx, name, payload, queue.PushOptions{Key: *key, Delay: *delay})
+	switch {
+	case err == nil:
+	case errors.Is(err, backends.ErrDuplicate) && j.ID != 0:
+		fmt.Fprintf(env.stderr, "coordd queue push: %s: key %q is already queued as job %d (unique: %s); not pushed again\n", name, *key, j.ID, t.applied.Unique)
+	case errors.Is(err, backends.ErrPayloadTooLarge):
+		fmt.Fprintf(env.stderr, "coordd queue push: %s: payload of %d bytes exceeds max_payload %d\n", name, len(payload), t.applied.MaxPayload)
+		return 1
+	default:
+		fmt.Fprintf(env.stderr, "coordd queue push: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(env.stdout, j.ID)
+	return 0
+}
+
+// lockedWriter serializes writes of concurrent children to a writer that
+// is not a file (an *os.File is handed to the children as is).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func shareable(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	conc := fs.Int("concurrency", 1, "how many commands run at once")
+	drain := fs.Bool("drain", false, "exit once no job is ready, delayed or in flight")
+	host := fs.String("host-id", "", "host id in the owner tokens (default: the hostname)")
+	pos, rest, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) == 0 {
+		fmt.Fprintln(env.stderr, "coordd queue work: missing queue NAME")
+		return 1
+	}
+	name, argv := pos[0], append(pos[1:], rest...)
+	if len(argv) == 0 {
+		fmt.Fprintln(env.stderr, "coordd queue work: missing command after --")
+		return 1
+	}
+	if *conc < 1 {
+		fmt.Fprintln(env.stderr, "coordd queue work: --concurrency must be at least 1")
+		return 1
+	}
+
+	// Signals: the first stops claiming; every one is forwarded to the
+	// running commands, which are left to finish.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	t, err := openQueue(ctx, env, *path, name, false)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
+		return 1
+	}
+	defer t.backend.Close()
+	cl, err := queue.New(t.backend)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
+		return 1
+	}
+
+	stdout, stderr := shareable(env.stdout), shareable(env.stderr)
+	var mu sync.Mutex
+	running := map[*child.Process]bool{}
+	stop := make(chan struct{})
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		stopped := false
+		for {
+			select {
+			case s := <-sigs:
+				if !stopped {
+					stopped = true
+					fmt.Fprintf(stderr, "coordd queue work: %s: %v: no new jobs; waiting for the running commands\n", name, s)
+					close(stop)
+				}
+				mu.Lock()
+				for p := range running {
+					_ = p.Signal(s.(syscall.Signal))
+				}
+				mu.Unlock()
+			case <-watchDone:
+				return
+			}
+		}
+	}()
+
+	vis := t.applied.VisibilityTimeout
+	grace := min(vis/3, 10*time.Second)
+	handler := func(hctx context.Context, j backends.Job) error {
+		l := queue.LeaseOf(hctx)
+		p, err := child.Start(hctx, child.Spec{
+			Argv:   argv,
+			Stdin:  bytes.NewReader(j.Payload),
+			Stdout: stdout, Stderr: stderr,
+			Env: []string{
+				"COORDD_QUEUE=" + name,
+				"COORDD_JOB_ID=" + strconv.FormatInt(j.ID, 10),
+				"COORDD_ATTEMPT=" + strconv.Itoa(j.Attempt),
+			},
+			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.ClaimedAt,
+			Timeout: t.applied.Timeout, KillGrace: grace,
+		})
+		if err != nil {
+			return err
+		}
+		l.OnRenew(p.Renewed)
+		mu.Lock()
+		running[p] = true
+		mu.Unlock()
+		res := p.Wait()
+		mu.Lock()
+		delete(running, p)
+		mu.Unlock()
+		return resultError(res)
+	}
+	// The commands are stopped by signals (forwarded) and by their lease,
+	// not by the end of ctx: a stop lets them finish.
+	err = cl.Work(context.WithoutCancel(ctx), name, queue.WorkerOptions{
+		Concurrency: *conc,
+		Drain:       *drain,
+		Owner:       fmt.Sprintf("%s:%d", hostID(*host), os.Getpid()),
+		Stop:        stop,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "coordd queue work: "+format+"\n", args...)
+		},
+	}, handler)
+	if err != nil {
+		fmt.Fprintf(stderr, "coordd queue work: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// resultError is nil when the command succeeded, else why it failed (the
+// text recorded as the job's last error).
+func resultError(r child.Result) error {
+	switch {
+	case r.LeaseLost:
+		return errors.New("lease lost: the command was stopped")
+	case r.TimedOut:
+		return errors.New("timed out")
+	case r.Signaled:
+		return fmt.Errorf("killed by signal %v", r.Signal)
+	case r.WaitErr != nil && r.ExitCode < 0:
+		return fmt.Errorf("wait: %w", r.WaitErr)
+	case r.ExitCode != 0:
+		return fmt.Errorf("exit status %d", r.ExitCode)
+	}
+	return nil
+}
+
+// queueStatsJSON is one queue in `queue stats --json`.
+type queueStatsJSON struct {
+	Name     string `json:"name"`
+	Backend  string `json:"backend"`
+	Applied  bool   `json:"applied"`
+	Ready    int64  `json:"ready"`
+	InFlight int64  `json:"in_flight"`
+	Delayed  int64  `json:"delayed"`
+	Dead     int64  `json:"dead"`
+	// OldestAge is the age in seconds of the oldest job ready now (0: none).
+	OldestAge float64 `json:"oldest_age_seconds"`
+}
+
+func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	s, ok := loadSpec(env, *path, false)
+	if !ok {
+		return 1
+	}
+	names := pos
+	if len(names) == 0 {
+		for n := range s.Queues {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	byBackend := map[string][]string{}
+	for _, n := range names {
+		q := s.Queues[n]
+		if q == nil {
+			fmt.Fprintf(env.stderr, "coordd queue stats: queue %q is not declared\n", n)
+			return 1
+		}
+		byBackend[q.Backend] = append(byBackend[q.Backend], n)
+	}
+	states := map[string]*backends.QueueState{}
+	nows := map[string]time.Time{}
+	for bn, ns := range byBackend {
+		b, err := open.Open(ctx, s.Backends[bn], backends.Options{ReadOnly: true, Version: version.Version})
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd queue stats: open backend %q: %v\n", bn, err)
+			return 1
+		}
+		adm, ok := b.(backends.QueueAdmin)
+		if !ok {
+			b.Close()
+			fmt.Fprintf(env.stderr, "coordd queue stats: backend %q cannot hold queues\n", bn)
+			return 1
+		}
+		m, err := adm.ObserveQueues(ctx, ns)
+		if err == nil {
+			nows[bn], err = b.Now(ctx)
+		}
+		b.Close()
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd queue stats: %v\n", err)
+			return 1
+		}
+		for n, st := range m {
+			states[n] = st
+		}
+	}
+	out := make([]queueStatsJSON, 0, len(names))
+	for _, n := range names {
+		bn := s.Queues[n].Backend
+		row := queueStatsJSON{Name: n, Backend: bn}
+		if st := states[n]; st != nil {
+			row.Applied = true
+			row.Ready, row.InFlight, row.Delayed, row.Dead = st.Ready-st.Delayed, st.InFlight, st.Delayed, st.Dead
+			if !st.OldestReady.IsZero() {
+				row.OldestAge = max(nows[bn].Sub(st.OldestReady), 0).Seconds()
+			}
+		}
+		out = append(out, row)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return 0
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	for _, r := range out {
+		if !r.Applied {
+			fmt.Fprintf(tw, "queue.%s\tnot applied (run coordd apply)\n", r.Name)
+			continue
+		}
+		oldest := "-"
+		if r.Ready > 0 {
+			oldest = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "queue.%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s\n",
+			r.Name, r.Backend, r.Ready, r.InFlight, r.Delayed, r.Dead, oldest)
+	}
+	tw.Flush()
+	return 0
+}
+
+// deadJobJSON is one dead job in `queue dead --json`.
+type deadJobJSON struct {
+	ID         int64     `json:"id"`
+	Key        string    `json:"key,omitempty"`
+	Attempt    int       `json:"attempt"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	LastError  string    `json:"last_error"`
+}
+
+func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	requeue := fs.Bool("requeue", false, "make every dead job ready again, attempts reset")
+	purge := fs.Bool("purge", false, "delete every dead job")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(env.stderr, "coordd queue dead: want exactly one queue NAME")
+		return 1
+	}
+	if *requeue && *purge {
+		fmt.Fprintln(env.stderr, "coordd queue dead: --requeue and --purge exclude each other")
+		return 1
+	}
+	name := pos[0]
+	t, err := openQueue(ctx, env, *path, name, !*requeue && !*purge)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue dead: %v\n", err)
+		return 1
+	}
+	defer t.backend.Close()
+	q, ok := t.backend.(backends.Queues)
+	if !ok {
+		fmt.Fprintf(env.stderr, "coordd queue dead: backend %q cannot hold queues\n", t.local.Backend)
+		return 1
+	}
+	if *requeue || *purge {
+		verb, op := "requeued", q.RequeueDead
+		if *purge {
+			verb, op = "purged", q.PurgeDead
+		}
+		n, err := op(ctx, name)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd queue dead: %v\n", err)
+			return 1
+		}
+		if *asJSON {
+			_ = json.NewEncoder(env.stdout).Encode(map[string]int64{verb: n})
+		} else {
+			fmt.Fprintf(env.stdout, "%s %d dead jobs of queue.%s\n", verb, n, name)
+		}
+		return 0
+	}
+	jobs, err := q.Dead(ctx, name, 0)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue dead: %v\n", err)
+		return 1
+	}
+	out := make([]deadJobJSON, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, deadJobJSON{ID: j.ID, Key: j.Key, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, LastError: j.LastError})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return 0
+	}
+	if len(out) == 0 {
+		fmt.Fprintf(env.stdout, "queue.%s has no dead jobs\n", name)
+		return 0
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tLAST ERROR")
+	for _, j := range out {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", j.ID, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), oneLine(j.LastError))
+	}
+	tw.Flush()
+	return 0
+}
+
+// oneLine keeps a table row on one line.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/coordd/coordd/daemon"
+	"github.com/coordd/coordd/internal/version"
+	"github.com/coordd/coordd/spec"
+)
+
+var runCmd = &command{
+	name:    "run",
+	summary: "run the daemon: leader election, the scheduler, reload, apply and resync",
+	usage: `Usage: coordd run [-f PATH] [--host-id ID] [--log-json] [--log-level LEVEL]
+                  [--shutdown-grace D] [--resync D]
+
+Runs coordd on this server. Run it on every server with the same spec. It
+watches the spec (SIGHUP forces a reload; a broken spec keeps the last good one
+running), takes part in leader election, and while it leads: claims due cron
+occurrences, applies a spec hash that was never applied, and repairs drift
+toward the applied record. SIGTERM stops claiming and lets running commands
+finish within --shutdown-grace; a second signal kills them.
+`,
+	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
+		fs := newFlags(c, env)
+		path := specFlag(fs, env)
+		host := fs.String("host-id", "", "this server's id (default: the hostname)")
+		logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+		logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+		grace := fs.Duration("shutdown-grace", 30*time.Second, "how long running commands may finish after SIGTERM")
+		resync := fs.Duration("resync", 30*time.Second, "how often the leader repairs drift")
+		pos, _, err := parseArgs(fs, args)
+		if err != nil {
+			return flagExit(err)
+		}
+		if !noPositional(env, c.name, pos) {
+			return 1
+		}
+		level := hclog.LevelFromString(*logLevel)
+		if level == hclog.NoLevel {
+			fmt.Fprintf(env.stderr, "coordd run: unknown --log-level %q\n", *logLevel)
+			return 1
+		}
+		log := hclog.New(&hclog.LoggerOptions{
+			Name: "coordd", Level: level, JSONFormat: *logJSON, Output: env.stderr,
+			Color: hclog.AutoColor, TimeFormat: time.RFC3339Nano,
+		})
+		d, err := daemon.New(ctx, daemon.Config{
+			SpecPath: *path, HostID: hostID(*host), Version: version.Version, Log: log,
+			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
+			ShutdownGrace: *grace, ResyncEvery: *resync,
+		})
+		if err != nil {
+			var errs spec.Errors
+			if errors.As(err, &errs) {
+				for _, e := range errs {
+					fmt.Fprintln(env.stderr, e.Error())
+				}
+			} else {
+				fmt.Fprintf(env.stderr, "coordd run: %v\n", err)
+			}
+			return 1
+		}
+		if err := d.Run(ctx); err != nil {
+			log.Error("stopped", "error", err)
+			return 1
+		}
+		return 0
+	},
+}

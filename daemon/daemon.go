@@ -1,0 +1,385 @@
+// Package daemon is `coordd run`: one process per server that keeps the
+// spec loaded, takes part in leader election, runs the scheduler, and lets
+// the leader apply and resync.
+//
+// Reload follows Prometheus: the spec path is watched, changes are debounced
+// (~250 ms), and the new spec is loaded and validated before it replaces the
+// old one. Any error keeps the last good spec running and is logged with its
+// file:line. SIGHUP forces a reload.
+//
+// Who applies, and what:
+//   - only the leader applies, and only a spec hash that was never applied
+//     before. A hash that was applied and later superseded is a stale
+//     checkout (a server that missed a deploy): it is reported, never
+//     applied. An operator can still `coordd apply` it by hand.
+//   - gaining leadership never re-applies anything.
+//   - automatic apply follows the same safety rules as `coordd apply` without
+//     flags: an empty spec, prevent_destroy and queues with jobs block it.
+//   - a periodic resync repairs drift toward the applied record, not toward
+//     the local files (reconcile.Options.Resync).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"reflect"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/leadership"
+	"github.com/coordd/coordd/reconcile"
+	"github.com/coordd/coordd/semaphore"
+	"github.com/coordd/coordd/scheduler"
+	"github.com/coordd/coordd/spec"
+)
+
+// Config configures a daemon.
+type Config struct {
+	SpecPath string
+	HostID   string
+	Version  string
+	Log      hclog.Logger
+	// LoadOptions are passed to spec.Load on every (re)load.
+	LoadOptions spec.LoadOptions
+	// ResyncEvery is how often the leader repairs drift; default 30s.
+	ResyncEvery time.Duration
+	// ShutdownGrace bounds how long running commands may finish after
+	// SIGTERM; default 30s.
+	ShutdownGrace time.Duration
+	// Debounce and Poll tune the spec watcher; defaults 250ms and 5s.
+	Debounce, Poll time.Duration
+}
+
+// Daemon is one running `coordd run`.
+type Daemon struct {
+	cfg Config
+	log hclog.Logger
+
+	mu     sync.Mutex
+	spec   *spec.Spec // the last good spec
+	engine *reconcile.Engine
+	// lastReload reports the last reload's outcome, for status and metrics.
+	lastReloadOK bool
+	lastReloadAt time.Time
+
+	elector *leadership.Elector
+	changes <-chan bool // leadership changes, subscribed before the elector runs
+	sched   *scheduler.Scheduler
+	kick    chan struct{} // leader work: apply check, resync
+}
+
+// New loads the spec and opens (and migrates) its backends. An invalid
+// spec at start is an error: there is no last good spec to keep.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	if cfg.ResyncEvery <= 0 {
+		cfg.ResyncEvery = 30 * time.Second
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 30 * time.Second
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 250 * time.Millisecond
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Second
+	}
+	s, err := spec.Load(cfg.SpecPath, cfg.LoadOptions)
+	if err != nil {
+		return nil, err
+	}
+	e, err := reconcile.Open(ctx, s, reconcile.OpenOptions{Version: cfg.Version, Host: cfg.HostID})
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: time.Now(), kick: make(chan struct{}, 1)}
+	cb := e.Backends[s.Cluster.Backend]
+	lb, ok := cb.(backends.Leader)
+	if !ok {
+		e.Close()
+		return nil, fmt.Errorf("cluster backend %q cannot hold the leader lease: %w", s.Cluster.Backend, backends.ErrUnsupported)
+	}
+	d.elector = leadership.New(leadership.Config{Leader: lb, Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")})
+	d.changes = d.elector.Subscribe()
+	d.sched = scheduler.New(scheduler.Config{
+		Host:      cfg.HostID,
+		Elector:   d.elector,
+		Backends:  d.cronBackends,
+		Semaphore: d.semaphore,
+		Log:       d.log.Named("scheduler"),
+	})
+	return d, nil
+}
+
+// Spec returns the last good spec.
+func (d *Daemon) Spec() *spec.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.spec
+}
+
+// cronBackends lists the opened backends that can hold cron tasks.
+func (d *Daemon) cronBackends() map[string]backends.Backend {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]backends.Backend{}
+	for n, b := range d.engine.Backends {
+		if _, ok := b.(backends.Crons); ok {
+			out[n] = b
+		}
+	}
+	return out
+}
+
+// semaphore resolves a cron task's semaphore to a client on its backend
+// and the config applied there.
+func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreConfig, error) {
+	d.mu.Lock()
+	s, e := d.spec, d.engine
+	d.mu.Unlock()
+	local := s.Semaphores[name]
+	if local == nil {
+		return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not declared in the local spec", name)
+	}
+	b := e.Backends[local.Backend]
+	if b == nil {
+		return nil, backends.SemaphoreConfig{}, fmt.Errorf("backend %q of semaphore %q is not open", local.Backend, name)
+	}
+	adm, ok := b.(backends.SemaphoreAdmin)
+	if !ok {
+		return nil, backends.SemaphoreConfig{}, fmt.Errorf("backend %q cannot hold semaphores", local.Backend)
+	}
+	m, err := adm.ObserveSemaphores(context.Background(), []string{name})
+	if err != nil {
+		return nil, backends.SemaphoreConfig{}, err
+	}
+	if m[name] == nil {
+		return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not applied", name)
+	}
+	c, err := semaphore.New(b, d.cfg.HostID)
+	return c, m[name].Config, err
+}
+
+// Run runs until ctx ends or a shutdown signal arrives, then shuts down
+// gracefully: stop claiming, let running commands finish within the grace
+// period (a second signal ends it early), hand back the leader lease.
+func (d *Daemon) Run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	elCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Add(1)
+	go func() { defer wg.Done(); d.elector.Run(elCtx) }()
+	schedDone := make(chan error, 1)
+	go func() { schedDone <- d.sched.Run(runCtx) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w := &watcher{path: d.cfg.SpecPath, debounce: d.cfg.Debounce, poll: d.cfg.Poll}
+		if err := w.run(runCtx, func() { d.reload(runCtx) }); err != nil {
+			d.log.Error("spec watcher stopped", "error", err)
+		}
+	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.leaderLoop(runCtx) }()
+
+	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
+	var sig os.Signal
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-schedDone:
+			if err != nil && ctx.Err() == nil {
+				d.log.Error("scheduler stopped", "error", err)
+			}
+			schedDone = nil
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				d.log.Info("SIGHUP: reloading the spec")
+				d.reload(runCtx)
+				continue
+			}
+			sig = s
+			break loop
+		}
+	}
+	d.log.Info("shutting down: no new claims; running commands may finish", "grace", d.cfg.ShutdownGrace, "signal", fmt.Sprint(sig))
+	stop()
+	graceCtx, cancelGrace := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownGrace)
+	go func() {
+		select {
+		case <-sigs:
+			d.log.Warn("second signal: killing running commands")
+			cancelGrace()
+		case <-graceCtx.Done():
+		}
+	}()
+	if err := d.sched.Shutdown(graceCtx); err != nil {
+		d.log.Warn("shutdown", "error", err)
+	}
+	cancelGrace()
+	stopElector()
+	wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.engine.Close()
+}
+
+// reload loads the spec again. On any error the last good spec stays.
+func (d *Daemon) reload(ctx context.Context) {
+	s, err := spec.Load(d.cfg.SpecPath, d.cfg.LoadOptions)
+	d.mu.Lock()
+	d.lastReloadAt = time.Now()
+	d.lastReloadOK = err == nil
+	old := d.spec
+	d.mu.Unlock()
+	if err != nil {
+		var errs spec.Errors
+		if errors.As(err, &errs) {
+			for _, e := range errs {
+				d.log.Error("spec reload failed; keeping the last good spec", "error", e.Error())
+			}
+		} else {
+			d.log.Error("spec reload failed; keeping the last good spec", "error", err)
+		}
+		return
+	}
+	if s.Hash() == old.Hash() {
+		return
+	}
+	if !reflect.DeepEqual(connections(s), connections(old)) {
+		d.log.Warn("backend connections changed; restart coordd to use them (objects keep using the open connections)")
+	}
+	d.mu.Lock()
+	d.spec = s
+	d.mu.Unlock()
+	d.log.Info("spec reloaded", "spec_hash", short(s.Hash()), "objects", s.ObjectCount())
+	d.sched.Wake()
+	d.poke()
+}
+
+// connections is what a reload cannot change without reopening backends.
+func connections(s *spec.Spec) map[string]spec.Backend {
+	out := map[string]spec.Backend{}
+	for n, b := range s.Backends {
+		c := *b
+		c.Pos = spec.Pos{}
+		out[n] = c
+	}
+	return out
+}
+
+func (d *Daemon) poke() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// leaderLoop applies new specs and resyncs, while this host leads.
+func (d *Daemon) leaderLoop(ctx context.Context) {
+	changes := d.changes
+	resync := time.NewTicker(d.cfg.ResyncEvery)
+	defer resync.Stop()
+	for {
+		doResync := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-d.kick:
+		case <-resync.C:
+			doResync = true
+		}
+		if _, leading := d.elector.Leading(); !leading {
+			continue
+		}
+		d.maybeApply(ctx)
+		if doResync {
+			d.resync(ctx)
+		}
+	}
+}
+
+// current returns the last good spec and an engine for it over the open
+// backends. A fresh engine value per use keeps a reload from changing the
+// spec under a running plan.
+func (d *Daemon) current() (*spec.Spec, *reconcile.Engine) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := *d.engine
+	e.Spec = d.spec
+	return d.spec, &e
+}
+
+// maybeApply applies the local spec if its hash was never applied.
+func (d *Daemon) maybeApply(ctx context.Context) {
+	s, e := d.current()
+	hash := s.Hash()
+	st, err := e.State.LoadState(ctx)
+	if err != nil {
+		d.log.Error("read applied state", "error", err)
+		return
+	}
+	if st.Last != nil && st.Last.SpecHash == hash {
+		return
+	}
+	rec, err := e.State.FindApply(ctx, hash)
+	switch {
+	case err == nil:
+		latest := int64(0)
+		if st.Last != nil {
+			latest = st.Last.Generation
+		}
+		d.log.Warn("stale checkout: this spec was applied before and superseded; not applying it",
+			"spec_hash", short(hash), "applied_generation", rec.Generation, "current_generation", latest)
+		return
+	case !errors.Is(err, backends.ErrNotFound):
+		d.log.Error("read apply history", "error", err)
+		return
+	}
+	res, err := e.Apply(ctx, reconcile.Options{}, "")
+	d.logApply("apply", res, err)
+}
+
+// resync repairs drift toward the applied record.
+func (d *Daemon) resync(ctx context.Context) {
+	_, e := d.current()
+	res, err := e.Apply(ctx, reconcile.Options{Resync: true}, "")
+	d.logApply("resync", res, err)
+}
+
+func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {
+	switch {
+	case err != nil && res != nil && errors.Is(err, reconcile.ErrBlocked):
+		for _, b := range res.Plan.Blocked {
+			d.log.Error(what+" refused", "reason", b)
+		}
+	case err != nil:
+		d.log.Error(what+" failed", "error", err)
+	case res != nil && res.Plan.HasChanges():
+		d.log.Info(what+" done", "summary", res.Plan.SummaryLine(), "generation", res.Generation)
+	}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

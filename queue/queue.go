@@ -1,0 +1,523 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// ErrLeaseLost is the cause of a handler's cancelled context when the job's
+// visibility lease was lost. It wraps backends.ErrLost.
+var ErrLeaseLost = fmt.Errorf("job lease lost: %w", backends.ErrLost)
+
+// Waits of an idle worker. The backend's WaitQueue returns at the latest
+// after idleWait (drainWait while draining, so that jobs other workers
+// finish are noticed), and the worker claims again.
+const (
+	idleWait  = 5 * time.Second
+	drainWait = time.Second
+	// errorWaitMax bounds the backoff after a failing claim.
+	errorWaitMax = 5 * time.Second
+	// finishTimeout bounds an Ack or Retry after the handler returned.
+	finishTimeout = 10 * time.Second
+	// maxReason bounds the error text recorded with a retried job.
+	maxReason = 2048
+)
+
+// Client pushes to and works the queues held by one backend.
+type Client struct {
+	q   backends.Queues
+	adm backends.QueueAdmin // nil when the backend has none
+
+	mu    sync.Mutex
+	wakes map[string]chan struct{}
+}
+
+// New returns a client for b, which must implement backends.Queues.
+func New(b backends.Backend) (*Client, error) {
+	q, ok := b.(backends.Queues)
+	if !ok {
+		return nil, fmt.Errorf("backend %q (%s) cannot hold queues: %w", b.Name(), b.Type(), backends.ErrUnsupported)
+	}
+	adm, _ := b.(backends.QueueAdmin)
+	c := &Client{q: q, adm: adm, wakes: map[string]chan struct{}{}}
+	return c, nil
+}
+
+// wakeChan returns the channel the next push to queue closes.
+func (c *Client) wakeChan(queue string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.wakes[queue]
+	if !ok {
+		ch = make(chan struct{})
+		c.wakes[queue] = ch
+	}
+	return ch
+}
+
+// wake wakes every idle in-process worker of queue.
+func (c *Client) wake(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.wakes[queue]; ok {
+		close(ch)
+		delete(c.wakes, queue)
+	}
+}
+
+// PushOptions tune one push.
+type PushOptions struct {
+	// Key sends jobs with one key to one partition (FIFO among them) and,
+	// when the queue has unique set, is the deduplication key.
+	Key string
+	// Delay makes the job claimable only after this long.
+	Delay time.Duration
+}
+
+// Push enqueues payload and wakes this process's idle workers of queue. A
+// push refused by the queue's unique setting returns the existing job with
+// an error wrapping backends.ErrDuplicate; an oversized payload returns
+// backends.ErrPayloadTooLarge.
+func (c *Client) Push(ctx context.Context, queue string, payload []byte, opts PushOptions) (backends.Job, error) {
+	j, err := c.q.Push(ctx, queue, backends.PushRequest{Payload: payload, Key: opts.Key, Delay: opts.Delay})
+	if err != nil {
+		return j, err
+	}
+	if opts.Delay <= 0 {
+		c.wake(queue)
+	}
+	return j, nil
+}
+
+// Config reads the applied config of queue (backends.ErrNotFound when it
+// is absent).
+func (c *Client) Config(ctx context.Context, queue string) (backends.QueueConfig, error) {
+	st, err := c.observe(ctx, queue)
+	if err != nil {
+		return backends.QueueConfig{}, err
+	}
+	return st.Config, nil
+}
+
+func (c *Client) observe(ctx context.Context, queue string) (*backends.QueueState, error) {
+	if c.adm == nil {
+		return nil, fmt.Errorf("queue %q: the backend cannot observe queues: %w", queue, backends.ErrUnsupported)
+	}
+	m, err := c.adm.ObserveQueues(ctx, []string{queue})
+	if err != nil {
+		return nil, err
+	}
+	st := m[queue]
+	if st == nil {
+		return nil, fmt.Errorf("queue %q: %w", queue, backends.ErrNotFound)
+	}
+	return st, nil
+}
+
+// Handler works one job. Returning nil acks the job; an error retries it
+// (the backend applies retry_backoff, and moves it to the dead set once its
+// attempts are used up). ctx is cancelled with cause ErrLeaseLost when the
+// job's lease is lost, and when Work's context ends.
+type Handler func(ctx context.Context, j backends.Job) error
+
+// Stats counts what a worker did. Fields are updated atomically while Work
+// runs.
+type Stats struct {
+	Claimed, Acked, Retried atomic.Int64
+	// Lost counts jobs whose lease was lost: not acked nor retried by this
+	// worker, since the job belongs to its next owner.
+	Lost atomic.Int64
+}
+
+// WorkerOptions tune Work.
+type WorkerOptions struct {
+	// Concurrency is how many handlers run at once; default 1.
+	Concurrency int
+	// Batch is the most jobs one claim takes; default 1, at most
+	// Concurrency. A claim never takes more jobs than there are free
+	// handler slots.
+	Batch int
+	// Drain makes Work return nil once the queue holds no job that is
+	// ready, delayed or in flight (dead jobs do not count).
+	Drain bool
+	// Owner prefixes the random owner token of each claim (a host name,
+	// say); it helps to read the store. Tokens are unique regardless.
+	Owner string
+	// Stop, when closed, stops claiming; Work returns nil once the running
+	// handlers have returned and their jobs were acked or retried. Their
+	// contexts are not cancelled.
+	Stop <-chan struct{}
+	// Logf, when not nil, receives what the worker cannot return: a lost
+	// lease, a failing claim, ack or retry.
+	Logf func(format string, args ...any)
+	// Stats, when not nil, is updated as jobs finish.
+	Stats *Stats
+}
+
+// Margin is how much of a visibility lease is not trusted: time for the
+// request, and for clocks that run at slightly different rates.
+func Margin(visibility time.Duration) time.Duration {
+	return min(visibility/10, 2*time.Second)
+}
+
+func newOwner(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	if prefix == "" {
+		return hex.EncodeToString(b[:])
+	}
+	return prefix + ":" + hex.EncodeToString(b[:])
+}
+
+// Lease is the visibility lease of the job a handler works.
+type Lease struct {
+	Job backends.Job
+	// ClaimedAt is when the claim was sent (monotonic): a child supervisor
+	// counts the lease from it.
+	ClaimedAt time.Time
+	// Visibility is the queue's visibility timeout, the length of the
+	// lease.
+	Visibility time.Duration
+
+	mu       sync.Mutex
+	deadline time.Time // monotonic: sentAt + visibility - margin
+	lost     bool
+	onRenew  []func(sentAt time.Time)
+}
+
+type leaseKey struct{}
+
+// LeaseOf returns the lease of the job whose handler got ctx, nil outside a
+// handler.
+func LeaseOf(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
+
+// OnRenew registers f to be called with the send time of each later
+// successful renewal (child.Process.Renewed fits).
+func (l *Lease) OnRenew(f func(sentAt time.Time)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onRenew = append(l.onRenew, f)
+}
+
+// Deadline is the monotonic instant until which the lease is trusted.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Lost reports whether the lease was lost.
+func (l *Lease) Lost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+func (l *Lease) renewed(sentAt time.Time) {
+	l.mu.Lock()
+	if d := sentAt.Add(l.Visibility - Margin(l.Visibility)); d.After(l.deadline) {
+		l.deadline = d
+	}
+	fs := append([]func(time.Time){}, l.onRenew...)
+	l.mu.Unlock()
+	for _, f := range fs {
+		f(sentAt)
+	}
+}
+
+func (l *Lease) markLost() {
+	l.mu.Lock()
+	l.lost = true
+	l.mu.Unlock()
+}
+
+// worker is one Work call.
+type worker struct {
+	c      *Client
+	queue  string
+	vis    time.Duration
+	opts   WorkerOptions
+	h      Handler
+	logf   func(string, ...any)
+	stats  *Stats
+	finish chan struct{} // a handler finished; buffered 1
+}
+
+// Work claims jobs of queue and runs h on each, Concurrency at a time,
+// until ctx ends (it returns ctx's error), opts.Stop is closed (nil), or,
+// with Drain, the queue holds no ready, delayed or in-flight job (nil). It
+// always waits for the running handlers before returning. It fails when the
+// queue is absent or the backend keeps failing in a way that will not pass
+// (the queue was deleted).
+func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h Handler) error {
+	if h == nil {
+		return errors.New("work: nil handler")
+	}
+	cfg, err := c.Config(ctx, queue)
+	if err != nil {
+		return fmt.Errorf("work queue %q: %w", queue, err)
+	}
+	if cfg.VisibilityTimeout <= 0 {
+		return fmt.Errorf("work queue %q: visibility timeout %v: must be positive", queue, cfg.VisibilityTimeout)
+	}
+	conc := max(opts.Concurrency, 1)
+	batch := min(max(opts.Batch, 1), conc)
+	w := &worker{c: c, queue: queue, vis: cfg.VisibilityTimeout, opts: opts, h: h, logf: opts.Logf, stats: opts.Stats, finish: make(chan struct{}, 1)}
+	if w.logf == nil {
+		w.logf = func(string, ...any) {}
+	}
+	if w.stats == nil {
+		w.stats = &Stats{}
+	}
+	stop := opts.Stop // nil blocks for ever
+
+	slots := make(chan struct{}, conc) // one token per running handler
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	errWait := time.Duration(0)
+	backendReady := false // the last idle wait ended because the backend saw a job
+	streak := 0           // empty claims in a row right after backendReady
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Take one free slot, then as many more as are free, up to batch.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err() // the deferred wg.Wait waits for the handlers
+		case <-stop:
+			return nil
+		}
+		n := 1
+	more:
+		for n < batch {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+
+		wake := c.wakeChan(queue) // before the claim: a push after it closes this channel
+		sentAt := time.Now()
+		jobs, err := c.q.Claim(ctx, queue, newOwner(opts.Owner), n)
+		for range n - len(jobs) {
+			<-slots
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, backends.ErrNotFound) {
+				return fmt.Errorf("work queue %q: %w", queue, err)
+			}
+			errWait = min(max(2*errWait, 100*time.Millisecond), errorWaitMax)
+			w.logf("queue %s: claim failed (retrying in %v): %v", queue, errWait, err)
+			sleep(ctx, stop, nil, errWait) // the loop head sees ctx and stop
+			continue
+		}
+		errWait = 0
+		w.stats.Claimed.Add(int64(len(jobs)))
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.run(ctx, j, sentAt)
+				<-slots
+				select {
+				case w.finish <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		if len(jobs) > 0 {
+			backendReady, streak = false, 0
+			continue
+		}
+
+		// Nothing claimable.
+		if opts.Drain && len(slots) == 0 {
+			st, err := c.observe(ctx, queue)
+			switch {
+			case err == nil && st.Ready+st.InFlight == 0:
+				return nil
+			case err != nil && ctx.Err() == nil:
+				w.logf("queue %s: observe failed: %v", queue, err)
+			}
+		}
+		if backendReady {
+			// The backend said a job may be claimable, yet none was (a job
+			// in a partition being moved, say): do not spin on it.
+			streak++
+			if !sleep(ctx, stop, wake, min(time.Duration(streak)*10*time.Millisecond, time.Second)) {
+				continue
+			}
+		} else {
+			streak = 0
+		}
+		maxWait := idleWait
+		if opts.Drain {
+			maxWait = drainWait
+		}
+		backendReady = w.idle(ctx, stop, wake, maxWait)
+	}
+}
+
+// sleep waits d, or until ctx ends, stop or wake is closed; it reports
+// whether d elapsed.
+func sleep(ctx context.Context, stop, wake <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-stop:
+	case <-wake:
+	}
+	return false
+}
+
+// idle blocks until an in-process push (wake), a backend wake-up, a local
+// handler finishing (while draining), stop, ctx's end, or maxWait. It
+// reports whether the backend ended the wait before maxWait.
+func (w *worker) idle(ctx context.Context, stop, wake <-chan struct{}, maxWait time.Duration) bool {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- w.c.q.WaitQueue(wctx, w.queue, maxWait) }()
+	var finish <-chan struct{}
+	if w.opts.Drain {
+		finish = w.finish
+	}
+	select {
+	case <-wake:
+	case <-finish:
+	case <-stop:
+	case <-ctx.Done():
+	case err := <-done:
+		if err != nil && ctx.Err() == nil {
+			w.logf("queue %s: wait failed: %v", w.queue, err)
+			sleep(ctx, stop, wake, time.Second)
+			return false
+		}
+		return err == nil && time.Since(start) < maxWait
+	}
+	cancel()
+	<-done
+	return false
+}
+
+// run works one claimed job: it runs the handler while renewing the lease,
+// then acks or retries the job unless the lease was lost.
+func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
+	l := &Lease{Job: j, ClaimedAt: sentAt, Visibility: w.vis, deadline: sentAt.Add(w.vis - Margin(w.vis))}
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
+	defer cancel(nil)
+
+	// Renewals go on after ctx ends, as long as the handler runs.
+	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
+	keepDone := make(chan struct{})
+	go func() {
+		defer close(keepDone)
+		if w.keep(kctx, l) {
+			cancel(ErrLeaseLost)
+		}
+	}()
+	err := w.h(hctx, j)
+	stopKeep()
+	<-keepDone
+
+	if l.Lost() {
+		w.stats.Lost.Add(1)
+		w.logf("queue %s: job %d: lease lost while working it; left to its next owner", w.queue, j.ID)
+		return
+	}
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer fcancel()
+	if err == nil {
+		ferr := w.c.q.Ack(fctx, j)
+		switch {
+		case ferr == nil:
+			w.stats.Acked.Add(1)
+		case errors.Is(ferr, backends.ErrLost):
+			w.stats.Lost.Add(1)
+			w.logf("queue %s: job %d done, but its lease was lost before the ack: %v", w.queue, j.ID, ferr)
+		default:
+			w.logf("queue %s: job %d done, but the ack failed (it will run again after its visibility timeout): %v", w.queue, j.ID, ferr)
+		}
+		return
+	}
+	reason := err.Error()
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	ferr := w.c.q.Retry(fctx, j, reason)
+	switch {
+	case ferr == nil:
+		w.stats.Retried.Add(1)
+		w.logf("queue %s: job %d attempt %d failed: %s", w.queue, j.ID, j.Attempt, reason)
+		w.c.wake(w.queue) // with no retry_backoff the job is ready at once
+	case errors.Is(ferr, backends.ErrLost):
+		w.stats.Lost.Add(1)
+		w.logf("queue %s: job %d failed (%s), and its lease was lost before the retry: %v", w.queue, j.ID, reason, ferr)
+	default:
+		w.logf("queue %s: job %d failed (%s); the retry failed too (it will run again after its visibility timeout): %v", w.queue, j.ID, reason, ferr)
+	}
+}
+
+// keep renews l about every visibility/3 until ctx ends. It reports true
+// when the lease was lost: an extend found another owner, or the deadline
+// passed without a successful renewal.
+func (w *worker) keep(ctx context.Context, l *Lease) bool {
+	every := max(w.vis/3, 10*time.Millisecond)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		sentAt := time.Now()
+		ectx, cancel := context.WithDeadline(ctx, l.Deadline())
+		_, err := w.c.q.ExtendJob(ectx, l.Job)
+		cancel()
+		switch {
+		case err == nil:
+			l.renewed(sentAt)
+			t.Reset(every)
+		case errors.Is(err, backends.ErrLost):
+			l.markLost()
+			return true
+		case ctx.Err() != nil:
+			return false
+		case !time.Now().Before(l.Deadline()):
+			l.markLost()
+			return true
+		default:
+			w.logf("queue %s: job %d: renewing the lease failed (retrying): %v", w.queue, l.Job.ID, err)
+			t.Reset(max(every/4, 10*time.Millisecond))
+		}
+	}
+}

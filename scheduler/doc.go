@@ -1,0 +1,39 @@
+// Package scheduler runs cron tasks: while this host's elector leads, it
+// claims due occurrences in the backends that hold cron tasks and runs each
+// one in its own goroutine under internal/child.
+//
+// Every claim is a compare-and-swap in the backend (next_exec moves from the
+// claimed time to the next one in the same transaction), so even two hosts
+// that both believe they lead never start one occurrence twice. The task
+// definition always comes from the applied spec stored with the task, never
+// from local files.
+//
+// The loop sleeps until the earliest next_exec (capped at one second, so
+// that a newly applied task or a lost leadership is noticed; Wake and a
+// leadership change wake it at once). Each pass reaps occurrences whose run
+// lease expired (marked lost), claims due retries (PendingRetries, filtered
+// by max_attempts, retry_backoff and on_host_loss), then the due tasks.
+//
+// Catch-up after downtime, with due times t1 = next_exec < t2 < ... <= now:
+//
+//   - all: each runs, in order, one claim each; when more than
+//     catch_up_limit are due, one skipped occurrence is recorded first that
+//     moves next_exec past the excess oldest ones. With overlap forbid a
+//     missed time waits for the previous run instead of being skipped.
+//   - once: one skipped occurrence for t1 moves next_exec to tk; tk runs.
+//   - none: as once, but tk is skipped too when it is more than one minute
+//     late (a host that was briefly busy still runs the current time).
+//
+// overlap forbid records an on-time occurrence as skipped while a run of the
+// task is live. A failed, timed-out or lost attempt with attempts left runs
+// again as attempt+1 after retry_backoff; with on_host_loss fail a lost
+// attempt is not retried. Manual runs (`coordd cron run`) are not retried.
+// A task with history_limit 0 loses its failed runs at once and so is never
+// retried.
+//
+// A run holds a run lease (run_lease, renewed every run_lease/3); the child
+// supervisor kills the command before a lease it failed to renew ends, and
+// the run is then recorded as lost. Stopping Run never stops a command:
+// Shutdown waits for them until its context ends, then stops them (TERM,
+// then KILL after kill_grace); such runs are recorded as lost.
+package scheduler

@@ -1,0 +1,85 @@
+package scheduler
+
+import (
+	"bytes"
+	"io"
+	"sync"
+)
+
+// maxOutput is the tail of a run's output kept as RunResult.Output.
+const maxOutput = 64 << 10
+
+// tail keeps the last maxOutput bytes written to it. Safe for concurrent use.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= maxOutput {
+		t.buf = append(t.buf[:0], p[len(p)-maxOutput:]...)
+		return len(p), nil
+	}
+	if over := len(t.buf) + len(p) - maxOutput; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return len(p), nil
+}
+
+func (t *tail) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return bytes.Clone(t.buf)
+}
+
+// prefixer writes whole lines to w, each prefixed, under a lock shared by
+// every run so that lines of concurrent runs never interleave mid-line.
+type prefixer struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix []byte
+	own    sync.Mutex
+	part   []byte
+}
+
+func (p *prefixer) Write(b []byte) (int, error) {
+	p.own.Lock()
+	defer p.own.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.part = append(p.part, b...)
+			if len(p.part) > maxOutput { // a very long line: flush it
+				p.flush()
+			}
+			break
+		}
+		p.part = append(p.part, b[:i]...)
+		b = b[i+1:]
+		p.flush()
+	}
+	return n, nil
+}
+
+// flush writes the pending partial line (caller holds own).
+func (p *prefixer) flush() {
+	line := make([]byte, 0, len(p.prefix)+len(p.part)+1)
+	line = append(append(append(line, p.prefix...), p.part...), '\n')
+	p.part = p.part[:0]
+	p.mu.Lock()
+	_, _ = p.w.Write(line)
+	p.mu.Unlock()
+}
+
+// Close flushes a last line without a newline.
+func (p *prefixer) Close() {
+	p.own.Lock()
+	defer p.own.Unlock()
+	if len(p.part) > 0 {
+		p.flush()
+	}
+}

@@ -1,0 +1,244 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/semaphore"
+)
+
+const (
+	exitNotAcquired  = child.ExitNotAcquired
+	exitCoorddFailed = child.ExitCoorddFailed
+	// statusNotRecorded marks a result that could not be recorded.
+	statusNotRecorded = "not-recorded"
+)
+
+// runLease keeps one occurrence's run lease alive.
+type runLease struct {
+	cb    *cronBackend
+	occ   backends.Occurrence
+	lease time.Duration
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last successful claim/extend (monotonic)
+	proc     *child.Process
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+func (l *runLease) margin() time.Duration { return semaphore.Margin(l.lease) }
+
+// trusted reports whether the lease is still inside its trust window.
+func (l *runLease) trusted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().Before(l.lastSent.Add(l.lease - l.margin()))
+}
+
+func (l *runLease) setProc(p *child.Process) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.proc = p
+	return l.lastSent
+}
+
+// keep extends the lease every lease/3 until ctx ends or the lease is lost.
+func (l *runLease) keep(ctx context.Context) {
+	every := l.lease / 3
+	retry := max(l.lease/10, 50*time.Millisecond)
+	wait := every
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ectx, cancel := context.WithTimeout(ctx, every)
+		_, err := l.cb.ExtendOccurrence(ectx, l.occ, l.lease)
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.lastSent = sent
+			p := l.proc
+			l.mu.Unlock()
+			if p != nil {
+				p.Renewed(sent)
+			}
+			wait = every
+		case errors.Is(err, backends.ErrLost):
+			l.lostOnce.Do(func() { close(l.lost) })
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			wait = retry // the child's own deadline stops it if this goes on
+		}
+	}
+}
+
+// execute runs a claimed occurrence to the end and records the result. It
+// returns the result and the exit code for `cron run`.
+func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, stdout, stderr io.Writer) (backends.RunResult, int) {
+	def := t.def
+	log := s.log.With("task", t.name, "scheduled_at", occ.ScheduledAt.UTC().Format(time.RFC3339Nano), "attempt", occ.Attempt, "run_id", occ.RunID)
+	rl := &runLease{cb: cb, occ: occ, lease: def.RunLease, lastSent: sent, lost: make(chan struct{})}
+	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeep()
+	go rl.keep(kctx)
+
+	finish := func(res backends.RunResult, code int) (backends.RunResult, int) {
+		stopKeep()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+		if err := cb.FinishOccurrence(fctx, occ, res); err != nil {
+			log.Warn("recording the result failed", "status", res.Status, "error", err)
+			if !errors.Is(err, backends.ErrLost) {
+				res.Status, res.Error = statusNotRecorded, err.Error()
+			}
+		}
+		log.Info("finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
+		return res, code
+	}
+
+	// The semaphore slot is taken before the command starts, while the run
+	// lease is renewed.
+	var slot *semaphore.Lease
+	if def.Semaphore != "" {
+		if s.cfg.Semaphore == nil {
+			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: "no semaphore resolver"}, exitCoorddFailed)
+		}
+		cl, cfg, err := s.cfg.Semaphore(def.Semaphore)
+		if err != nil {
+			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, exitCoorddFailed)
+		}
+		actx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-rl.lost:
+				cancel()
+			case <-actx.Done():
+			}
+		}()
+		slot, err = cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
+		cancel()
+		if err != nil {
+			select {
+			case <-rl.lost:
+				return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost while waiting for the semaphore"}, child.ExitLeaseLost)
+			default:
+			}
+			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q not acquired: %v", def.Semaphore, err)}, exitNotAcquired)
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+			defer cancel()
+			_ = slot.Release(rctx)
+		}()
+		sctx, stopSlot := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopSlot()
+		go slot.KeepAlive(sctx, nil)
+	}
+	if !rl.trusted() {
+		return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost before the start"}, child.ExitLeaseLost)
+	}
+
+	out := &tail{}
+	spec := child.Spec{
+		Dir:    def.Workdir,
+		Env:    env(t, occ),
+		Stdout: io.MultiWriter(stdout, out),
+		Stderr: io.MultiWriter(stderr, out),
+		Lease:  def.RunLease, Margin: rl.margin(), Grace: min(def.RunLease/3, 10*time.Second),
+		Timeout: def.Timeout, KillGrace: max(def.KillGrace, time.Millisecond),
+	}
+	if len(def.Command.Argv) > 0 {
+		spec.Argv = def.Command.Argv
+	} else {
+		spec.Shell = def.Command.Shell
+	}
+	// AcquiredAt is the send time of the last renewal; renewals from now on
+	// reach the child.
+	rl.mu.Lock()
+	spec.AcquiredAt = rl.lastSent
+	log.Info("starting")
+	p, err := child.Start(ctx, spec)
+	if err == nil {
+		rl.proc = p
+		// A renewal between reading lastSent and setting proc.
+		p.Renewed(rl.lastSent)
+	}
+	rl.mu.Unlock()
+	if err != nil {
+		code := child.ExitCode(child.Result{StartErr: err})
+		return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: code, Error: err.Error()}, code)
+	}
+
+	lost := false
+	var slotLost <-chan struct{}
+	if slot != nil {
+		slotLost = slot.Lost()
+	}
+	runLost := rl.lost
+	grace := spec.Grace
+	for done := false; !done; {
+		stop := func(why string) {
+			if lost {
+				return
+			}
+			lost = true
+			log.Warn("stopping the command", "reason", why)
+			_ = p.Signal(syscall.SIGTERM)
+			go func() {
+				select {
+				case <-p.Done():
+				case <-time.After(grace):
+					_ = p.Signal(syscall.SIGKILL)
+				}
+			}()
+		}
+		select {
+		case <-runLost:
+			runLost = nil
+			stop("run lease lost")
+		case <-slotLost:
+			slotLost = nil
+			stop("semaphore slot lost")
+		case <-p.Done():
+			done = true
+		}
+	}
+	res := p.Wait()
+	rr := backends.RunResult{ExitCode: child.ExitCode(res), Output: out.Bytes()}
+	code := rr.ExitCode
+	switch {
+	case lost || res.LeaseLost:
+		rr.Status, rr.Error, code = backends.RunLost, "lease lost: the command was stopped", child.ExitLeaseLost
+		rr.ExitCode = code
+	case res.TimedOut:
+		rr.Status, rr.Error = backends.RunTimedOut, fmt.Sprintf("timed out after %s", def.Timeout)
+	case res.Canceled:
+		rr.Status, rr.Error = backends.RunLost, "stopped: coordd shut down or was interrupted"
+	case rr.ExitCode == 0:
+		rr.Status = backends.RunSucceeded
+	default:
+		rr.Status = backends.RunFailed
+		if res.Signaled {
+			rr.Error = fmt.Sprintf("killed by signal %v", res.Signal)
+		} else {
+			rr.Error = fmt.Sprintf("exit status %d", rr.ExitCode)
+		}
+	}
+	return finish(rr, code)
+}

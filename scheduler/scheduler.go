@@ -1,0 +1,537 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/leadership"
+	"github.com/coordd/coordd/semaphore"
+	"github.com/coordd/coordd/spec"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Host string
+	// Elector: occurrences are claimed only while it leads.
+	Elector *leadership.Elector
+	// Backends returns the backends that may hold cron tasks; it is called
+	// on every pass, so it may change on reload.
+	Backends func() map[string]backends.Backend
+	// Semaphore resolves a task's semaphore to a client and its applied
+	// config. Nil: tasks with a semaphore fail to start.
+	Semaphore func(name string) (*semaphore.Client, backends.SemaphoreConfig, error)
+	Log       hclog.Logger
+	// Stdout receives the children's output lines, prefixed with
+	// "[task run_id] "; default os.Stderr.
+	Stdout io.Writer
+}
+
+// Tunables of the loop.
+const (
+	// maxSleep caps the loop's sleep so that a newly applied task or a lost
+	// leadership is noticed.
+	maxSleep = time.Second
+	// batch bounds the rows read per pass.
+	batch = 100
+	// noneLate: with catch_up none, the latest due time is skipped too when
+	// it is more than this late.
+	noneLate = time.Minute
+	// maxEnumerate bounds how many missed times are counted after a long
+	// downtime; beyond it the oldest are skipped as a block.
+	maxEnumerate = 100000
+	// defaultRunLease applies to definitions applied before run_lease
+	// existed.
+	defaultRunLease = 30 * time.Second
+	// finishTimeout bounds the recording of a result.
+	finishTimeout = 10 * time.Second
+)
+
+// Scheduler claims due cron occurrences while its elector leads and runs
+// them.
+type Scheduler struct {
+	cfg   Config
+	log   hclog.Logger
+	wake  chan struct{}
+	outMu sync.Mutex
+
+	// runCtx is the parent of every running occurrence. It is not derived
+	// from Run's context: stopping the loop never stops a child, only
+	// Shutdown's deadline does.
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+	runs       sync.WaitGroup
+
+	mu      sync.Mutex
+	closing bool
+}
+
+// New returns a scheduler; Run starts its loop.
+func New(cfg Config) *Scheduler {
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stderr
+	}
+	if cfg.Backends == nil {
+		cfg.Backends = func() map[string]backends.Backend { return nil }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel}
+}
+
+// Wake makes the loop re-read the backends at once (the spec changed, a run
+// finished).
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Scheduler) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// leading reports whether claims are allowed now.
+func (s *Scheduler) leading() bool {
+	if s.isClosing() || s.cfg.Elector == nil {
+		return false
+	}
+	_, ok := s.cfg.Elector.Leading()
+	return ok
+}
+
+// Run claims and starts due occurrences while the elector leads, until ctx
+// ends or Shutdown is called. Running occurrences are not stopped when it
+// returns: call Shutdown.
+func (s *Scheduler) Run(ctx context.Context) error {
+	var leadCh <-chan bool
+	if s.cfg.Elector != nil {
+		leadCh = s.cfg.Elector.Subscribe()
+	}
+	for {
+		if s.isClosing() || ctx.Err() != nil {
+			return nil
+		}
+		sleep := maxSleep
+		if s.leading() {
+			names := s.sortedBackends()
+			for _, bn := range names {
+				if d := s.pass(ctx, s.cfg.Backends()[bn]); d < sleep {
+					sleep = d
+				}
+			}
+		}
+		sleep = max(sleep, 5*time.Millisecond)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-s.wake:
+		case <-leadCh:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (s *Scheduler) sortedBackends() []string {
+	m := s.cfg.Backends()
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// cronBackend is the two cron views of one backend.
+type cronBackend struct {
+	backends.Backend
+	backends.Crons
+	backends.CronAdmin
+}
+
+func asCron(b backends.Backend) (*cronBackend, error) {
+	c, ok := b.(backends.Crons)
+	a, ok2 := b.(backends.CronAdmin)
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("backend %q (%s) cannot hold cron tasks: %w", b.Name(), b.Type(), backends.ErrUnsupported)
+	}
+	return &cronBackend{Backend: b, Crons: c, CronAdmin: a}, nil
+}
+
+// task is a parsed applied definition.
+type task struct {
+	name  string
+	def   spec.CronTask
+	sched spec.Schedule
+}
+
+func parseTask(name string, raw json.RawMessage) (*task, error) {
+	t := &task{name: name}
+	if err := json.Unmarshal(raw, &t.def); err != nil {
+		return nil, fmt.Errorf("cron %q: applied definition: %w", name, err)
+	}
+	t.def.Name = name
+	if t.def.RunLease <= 0 {
+		t.def.RunLease = defaultRunLease
+	}
+	if t.def.MaxAttempts < 1 {
+		t.def.MaxAttempts = 1
+	}
+	sched, err := spec.ParseSchedule(t.def.Schedule, t.def.Timezone)
+	if err != nil {
+		return nil, fmt.Errorf("cron %q: applied schedule: %w", name, err)
+	}
+	t.sched = sched
+	return t, nil
+}
+
+// pass does one round on b: reap, retries, due tasks. It returns how long
+// the loop may sleep as far as b is concerned.
+func (s *Scheduler) pass(ctx context.Context, b backends.Backend) time.Duration {
+	cb, err := asCron(b)
+	if err != nil {
+		return maxSleep
+	}
+	sleep := maxSleep
+	s.reap(ctx, cb)
+	if d := s.retries(ctx, cb); d < sleep {
+		sleep = d
+	}
+	due, nextAt, err := cb.DueTasks(ctx, batch)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reading due cron tasks failed", "backend", b.Name(), "error", err)
+		}
+		return sleep
+	}
+	now, err := cb.Now(ctx)
+	if err != nil {
+		return sleep
+	}
+	for _, d := range due {
+		if !s.leading() {
+			return sleep
+		}
+		s.due(ctx, cb, d, now)
+	}
+	if len(due) == batch {
+		return 0
+	}
+	if !nextAt.IsZero() {
+		sleep = min(sleep, nextAt.Sub(now))
+	}
+	return sleep
+}
+
+// reap marks occurrences whose run lease expired as lost; on_host_loss is
+// then applied by retries.
+func (s *Scheduler) reap(ctx context.Context, cb *cronBackend) {
+	exp, err := cb.ExpiredOccurrences(ctx, batch)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reading expired occurrences failed", "backend", cb.Name(), "error", err)
+		}
+		return
+	}
+	for _, o := range exp {
+		if err := cb.ReapOccurrence(ctx, o); err != nil {
+			if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
+				s.log.Warn("reaping failed", "task", o.Task, "error", err)
+			}
+			continue
+		}
+		s.log.Warn("occurrence lost: its host stopped renewing the run lease", "task", o.Task,
+			"scheduled_at", o.ScheduledAt, "attempt", o.Attempt, "host", o.Host, "run_id", o.RunID)
+	}
+}
+
+// retries claims the next attempt of failed runs whose backoff elapsed. It
+// returns how long until the next pending retry is due.
+func (s *Scheduler) retries(ctx context.Context, cb *cronBackend) time.Duration {
+	sleep := maxSleep
+	pend, err := cb.PendingRetries(ctx, batch)
+	if err != nil || len(pend) == 0 {
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("reading pending retries failed", "backend", cb.Name(), "error", err)
+		}
+		return sleep
+	}
+	var names []string
+	for _, r := range pend {
+		names = append(names, r.Task)
+	}
+	states, err := cb.ObserveCrons(ctx, names)
+	if err != nil {
+		return sleep
+	}
+	now, err := cb.Now(ctx)
+	if err != nil {
+		return sleep
+	}
+	for _, r := range pend {
+		st := states[r.Task]
+		if st == nil || r.Manual {
+			continue // deleted task; manual runs are retried by whoever ran them
+		}
+		t, err := parseTask(r.Task, st.Def)
+		if err != nil || r.Attempt >= t.def.MaxAttempts {
+			continue
+		}
+		if r.Status == backends.RunLost && t.def.OnHostLoss == spec.HostLossFail {
+			continue
+		}
+		if at := r.FinishedAt.Add(t.def.RetryBackoff); at.After(now) {
+			sleep = min(sleep, at.Sub(now))
+			continue
+		}
+		if t.def.Overlap != spec.OverlapAllow {
+			if running, err := cb.Running(ctx, r.Task); err != nil || len(running) > 0 {
+				continue // wait for the running one
+			}
+		}
+		if !s.leading() {
+			return sleep
+		}
+		s.claimAndStart(ctx, cb, t, backends.ClaimRequest{
+			Task: r.Task, ScheduledAt: r.ScheduledAt, Attempt: r.Attempt + 1, Lease: t.def.RunLease,
+		})
+	}
+	return sleep
+}
+
+// due handles one due task: catch-up, overlap, claim.
+func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask, now time.Time) {
+	t, err := parseTask(d.Name, d.Def)
+	if err != nil {
+		s.log.Error("cannot schedule task", "task", d.Name, "error", err)
+		return
+	}
+	// The due times t1 = next_exec < t2 < ... <= now.
+	times := []time.Time{d.NextExec}
+	for len(times) < maxEnumerate {
+		n := t.sched.Next(times[len(times)-1])
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		times = append(times, n)
+	}
+	next := func(i int) time.Time { // next_exec after claiming times[i]
+		if i+1 < len(times) {
+			return times[i+1]
+		}
+		return t.sched.Next(times[i])
+	}
+	skip := func(i, j int, reason string) bool { // one skip record for times[i], next_exec -> times[j] (or after the last)
+		nx := next(j - 1)
+		_, err := cb.ClaimOccurrence(ctx, backends.ClaimRequest{
+			Task: t.name, ScheduledAt: times[i], Next: nx, Attempt: 1,
+			Owner: newOwner(), Host: s.cfg.Host, Skip: reason,
+		})
+		if err != nil {
+			if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
+				s.log.Warn("recording a skipped occurrence failed", "task", t.name, "error", err)
+			}
+			return false
+		}
+		s.log.Info("skipped", "task", t.name, "scheduled_at", times[i], "reason", reason)
+		return true
+	}
+	k := len(times)
+	first := 0
+	switch t.def.CatchUp {
+	case spec.CatchUpAll:
+		if limit := max(t.def.CatchUpLimit, 1); k > limit {
+			if !skip(0, k-limit, fmt.Sprintf("catch_up_limit: skipped %d", k-limit)) {
+				return
+			}
+			first = k - limit
+		}
+	case spec.CatchUpNone:
+		if k > 1 {
+			if !skip(0, k-1, fmt.Sprintf("catch_up none: skipped %d missed", k-1)) {
+				return
+			}
+			first = k - 1
+		}
+		if now.Sub(times[k-1]) > noneLate {
+			skip(k-1, k, fmt.Sprintf("catch_up none: more than %s late", noneLate))
+			return
+		}
+	default: // once
+		if k > 1 {
+			if !skip(0, k-1, fmt.Sprintf("catch_up once: skipped %d missed", k-1)) {
+				return
+			}
+			first = k - 1
+		}
+	}
+	for i := first; i < k; i++ {
+		if !s.leading() {
+			return
+		}
+		if t.def.Overlap != spec.OverlapAllow {
+			running, err := cb.Running(ctx, t.name)
+			if err != nil {
+				return
+			}
+			if len(running) > 0 {
+				if i < k-1 {
+					// A missed time of catch_up all waits for the running
+					// one instead of being skipped; the next pass retries.
+					return
+				}
+				skip(i, i+1, "overlap: previous run still running")
+				return
+			}
+		}
+		ok := s.claimAndStart(ctx, cb, t, backends.ClaimRequest{
+			Task: t.name, ScheduledAt: times[i], Next: next(i), Attempt: 1, Lease: t.def.RunLease,
+		})
+		if !ok || t.def.Overlap != spec.OverlapAllow {
+			return // with forbid, the next one waits for this one
+		}
+	}
+}
+
+// claimAndStart claims req and starts the occurrence in its own goroutine.
+func (s *Scheduler) claimAndStart(ctx context.Context, cb *cronBackend, t *task, req backends.ClaimRequest) bool {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false
+	}
+	s.runs.Add(1) // under mu, so that Shutdown's Wait never races an Add
+	s.mu.Unlock()
+	req.Owner, req.Host = newOwner(), s.cfg.Host
+	sent := time.Now()
+	occ, err := cb.ClaimOccurrence(ctx, req)
+	if err != nil {
+		s.runs.Done()
+		if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
+			s.log.Warn("claim failed", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt, "error", err)
+		}
+		return false
+	}
+	go func() {
+		defer s.runs.Done()
+		defer s.Wake()
+		pw := &prefixer{mu: &s.outMu, w: s.cfg.Stdout, prefix: []byte("[" + t.name + " " + occ.RunID + "] ")}
+		s.execute(s.runCtx, cb, t, occ, sent, pw, pw)
+		pw.Close()
+	}()
+	return true
+}
+
+// Shutdown stops claiming and waits for running occurrences until ctx
+// ends; then it stops them (TERM, then KILL after kill_grace) and waits for
+// them to be recorded.
+func (s *Scheduler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.Wake()
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.cancelRuns()
+		return nil
+	case <-ctx.Done():
+	}
+	s.log.Warn("shutdown grace over: stopping running commands")
+	s.cancelRuns()
+	<-done
+	return fmt.Errorf("running commands stopped at shutdown: %w", ctx.Err())
+}
+
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RunManual runs task now in the caller (`coordd cron run`): the run is
+// recorded as manual; overlap and the semaphore apply. It returns the exit
+// code: the child's, 75 when overlap forbids it (recorded as skipped),
+// 122 when the run lease was lost, 126/127 when the command cannot start.
+func (s *Scheduler) RunManual(ctx context.Context, b backends.Backend, name string, stdout, stderr io.Writer) (int, error) {
+	cb, err := asCron(b)
+	if err != nil {
+		return exitCoorddFailed, err
+	}
+	states, err := cb.ObserveCrons(ctx, []string{name})
+	if err != nil {
+		return exitCoorddFailed, err
+	}
+	st := states[name]
+	if st == nil {
+		return exitCoorddFailed, fmt.Errorf("cron task %q is not applied on backend %q; run coordd apply: %w", name, b.Name(), backends.ErrNotFound)
+	}
+	t, err := parseTask(name, st.Def)
+	if err != nil {
+		return exitCoorddFailed, err
+	}
+	req := backends.ClaimRequest{Task: name, Attempt: 1, Owner: newOwner(), Host: s.cfg.Host, Lease: t.def.RunLease, Manual: true}
+	if t.def.Overlap != spec.OverlapAllow {
+		running, err := cb.Running(ctx, name)
+		if err != nil {
+			return exitCoorddFailed, err
+		}
+		if len(running) > 0 {
+			req.Skip = "overlap: previous run still running"
+			if _, err := cb.ClaimOccurrence(ctx, req); err != nil {
+				return exitCoorddFailed, err
+			}
+			return exitNotAcquired, nil
+		}
+	}
+	sent := time.Now()
+	occ, err := cb.ClaimOccurrence(ctx, req)
+	if err != nil {
+		return exitCoorddFailed, err
+	}
+	res, code := s.execute(ctx, cb, t, occ, sent, stdout, stderr)
+	if res.Status == statusNotRecorded {
+		return exitCoorddFailed, errors.New(res.Error)
+	}
+	return code, nil
+}
+
+// env is the child's environment for occ.
+func env(t *task, occ backends.Occurrence) []string {
+	keys := make([]string, 0, len(t.def.Env))
+	for k := range t.def.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys)+5)
+	for _, k := range keys {
+		out = append(out, k+"="+t.def.Env[k])
+	}
+	return append(out,
+		"COORDD_TASK="+t.name,
+		"COORDD_SCHEDULED_AT="+occ.ScheduledAt.UTC().Format(time.RFC3339Nano),
+		"COORDD_ATTEMPT="+strconv.Itoa(occ.Attempt),
+		"COORDD_RUN_ID="+occ.RunID,
+		"COORDD_FENCING_TOKEN="+strconv.FormatInt(occ.Fencing, 10),
+	)
+}
