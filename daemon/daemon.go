@@ -35,8 +35,8 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/reconcile"
-	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/scheduler"
+	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
 )
 
