@@ -52,8 +52,8 @@ bench: ## Run the reconcile benchmarks once each
 fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)
 
-quickstart: build ## Build, then apply examples/quickstart (state in COORDD_DATA_DIR, default ./.coordd-data)
-	COORDD_DATA_DIR='$(COORDD_DATA_DIR)' ./$(BIN) apply -f examples/quickstart --auto-approve
+quickstart: build ## Build, then run the daemon on examples/quickstart (state in COORDD_DATA_DIR, default ./.coordd-data); Ctrl-C stops it
+	COORDD_DATA_DIR='$(COORDD_DATA_DIR)' ./$(BIN) run -f examples/quickstart
 
 clean: ## Remove bin/ and the quickstart data dir ./.coordd-data
 	rm -rf bin/ ./.coordd-data
