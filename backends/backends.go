@@ -220,6 +220,8 @@ type SemaphoreState struct {
 	Holders []Holder `json:"holders"`
 	// Expired counts held slots whose lease expired; they are free to take.
 	Expired int `json:"expired"`
+	// Waiters counts live waiter records (backends with Waiters).
+	Waiters int `json:"waiters"`
 }
 
 // WantSlots is the number of slots a consistent semaphore has.

@@ -59,7 +59,13 @@ func testWaitMax(t *testing.T, h Harness) {
 	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a")
 	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a again (renew)")
 	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b beyond max_waiting 1")
+	if n := s.observe("build").Waiters; n != 1 {
+		t.Errorf("observed %d waiters, want 1", n)
+	}
 	ok(t, w.LeaveWait(ctx, "build", a), "leave a")
+	if n := s.observe("build").Waiters; n != 0 {
+		t.Errorf("observed %d waiters after leave, want 0", n)
+	}
 	ok(t, w.LeaveWait(ctx, "build", a), "leave a twice")
 	ok(t, w.EnterWait(ctx, "build", b, time.Minute), "enter b after a left")
 	wantErr(t, w.EnterWait(ctx, "build", a, time.Minute), backends.ErrTooManyWaiters, "enter a while b waits")

@@ -94,6 +94,10 @@ FROM semaphore_slots WHERE name = ? AND ` + liveSQL + ` ORDER BY slot`
 	qSemObserveConfigs = `SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns
 FROM semaphores WHERE name IN (SELECT value FROM json_each(?))`
 
+	// qSemObserveWaiters counts the live waiters of many semaphores.
+	qSemObserveWaiters = `SELECT name, count(*) FROM semaphore_waiters
+WHERE name IN (SELECT value FROM json_each(?)) AND expires_at > ` + nowSQL + ` GROUP BY name`
+
 	// qSemObserveSlots reads every slot of many semaphores, each with whether
 	// it is live, against one instant.
 	qSemObserveSlots = `SELECT name, slot, owner, host, pid, fencing, acquired_at, expires_at, ` + liveSQL + `
@@ -383,7 +387,25 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 				st.Expired++
 			}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		wrows, err := c.query(ctx, qSemObserveWaiters, arg)
+		if err != nil {
+			return err
+		}
+		defer wrows.Close()
+		for wrows.Next() {
+			var name string
+			var n int
+			if err := wrows.Scan(&name, &n); err != nil {
+				return err
+			}
+			if st := out[name]; st != nil {
+				st.Waiters = n
+			}
+		}
+		return wrows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("observe semaphores: %w", err)

@@ -267,6 +267,7 @@ type semStatusJSON struct {
 	Lease   string            `json:"lease"`
 	Slots   int               `json:"slots"`
 	Holders []backends.Holder `json:"holders"`
+	Waiters int               `json:"waiters"`
 	Applied bool              `json:"applied"`
 }
 
@@ -329,6 +330,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		if st := states[n]; st != nil {
 			row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
 			row.Holders = append(row.Holders, st.Holders...)
+			row.Waiters = st.Waiters
 		}
 		out = append(out, row)
 	}
@@ -344,7 +346,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			fmt.Fprintf(tw, "semaphore.%s\tnot applied (run coordd apply)\n", r.Name)
 			continue
 		}
-		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tlimit %d\tlease %s\tholders %d\n", r.Name, r.Backend, r.Limit, r.Lease, len(r.Holders))
+		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, r.Limit, r.Lease, len(r.Holders), r.Waiters)
 		for _, h := range r.Holders {
 			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\texpires %s\tfencing %d\n",
 				h.Slot, h.Host, h.PID, h.AcquiredAt.UTC().Format(time.RFC3339), h.ExpiresAt.UTC().Format(time.RFC3339), h.Fencing)
