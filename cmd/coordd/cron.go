@@ -43,23 +43,11 @@ Exit status of cron run:
   126  command not executable; 127 command not found
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(env.stderr, c.usage)
-			if len(args) == 0 {
-				return 1
-			}
-			return 0
-		}
-		switch args[0] {
-		case "run":
-			return cronRun(ctx, c, env, args[1:])
-		case "list":
-			return cronList(ctx, c, env, args[1:])
-		case "history":
-			return cronHistory(ctx, c, env, args[1:])
-		}
-		fmt.Fprintf(env.stderr, "coordd cron: unknown subcommand %q\n\n%s", args[0], c.usage)
-		return 1
+		return dispatch(ctx, c, env, args, map[string]runFunc{
+			"run":     cronRun,
+			"list":    cronList,
+			"history": cronHistory,
+		})
 	},
 }
 

@@ -17,12 +17,33 @@ import (
 	"syscall"
 )
 
+// runFunc runs a command (or one of its subcommands) and returns the exit
+// code.
+type runFunc func(ctx context.Context, c *command, env *cliEnv, args []string) int
+
 // command is one subcommand.
 type command struct {
 	name    string
 	summary string
 	usage   string
-	run     func(ctx context.Context, c *command, env *cliEnv, args []string) int
+	run     runFunc
+}
+
+// dispatch runs the subcommand named by args[0] (sem run, queue push, …).
+func dispatch(ctx context.Context, c *command, env *cliEnv, args []string, subs map[string]runFunc) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(env.stderr, c.usage)
+		if len(args) == 0 {
+			return 1
+		}
+		return 0
+	}
+	sub, ok := subs[args[0]]
+	if !ok {
+		fmt.Fprintf(env.stderr, "coordd %s: unknown subcommand %q\n\n%s", c.name, args[0], c.usage)
+		return 1
+	}
+	return sub(ctx, c, env, args[1:])
 }
 
 // cliEnv is what a subcommand may touch; tests replace its fields.

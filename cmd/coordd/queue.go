@@ -56,25 +56,12 @@ ready again (attempts reset), or with --purge deletes them, printing how many.
 Exit status: 0 ok, 1 error.
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(env.stderr, c.usage)
-			if len(args) == 0 {
-				return 1
-			}
-			return 0
-		}
-		switch args[0] {
-		case "push":
-			return queuePush(ctx, c, env, args[1:])
-		case "work":
-			return queueWork(ctx, c, env, args[1:])
-		case "stats":
-			return queueStats(ctx, c, env, args[1:])
-		case "dead":
-			return queueDead(ctx, c, env, args[1:])
-		}
-		fmt.Fprintf(env.stderr, "coordd queue: unknown subcommand %q\n\n%s", args[0], c.usage)
-		return 1
+		return dispatch(ctx, c, env, args, map[string]runFunc{
+			"push":  queuePush,
+			"work":  queueWork,
+			"stats": queueStats,
+			"dead":  queueDead,
+		})
 	},
 }
 

@@ -44,21 +44,10 @@ Exit status of sem run:
   126  command not executable; 127 command not found
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(env.stderr, c.usage)
-			if len(args) == 0 {
-				return 1
-			}
-			return 0
-		}
-		switch args[0] {
-		case "run":
-			return semRun(ctx, c, env, args[1:])
-		case "status":
-			return semStatus(ctx, c, env, args[1:])
-		}
-		fmt.Fprintf(env.stderr, "coordd sem: unknown subcommand %q\n\n%s", args[0], c.usage)
-		return 1
+		return dispatch(ctx, c, env, args, map[string]runFunc{
+			"run":    semRun,
+			"status": semStatus,
+		})
 	},
 }
 
