@@ -46,8 +46,8 @@ lint: ## gofmt check, go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipping (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-bench: ## Run the reconcile benchmarks once each
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./reconcile/
+bench: ## Run every benchmark once (figures in docs/benchmarks.md; ~4 min)
+	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x ./reconcile/ ./semaphore/ ./queue/ ./scheduler/ ./bench/
 
 fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)

@@ -162,6 +162,8 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		Stderr: io.MultiWriter(stderr, out),
 		Lease:  def.RunLease, Margin: rl.margin(), Grace: min(def.RunLease/3, 10*time.Second),
 		Timeout: def.Timeout, KillGrace: max(def.KillGrace, time.Millisecond),
+		// Set by coordd's main; empty (no shim) in other programs.
+		Shim: child.DefaultShim,
 	}
 	if len(def.Command.Argv) > 0 {
 		spec.Argv = def.Command.Argv

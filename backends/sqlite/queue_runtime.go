@@ -66,7 +66,7 @@ WHERE queue = ?1 AND state = 'running' AND expires_at <= ` + nowSQL
 	// that have a job claimable now, the one least recently claimed (ties:
 	// the lowest number), so that no partition starves.
 	qJobPickPartition = `SELECT p.partition FROM queue_partitions p
-WHERE p.queue = ?1 AND EXISTS (SELECT 1 FROM queue_jobs j
+WHERE p.queue = ?1 AND EXISTS (SELECT 1 FROM queue_jobs j INDEXED BY queue_jobs_claim
   WHERE j.queue = p.queue AND j.partition = p.partition AND j.state = 'ready' AND j.available_at <= ` + nowSQL + `)
 ORDER BY p.claimed_at, p.partition LIMIT 1`
 
@@ -78,7 +78,7 @@ ORDER BY p.claimed_at, p.partition LIMIT 1`
 	// attempt. RETURNING does not promise an order: the caller sorts by id.
 	qJobClaim = `UPDATE queue_jobs
 SET state = 'running', owner = ?3, attempt = attempt + 1, expires_at = ` + nowSQL + ` + ?4
-WHERE id IN (SELECT id FROM queue_jobs
+WHERE id IN (SELECT id FROM queue_jobs INDEXED BY queue_jobs_claim
   WHERE queue = ?1 AND partition = ?2 AND state = 'ready' AND available_at <= ` + nowSQL + `
   ORDER BY id LIMIT ?5)
 RETURNING ` + jobColumns

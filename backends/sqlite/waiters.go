@@ -45,11 +45,14 @@ FROM semaphores s WHERE s.name = ?`
 )
 
 // Poll backoff of WaitSemaphore: SQLite cannot push a wake-up to another
-// process, so a waiter polls with a cheap read, doubling the interval from
-// waitPollMin up to waitPollMax.
+// process, so a waiter polls with a cheap read (a few microseconds on a
+// local file), doubling the interval from waitPollMin up to waitPollMax.
+// The cap bounds the cross-process wake-up latency (target: p99 within
+// 50 ms, see docs/benchmarks.md) at the cost of at most 50 reads a second
+// per process that is actively waiting for a slot.
 const (
-	waitPollMin = 5 * time.Millisecond
-	waitPollMax = 100 * time.Millisecond
+	waitPollMin = 2 * time.Millisecond
+	waitPollMax = 20 * time.Millisecond
 )
 
 // EnterWait registers owner as a waiter of semaphore name, leased for lease

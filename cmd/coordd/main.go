@@ -14,7 +14,10 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
+
+	"github.com/coordd/coordd/internal/child"
 )
 
 // runFunc runs a command (or one of its subcommands) and returns the exit
@@ -57,12 +60,25 @@ type cliEnv struct {
 var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, cronCmd, queueCmd, versionCmd}
 
 func main() {
+	// Started as a child shim (see internal/child): run it and exit.
+	child.MaybeRunShim()
+	child.DefaultShim = selfExe()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal()}
 	code := run(ctx, env, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
+
+// selfExe is this executable, which runs the child shim (main calls
+// child.MaybeRunShim first); "" (no shim) when it cannot be found.
+var selfExe = sync.OnceValue(func() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe
+})
 
 func run(ctx context.Context, env *cliEnv, args []string) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {

@@ -293,6 +293,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			},
 			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.ClaimedAt,
 			Timeout: t.applied.Timeout, KillGrace: grace,
+			Shim: selfExe(),
 		})
 		if err != nil {
 			return err

@@ -201,6 +201,7 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 		},
 		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.AcquiredAt,
 		Timeout: t.applied.MaxHold, KillGrace: grace,
+		Shim: selfExe(),
 	})
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -136,6 +136,39 @@ func TestSemRunKill9(t *testing.T) {
 	}
 }
 
+// TestSemRunKill9KillsGroup: kill -9 of sem run also ends what the command
+// left running in its process group (through the child shim), not only the
+// command itself.
+func TestSemRunKill9KillsGroup(t *testing.T) {
+	specPath, dataDir := semFixture(t, 1, "10s")
+	dir := t.TempDir()
+	shFile, jobFile := filepath.Join(dir, "sh.pid"), filepath.Join(dir, "job.pid")
+	holder := coorddCmd(t, dataDir, "sem", "run", "s", "-f", specPath, "--",
+		"sh", "-c", "echo $$ > "+shFile+"; sleep 60 & echo $! > "+jobFile+"; wait")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill() })
+	shPid, _ := strconv.Atoi(waitFile(t, shFile, 10*time.Second))
+	jobPid, _ := strconv.Atoi(waitFile(t, jobFile, 10*time.Second))
+	if shPid <= 0 || jobPid <= 0 {
+		t.Fatalf("pids %d %d", shPid, jobPid)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(jobPid, syscall.SIGKILL); _ = syscall.Kill(shPid, syscall.SIGKILL) })
+
+	_ = holder.Process.Signal(syscall.SIGKILL)
+	_ = holder.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range []int{shPid, jobPid} {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d outlived its killed coordd", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 // TestSemRunWitness runs twenty sem run processes on limit 3; a witness
 // outside coordd (flock on a counter file) records how many ran at once.
 func TestSemRunWitness(t *testing.T) {

@@ -1,6 +1,7 @@
 package child
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,12 @@ type Spec struct {
 	// SIGTERM, then SIGKILL KillGrace later. KillGrace also applies to a
 	// cancelled context; zero means DefaultKillGrace.
 	Timeout, KillGrace time.Duration
+
+	// Shim, when set, is the path of an executable that calls
+	// MaybeRunShim first thing (coordd's own). The command then runs under
+	// a shim process that leads the process group and kills the whole
+	// group if coordd dies: see the package doc. Empty: no shim.
+	Shim string
 }
 
 // Result is the outcome of a child process.
@@ -109,9 +116,16 @@ func ExitCode(r Result) int {
 // Process is a started child under supervision.
 type Process struct {
 	spec      Spec
-	cmd       *exec.Cmd
+	cmd       *exec.Cmd // the command, or the shim that runs it
+	path      string    // the command's path, for errors reported by the shim
 	pid       int
 	killGrace time.Duration
+
+	// With a shim: the read end of its status pipe, and the write end
+	// until the shim has been started.
+	statusR *bufio.Reader
+	statusF *os.File
+	statusW *os.File
 
 	mu       sync.Mutex
 	exited   bool      // leader exited: never signal the group again
@@ -139,19 +153,43 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 	} else {
 		cmd = exec.Command(s.Argv[0], s.Argv[1:]...)
 	}
+	path := cmd.Path
+	// The shim's (or the child's) death signal: the shim catches SIGTERM to
+	// kill the whole group; a direct child just dies.
+	deathSig := syscall.SIGKILL
+	var statusR, statusW *os.File
+	if s.Shim != "" {
+		// The lookup in PATH happens here, with coordd's PATH, as
+		// without a shim.
+		if cmd.Err != nil {
+			return nil, mapStartErr(cmd.Err)
+		}
+		var err error
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("child: %w", err)
+		}
+		cmd = shimCommand(s.Shim, cmd, statusW)
+		deathSig = syscall.SIGTERM
+	}
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Stdin, s.Stdout, s.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
 	cmd.WaitDelay = WaitDelay
 
 	p := &Process{
 		spec:         s,
 		cmd:          cmd,
+		path:         path,
+		statusF:      statusR,
+		statusW:      statusW,
 		killGrace:    s.KillGrace,
 		renewed:      make(chan struct{}, 1),
 		leaderExited: make(chan struct{}),
 		done:         make(chan struct{}),
+	}
+	if statusR != nil {
+		p.statusR = bufio.NewReader(statusR)
 	}
 	if p.killGrace <= 0 {
 		p.killGrace = DefaultKillGrace
@@ -163,7 +201,7 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 	started := make(chan error, 1)
 	go p.run(ctx, started)
 	if err := <-started; err != nil {
-		return nil, mapStartErr(err)
+		return nil, err
 	}
 	return p, nil
 }
@@ -211,11 +249,29 @@ func (p *Process) run(ctx context.Context, started chan<- error) {
 	// runtime; on the error path nothing needs the thread either.
 	defer runtime.UnlockOSThread()
 
-	if err := p.cmd.Start(); err != nil {
-		started <- err
+	if p.statusF != nil {
+		defer p.statusF.Close()
+	}
+	err := p.cmd.Start()
+	if p.statusW != nil {
+		// Only the shim may hold the write end: EOF means it is gone.
+		p.statusW.Close()
+	}
+	if err != nil {
+		started <- p.startErr(err)
 		return
 	}
 	p.pid = p.cmd.Process.Pid
+	if p.statusR != nil {
+		if err := shimStart(p.statusR, p.path); err != nil {
+			// The shim is not reaped yet, so its group id is still
+			// its own; only the shim can be in the group.
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+			_ = p.cmd.Wait()
+			started <- mapStartErr(err)
+			return
+		}
+	}
 	started <- nil
 
 	supDone := make(chan struct{})
@@ -235,11 +291,16 @@ func (p *Process) run(ctx context.Context, started chan<- error) {
 	p.mu.Unlock()
 	close(p.leaderExited)
 
-	err := p.cmd.Wait()
+	err = p.cmd.Wait()
 	<-supDone
 
 	r := &p.result
-	if ps := p.cmd.ProcessState; ps != nil {
+	if ws, ok := p.commandStatus(); ok {
+		r.ExitCode = ws.ExitStatus() // -1 unless it exited
+		if ws.Signaled() {
+			r.Signaled, r.Signal = true, ws.Signal()
+		}
+	} else if ps := p.cmd.ProcessState; ps != nil {
 		r.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			r.Signaled, r.Signal = true, ws.Signal()
@@ -252,6 +313,30 @@ func (p *Process) run(ctx context.Context, started chan<- error) {
 		r.WaitErr = waitErr
 	}
 	close(p.done)
+}
+
+// startErr maps an error of cmd.Start. When the shim itself cannot be
+// started, that is coordd's failure, not the command's (a missing shim must
+// not read as "command not found"), unless the working directory is what is
+// missing, as it would be without a shim.
+func (p *Process) startErr(err error) error {
+	if p.spec.Shim == "" {
+		return mapStartErr(err)
+	}
+	if d := p.spec.Dir; d != "" {
+		if fi, serr := os.Stat(d); serr != nil || !fi.IsDir() {
+			return mapStartErr(err)
+		}
+	}
+	return fmt.Errorf("child: starting the shim %s: %v", p.spec.Shim, err)
+}
+
+// commandStatus is the command's wait status as the shim reported it.
+func (p *Process) commandStatus() (syscall.WaitStatus, bool) {
+	if p.statusR == nil {
+		return 0, false
+	}
+	return shimStatus(p.statusR)
 }
 
 // waitExitedNoReap blocks until pid has exited, leaving it a zombie.
@@ -356,7 +441,8 @@ func (p *Process) signalGroup(sig syscall.Signal) {
 	_ = p.Signal(sig)
 }
 
-// Pid returns the child's pid, which is also its process group id.
+// Pid returns the child's pid, which is also its process group id. With a
+// shim, it is the shim's pid: the shim leads the group.
 func (p *Process) Pid() int { return p.pid }
 
 // Renewed reports a successful lease renewal whose request was sent at

@@ -23,17 +23,53 @@ import (
 const helperEnv = "COORDD_CHILD_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "pdeathsig" {
-		pdeathsigHelper()
+	// The test binary is also the shim of the tests that use one.
+	MaybeRunShim()
+	// A race-enabled binary that exits 0 sleeps a second first; the shims
+	// (this binary) need not.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	switch os.Getenv(helperEnv) {
+	case "pdeathsig":
+		pdeathsigHelper(Spec{Argv: []string{"sleep", "60"}})
+		return
+	case "group-shim", "group-noshim":
+		// A shell with a background job: its pid and the job's are
+		// printed by the shell itself.
+		s := Spec{Shell: `sleep 60 & echo $$ $!; wait`, Stdout: os.Stdout}
+		if os.Getenv(helperEnv) == "group-shim" {
+			s.Shim = testExecutable()
+		}
+		pdeathsigHelper(s)
 		return
 	}
 	os.Exit(m.Run())
 }
 
-// pdeathsigHelper starts `sleep 60` under package child, prints its pid and
-// blocks until it is killed.
-func pdeathsigHelper() {
-	p, err := Start(context.Background(), Spec{Argv: []string{"sleep", "60"}})
+func testExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return exe
+}
+
+// testShim is the shim that start puts into specs without one: empty, or
+// this test binary while TestWithShim reruns tests.
+var testShim string
+
+func start(ctx context.Context, s Spec) (*Process, error) {
+	if s.Shim == "" {
+		s.Shim = testShim
+	}
+	return Start(ctx, s)
+}
+
+// pdeathsigHelper starts s under package child, prints the pid of the group
+// leader (the child, or the shim) and blocks until it is killed.
+func pdeathsigHelper(s Spec) {
+	p, err := Start(context.Background(), s)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(2)
@@ -57,7 +93,7 @@ func pdeathsigHelper() {
 
 func run(t *testing.T, s Spec) Result {
 	t.Helper()
-	p, err := Start(context.Background(), s)
+	p, err := start(context.Background(), s)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -178,7 +214,7 @@ func TestNotFound(t *testing.T) {
 		{"coordd-no-such-command-xyz"},
 		{filepath.Join(t.TempDir(), "missing")},
 	} {
-		_, err := Start(context.Background(), Spec{Argv: argv})
+		_, err := start(context.Background(), Spec{Argv: argv})
 		if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("%v: err %v, want ErrNotFound", argv, err)
 		}
@@ -203,7 +239,7 @@ func TestNotExecutable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{noX, badFormat, dir} {
-		_, err := Start(context.Background(), Spec{Argv: []string{path}})
+		_, err := start(context.Background(), Spec{Argv: []string{path}})
 		if !errors.Is(err, ErrNotExecutable) {
 			t.Fatalf("%s: err %v, want ErrNotExecutable", path, err)
 		}
@@ -222,7 +258,7 @@ func startWithPipe(t *testing.T, ctx context.Context, s Spec) (*Process, *bufio.
 	}
 	t.Cleanup(func() { pr.Close() })
 	s.Stdout = pw
-	p, err := Start(ctx, s)
+	p, err := start(ctx, s)
 	pw.Close()
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -363,7 +399,7 @@ func TestLeaseLostWithoutRenewal(t *testing.T) {
 }
 
 func TestLeaseRenewedSurvives(t *testing.T) {
-	p, err := Start(context.Background(), Spec{
+	p, err := start(context.Background(), Spec{
 		Shell: "sleep 2.5; exit 4",
 		Lease: 1500 * time.Millisecond, Margin: 200 * time.Millisecond, Grace: 400 * time.Millisecond,
 		AcquiredAt: time.Now(),
@@ -487,4 +523,167 @@ func TestPdeathsig(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	waitGone(t, pid, 5*time.Second)
+}
+
+// TestWithShim reruns the tests above with the command under a shim (this
+// test binary): exit codes, signals, start errors, the lease and the timeout
+// must all behave the same.
+func TestWithShim(t *testing.T) {
+	testShim = testExecutable()
+	defer func() { testShim = "" }()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"ExitCodePassthrough", TestExitCodePassthrough},
+		{"ShellVersusArgv", TestShellVersusArgv},
+		{"EnvDirStdin", TestEnvDirStdin},
+		{"KilledBySignal", TestKilledBySignal},
+		{"NotFound", TestNotFound},
+		{"NotExecutable", TestNotExecutable},
+		{"SignalReachesGroup", TestSignalReachesGroup},
+		{"SignalReachesGrandchildDirectly", TestSignalReachesGrandchildDirectly},
+		{"GroupKilledOnExit", TestGroupKilledOnExit},
+		{"LeaseLostWithoutRenewal", TestLeaseLostWithoutRenewal},
+		{"LeaseRenewedSurvives", TestLeaseRenewedSurvives},
+		{"Timeout", TestTimeout},
+		{"TimeoutChildHonoursTerm", TestTimeoutChildHonoursTerm},
+		{"ContextCancel", TestContextCancel},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// The command's own exit status comes back through the shim, not the
+// shim's: 128+N when signal N killed it.
+func TestShimExitStatus(t *testing.T) {
+	shim := testExecutable()
+	for _, tc := range []struct {
+		shell string
+		code  int
+		sig   syscall.Signal
+	}{
+		{"exit 0", 0, 0},
+		{"exit 42", 42, 0},
+		{"exit 255", 255, 0},
+		{"kill -INT $$; sleep 5", -1, syscall.SIGINT},
+		{"kill -KILL $$", -1, syscall.SIGKILL},
+		{"kill -SEGV $$; sleep 5", -1, syscall.SIGSEGV},
+	} {
+		r := run(t, Spec{Shell: tc.shell, Shim: shim})
+		if r.ExitCode != tc.code || r.Signaled != (tc.sig != 0) || r.Signal != tc.sig || r.WaitErr != nil {
+			t.Errorf("%q: result %+v", tc.shell, r)
+		}
+		want := tc.code
+		if tc.sig != 0 {
+			want = 128 + int(tc.sig)
+		}
+		if got := ExitCode(r); got != want {
+			t.Errorf("%q: ExitCode %d, want %d", tc.shell, got, want)
+		}
+	}
+}
+
+// A shim that cannot run, or does not speak the protocol, is coordd's
+// failure (125), not the command's 127.
+func TestShimBroken(t *testing.T) {
+	trueBin, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shim := range []string{filepath.Join(t.TempDir(), "no-shim"), trueBin} {
+		_, err := Start(context.Background(), Spec{Argv: []string{"true"}, Shim: shim})
+		if err == nil {
+			t.Fatalf("shim %s: Start succeeded", shim)
+		}
+		if got := ExitCode(Result{StartErr: err}); got != ExitCoorddFailed {
+			t.Fatalf("shim %s: %v: ExitCode %d, want %d", shim, err, got, ExitCoorddFailed)
+		}
+	}
+	// A missing working directory is still the command's problem.
+	_, err = Start(context.Background(), Spec{Argv: []string{"true"}, Shim: testExecutable(), Dir: filepath.Join(t.TempDir(), "gone")})
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing dir: %v", err)
+	}
+}
+
+// startGroupHelper runs the test binary as a coordd-like parent (mode
+// group-shim or group-noshim) and returns it with the pids of the group
+// leader, the shell and the shell's background job.
+func startGroupHelper(t *testing.T, mode string) (helper *exec.Cmd, leader, sh, job int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killOnCleanup(t, cmd.Process.Pid)
+	// The helper prints the leader's pid, the shell "$$ $!", in either
+	// order.
+	br := bufio.NewReader(out)
+	for range 2 {
+		l := readLine(t, br)
+		f := strings.Fields(l)
+		switch len(f) {
+		case 1:
+			leader, _ = strconv.Atoi(f[0])
+		case 2:
+			sh, _ = strconv.Atoi(f[0])
+			job, _ = strconv.Atoi(f[1])
+		}
+	}
+	if leader <= 0 || sh <= 0 || job <= 0 {
+		t.Fatalf("helper said leader %d, shell %d, job %d", leader, sh, job)
+	}
+	killOnCleanup(t, leader)
+	killOnCleanup(t, sh)
+	killOnCleanup(t, job)
+	waitExec(t, job, "sleep")
+	return cmd, leader, sh, job
+}
+
+// If coordd is killed -9, the shim kills the whole process group: the shell
+// and its background job die, not only the direct child.
+func TestShimKill9KillsGroup(t *testing.T) {
+	helper, shim, sh, job := startGroupHelper(t, "group-shim")
+	if shim == sh {
+		t.Fatal("no shim between the helper and the shell")
+	}
+	// The helper churns threads meanwhile: nothing may die early.
+	time.Sleep(time.Second)
+	for _, pid := range []int{shim, sh, job} {
+		if gone(pid) {
+			t.Fatalf("pid %d died while the helper was alive", pid)
+		}
+	}
+	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	for _, pid := range []int{shim, sh, job} {
+		waitGone(t, pid, 5*time.Second)
+	}
+}
+
+// Why the shim exists: without it, kill -9 of coordd kills the shell
+// (Pdeathsig) but its background job runs on.
+func TestNoShimKill9LeavesGrandchild(t *testing.T) {
+	helper, leader, sh, job := startGroupHelper(t, "group-noshim")
+	if leader != sh {
+		t.Fatalf("leader %d is not the shell %d", leader, sh)
+	}
+	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	waitGone(t, sh, 5*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	if gone(job) {
+		t.Fatal("the background job died without a shim; the shim test proves nothing")
+	}
 }

@@ -30,6 +30,41 @@
 // until the child has been reaped; the thread lives exactly as long as the
 // child needs it.
 //
+// # The shim: the whole group dies with coordd
+//
+// Pdeathsig only reaches the direct child. With Spec.Shim set, the direct
+// child is a small shim process (coordd's own executable started with a
+// hidden first argument; [MaybeRunShim] runs it) that starts the command
+// and waits for it:
+//
+//	coordd ── shim (group leader, Pdeathsig SIGTERM) ── command (same group, Pdeathsig SIGKILL) ── …
+//
+// The shim is started exactly as a child without a shim (own process group,
+// forked from the locked thread) but with Pdeathsig = SIGTERM, which it
+// catches. It starts the command in its own process group, from a locked
+// thread, with Pdeathsig = SIGKILL, and passes on the working directory,
+// the environment and stdin/stdout/stderr; the command's path and argv come
+// on the shim's argv (the PATH lookup is done by coordd, as without a shim).
+// When the shim gets TERM, INT, HUP or QUIT it looks at its parent: if it was
+// reparented, coordd died and the shim SIGKILLs the whole process group,
+// itself included; otherwise coordd forwarded the signal to the group, the
+// command received it too, and the shim keeps waiting.
+//
+// A pipe on the shim's fd 3 carries "started", or the errno of a failed
+// exec (so Start still returns [ErrNotFound] or [ErrNotExecutable]), and at
+// the end the command's wait status, from which the [Result] is made: exit
+// codes, Signaled/Signal and so [ExitCode] are the command's, not the
+// shim's. A shim that cannot be started or does not speak the protocol is
+// coordd's failure (ExitCoorddFailed), not "command not found". Lease,
+// timeout and cancellation work as without a shim: they signal the group,
+// which the shim leads. [Process.Pid] is then the shim's pid.
+//
+// coordd passes its own executable (os.Executable) as the shim; after an
+// in-place upgrade that is the new binary at the same path, which must
+// speak the same shim protocol (its version travels in the arguments, and a
+// mismatch fails the start). Each running command costs one more small Go
+// process.
+//
 // # Lease deadline
 //
 // With a non-zero Spec.Lease the supervisor keeps a deadline on the monotonic
@@ -73,14 +108,21 @@
 //     double fork) are outside every guarantee of this package: they receive
 //     neither the forwarded signals nor the lease/timeout escalation, and they
 //     survive the child's exit.
-//   - Pdeathsig only covers the direct child. If coordd is killed -9, the
-//     child dies, but other members of its process group (the commands a
-//     shell started, a pipeline's other stages) are not signalled by the
-//     kernel and run on, reparented to init. A shell `-c` string consisting
-//     of a single simple command is usually exec'ed by the shell itself and
-//     is then covered.
-//   - Pdeathsig is cleared by the kernel when the child executes a
-//     set-user-ID or set-group-ID program.
+//   - Without a shim, Pdeathsig only covers the direct child. If coordd is
+//     killed -9, the child dies, but other members of its process group
+//     (the commands a shell started, a pipeline's other stages) are not
+//     signalled by the kernel and run on, reparented to init. A shell `-c`
+//     string consisting of a single simple command is usually exec'ed by
+//     the shell itself and is then covered. With a shim the whole group
+//     dies with coordd.
+//   - A kill -9 of the shim itself while coordd lives is handled by coordd
+//     (the leader exited, so the group is killed). But if the shim and
+//     coordd die together by SIGKILL (both chosen by the OOM killer, a
+//     kill -9 of both), only the command dies, through its Pdeathsig; the
+//     rest of the group runs on, as without a shim.
+//   - Pdeathsig is cleared by the kernel when the child (or, with a shim,
+//     the command) executes a set-user-ID or set-group-ID program; with a
+//     shim the group kill on coordd's death still applies.
 //   - After the leader exits, Wait waits at most WaitDelay for descendants
 //     outside the group that still hold the child's stdout/stderr pipes.
 package child

@@ -1,0 +1,157 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/queue"
+	"github.com/coordd/coordd/spec"
+)
+
+// Benchmarks of issue 3 on the embedded store. Each iteration does a fixed
+// amount of work, so run them with -benchtime 1x (or Nx to repeat):
+//
+//	go test -run '^$' -bench . -benchtime 1x ./queue/
+//
+// Every benchmark reports rt-us, the store's raw round trip (one Now()
+// query, averaged over 2,000 calls) measured on the same file in the same
+// run.
+
+// rawRoundTrip is the store's clock query averaged over 2,000 calls.
+func rawRoundTrip(b *testing.B, st *sqlite.Store) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	const n = 2000
+	start := time.Now()
+	for range n {
+		if _, err := st.Now(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start) / n
+}
+
+// pct returns the p-th percentile (0 < p <= 100, nearest rank) of ds, which
+// it sorts.
+func pct(ds []time.Duration, p float64) time.Duration {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	k := int(float64(len(ds))*p/100+0.999999) - 1
+	return ds[min(max(k, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchQueue is a queue with the spec's defaults (4 partitions, claim by
+// partition, no backoff in the way: handlers never fail here).
+func benchQueue(name string) backends.QueueConfig {
+	return backends.QueueConfig{
+		Name: name, Partitions: 4, VisibilityTimeout: 5 * time.Minute, MaxAttempts: 5,
+		RetryBackoff: 10 * time.Second, Unique: spec.UniqueNone, MaxPayload: 1 << 20, Claim: spec.ClaimPartition,
+	}
+}
+
+// BenchmarkQueueThroughput pushes 3,000 jobs through queue.Client.Push
+// (push-jobs/s), then works them with no-op handlers through Work with
+// Drain, at concurrency 1 and 4 (jobs/s: claim, handler, ack per job). With
+// backlog=3000 all jobs are pushed first; with backlog=100 they are pushed
+// and drained 100 at a time, since a claim's cost grows with the number of
+// ready jobs (see docs/benchmarks.md).
+func BenchmarkQueueThroughput(b *testing.B) {
+	const jobs = 3000
+	for _, backlog := range []int{100, jobs} {
+		for _, conc := range []int{1, 4} {
+			b.Run(fmt.Sprintf("backlog=%d/concurrency=%d", backlog, conc), func(b *testing.B) {
+				st := newStore(b, benchQueue("q"))
+				c := newClient(b, st)
+				ctx := context.Background()
+				rt := rawRoundTrip(b, st)
+				payload := []byte(`{"image":"a.png"}`)
+				b.ResetTimer()
+				var pushDur, workDur time.Duration
+				var workTrips uint64
+				for range b.N {
+					for pushed := 0; pushed < jobs; pushed += backlog {
+						start := time.Now()
+						for i := range backlog {
+							if _, err := c.Push(ctx, "q", payload, queue.PushOptions{Key: fmt.Sprint((pushed + i) % 64)}); err != nil {
+								b.Fatal(err)
+							}
+						}
+						pushDur += time.Since(start)
+						var stats queue.Stats
+						trips := st.RoundTrips()
+						start = time.Now()
+						err := c.Work(ctx, "q", queue.WorkerOptions{Concurrency: conc, Batch: conc, Drain: true, Stats: &stats},
+							func(context.Context, backends.Job) error { return nil })
+						workDur += time.Since(start)
+						workTrips += st.RoundTrips() - trips
+						if err != nil {
+							b.Fatal(err)
+						}
+						if n := stats.Acked.Load(); n != int64(backlog) {
+							b.Fatalf("acked %d of %d", n, backlog)
+						}
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(jobs*b.N)/pushDur.Seconds(), "push-jobs/s")
+				b.ReportMetric(float64(jobs*b.N)/workDur.Seconds(), "jobs/s")
+				b.ReportMetric(float64(workTrips)/float64(jobs*b.N), "trips/job")
+				b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
+			})
+		}
+	}
+}
+
+// BenchmarkQueueEnqueueToStart measures, on an idle queue with one worker
+// (Work, concurrency 1) in the same process, the time from the call to Push
+// to the start of the handler. Between jobs the worker idles for a random
+// 5-25 ms, so every push finds it in its idle wait. Target (issue 3): p50
+// <= 5 ms.
+func BenchmarkQueueEnqueueToStart(b *testing.B) {
+	const samples = 300
+	st := newStore(b, benchQueue("q"))
+	c := newClient(b, st)
+	rt := rawRoundTrip(b, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Work(ctx, "q", queue.WorkerOptions{Concurrency: 1}, func(context.Context, backends.Job) error {
+			started <- time.Now()
+			return nil
+		})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	b.ResetTimer()
+	var lat []time.Duration
+	for range b.N {
+		for range samples {
+			time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+			pushed := time.Now()
+			if _, err := c.Push(ctx, "q", []byte("x"), queue.PushOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case at := <-started:
+				lat = append(lat, at.Sub(pushed))
+			case <-time.After(10 * time.Second):
+				b.Fatal("the handler did not start within 10s")
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+	b.ReportMetric(ms(pct(lat, 100)), "max-ms")
+	b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
+}
