@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
+	"github.com/coordd/coordd/internal/proctest"
 	"github.com/coordd/coordd/queue"
 )
 
@@ -143,7 +144,7 @@ func TestQueueWorkKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := 2000
+	jobs := 10000
 	if testing.Short() {
 		jobs = 300
 	}
@@ -165,8 +166,12 @@ func TestQueueWorkKill9(t *testing.T) {
 	stderrs := make([]*bytes.Buffer, len(workers))
 	done := make([]chan error, len(workers))
 	for i := range workers {
-		w := coorddCmd(t, c.dataDir, "queue", "work", "q", "-f", p, "--concurrency", strconv.Itoa(conc), "--drain", "--", "sh", "-c", script)
-		w.Env = append(w.Env, fmt.Sprintf("WORKER=w%d", i))
+		// The workers are a plain build of coordd (proctest.Binary), not
+		// this race-instrumented test binary: 10,000 jobs through four
+		// race-built processes on two cores would measure the race
+		// detector, not coordd.
+		w := exec.Command(proctest.Binary(t), "queue", "work", "q", "-f", p, "--concurrency", strconv.Itoa(conc), "--drain", "--", "sh", "-c", script)
+		w.Env = append(os.Environ(), "COORDD_DATA_DIR="+c.dataDir, fmt.Sprintf("WORKER=w%d", i))
 		stderrs[i] = &bytes.Buffer{}
 		w.Stderr = stderrs[i]
 		if err := w.Start(); err != nil {
