@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,33 +37,9 @@ import (
 // which is 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// rawRoundTrip is the store's clock query averaged over 2,000 calls.
-func rawRoundTrip(b *testing.B, st *sqlite.Store) time.Duration {
-	b.Helper()
-	ctx := context.Background()
-	const n = 2000
-	start := time.Now()
-	for range n {
-		if _, err := st.Now(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / n
-}
-
 func reportRT(b *testing.B, rt time.Duration) {
 	b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
 }
-
-// pct returns the p-th percentile (0 < p <= 100, nearest rank) of ds, which
-// it sorts.
-func pct(ds []time.Duration, p float64) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	k := int(float64(len(ds))*p/100+0.999999) - 1
-	return ds[min(max(k, 0), len(ds)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // setup builds coordd, writes spec into a temp dir and returns the env, the
 // spec path and the path of the embedded store the processes share.
@@ -185,7 +161,7 @@ cron:
 	}
 	eventually(b, 30*time.Second, "three occurrences", func() bool { return len(readStarts(b, logPath)) >= 3 })
 	st := openStore(b, dbPath)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	b.ResetTimer()
 	var fo []time.Duration
 	for range b.N {
@@ -225,9 +201,9 @@ cron:
 		p.Wait(b, 30*time.Second)
 	}
 	b.ReportMetric(float64(len(fo)), "trials")
-	b.ReportMetric(pct(fo, 1).Seconds(), "min-s")
-	b.ReportMetric(pct(fo, 50).Seconds(), "median-s")
-	b.ReportMetric(pct(fo, 100).Seconds(), "max-s")
+	b.ReportMetric(benchutil.Pct(fo, 1).Seconds(), "min-s")
+	b.ReportMetric(benchutil.Pct(fo, 50).Seconds(), "median-s")
+	b.ReportMetric(benchutil.Pct(fo, 100).Seconds(), "max-s")
 	reportRT(b, rt)
 }
 
@@ -242,7 +218,7 @@ func BenchmarkQueueWorkCLI(b *testing.B) {
 			env, specPath, dbPath := setup(b, "queues:\n  q: {}\n")
 			apply(b, env, specPath)
 			st := openStore(b, dbPath)
-			rt := rawRoundTrip(b, st)
+			rt := benchutil.RawRoundTrip(b, st)
 			c, err := queue.New(st)
 			if err != nil {
 				b.Fatal(err)
@@ -318,7 +294,7 @@ cron:
 `)
 	apply(b, env, specPath)
 	st := openStore(b, dbPath)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	b.ResetTimer()
 	var leaderPct, followerPct float64
 	for range b.N {
@@ -375,7 +351,7 @@ func BenchmarkSemWakeCrossProcess(b *testing.B) {
 	env, specPath, dbPath := setup(b, "semaphores:\n  s: {limit: 1}\n")
 	apply(b, env, specPath)
 	st := openStore(b, dbPath)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	c, err := semaphore.New(st, "bench")
 	if err != nil {
 		b.Fatal(err)
@@ -426,9 +402,9 @@ func BenchmarkSemWakeCrossProcess(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-	b.ReportMetric(ms(pct(lat, 100)), "max-ms")
-	b.ReportMetric(ms(pct(execLat, 50)), "exec-p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 50)), "p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 99)), "p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 100)), "max-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(execLat, 50)), "exec-p50-ms")
 	reportRT(b, rt)
 }

@@ -3,13 +3,12 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/queue"
 	"github.com/coordd/coordd/spec"
 )
@@ -22,30 +21,6 @@ import (
 // Every benchmark reports rt-us, the store's raw round trip (one Now()
 // query, averaged over 2,000 calls) measured on the same file in the same
 // run.
-
-// rawRoundTrip is the store's clock query averaged over 2,000 calls.
-func rawRoundTrip(b *testing.B, st *sqlite.Store) time.Duration {
-	b.Helper()
-	ctx := context.Background()
-	const n = 2000
-	start := time.Now()
-	for range n {
-		if _, err := st.Now(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / n
-}
-
-// pct returns the p-th percentile (0 < p <= 100, nearest rank) of ds, which
-// it sorts.
-func pct(ds []time.Duration, p float64) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	k := int(float64(len(ds))*p/100+0.999999) - 1
-	return ds[min(max(k, 0), len(ds)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // benchQueue is a queue with the spec's defaults (4 partitions, claim by
 // partition, no backoff in the way: handlers never fail here).
@@ -70,7 +45,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 				st := newStore(b, benchQueue("q"))
 				c := newClient(b, st)
 				ctx := context.Background()
-				rt := rawRoundTrip(b, st)
+				rt := benchutil.RawRoundTrip(b, st)
 				payload := []byte(`{"image":"a.png"}`)
 				b.ResetTimer()
 				var pushDur, workDur time.Duration
@@ -118,7 +93,7 @@ func BenchmarkQueueEnqueueToStart(b *testing.B) {
 	const samples = 300
 	st := newStore(b, benchQueue("q"))
 	c := newClient(b, st)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan time.Time, 1)
 	done := make(chan error, 1)
@@ -150,8 +125,8 @@ func BenchmarkQueueEnqueueToStart(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-	b.ReportMetric(ms(pct(lat, 100)), "max-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 50)), "p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 99)), "p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 100)), "max-ms")
 	b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
 }

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"github.com/coordd/coordd/internal/benchutil"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,21 +58,6 @@ func benchEngine(b *testing.B, files map[string][]byte, readOnly bool) *reconcil
 	return e
 }
 
-// rawRoundTrip measures the backend's raw round trip (its clock query) in
-// the same run, so the figures above can be compared against it.
-func rawRoundTrip(b *testing.B, e *reconcile.Engine) time.Duration {
-	ctx := context.Background()
-	db := e.Backends["db"]
-	const n = 2000
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		if _, err := db.Now(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / n
-}
-
 // BenchmarkReconcile10k measures, on a generated spec of 10,000 objects on
 // the embedded store: apply from empty, the no-op plan afterwards, and a
 // plan after 100 changes. Targets (issue 2): no-op plan <= 1 s, apply <= 10 s.
@@ -95,7 +81,7 @@ func BenchmarkReconcile10k(b *testing.B) {
 		if res.Plan.Summary.Add != n {
 			b.Fatalf("applied %d, want %d", res.Plan.Summary.Add, n)
 		}
-		rt := rawRoundTrip(b, e)
+		rt := benchutil.RawRoundTrip(b, e.Backends["db"])
 
 		ro := benchEngine(b, files, true)
 		start = time.Now()

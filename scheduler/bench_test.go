@@ -3,9 +3,9 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"github.com/coordd/coordd/internal/benchutil"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,30 +41,6 @@ func benchStore(b *testing.B, path string) *sqlite.Store {
 	}
 	return st
 }
-
-// rawRoundTrip is the store's clock query averaged over 2,000 calls.
-func rawRoundTrip(b *testing.B, st *sqlite.Store) time.Duration {
-	b.Helper()
-	ctx := context.Background()
-	const n = 2000
-	start := time.Now()
-	for range n {
-		if _, err := st.Now(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / n
-}
-
-// pct returns the p-th percentile (0 < p <= 100, nearest rank) of ds, which
-// it sorts.
-func pct(ds []time.Duration, p float64) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	k := int(float64(len(ds))*p/100+0.999999) - 1
-	return ds[min(max(k, 0), len(ds)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // benchDef is a task with the spec's defaults (catch_up once, overlap
 // forbid, run_lease 30s) and command argv.
@@ -162,7 +138,7 @@ func BenchmarkCronLateness(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "db.sqlite")
 	st := benchStore(b, path)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	ctx := context.Background()
 	b.ResetTimer()
 	var late, claim []time.Duration
@@ -224,11 +200,11 @@ func BenchmarkCronLateness(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(len(late)), "occurrences")
-	b.ReportMetric(ms(pct(late, 50)), "p50-ms")
-	b.ReportMetric(ms(pct(late, 99)), "p99-ms")
-	b.ReportMetric(ms(pct(late, 100)), "max-ms")
-	b.ReportMetric(ms(pct(claim, 50)), "start-p50-ms")
-	b.ReportMetric(ms(pct(claim, 99)), "start-p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(late, 50)), "p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(late, 99)), "p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(late, 100)), "max-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(claim, 50)), "start-p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(claim, 99)), "start-p99-ms")
 	b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
 }
 
@@ -242,7 +218,7 @@ func BenchmarkIdleRoundTrips(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "db.sqlite")
 	st := benchStore(b, path)
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	now, err := st.Now(context.Background())
 	if err != nil {
 		b.Fatal(err)

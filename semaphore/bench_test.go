@@ -3,13 +3,12 @@ package semaphore_test
 import (
 	"context"
 	"fmt"
+	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/semaphore"
 )
 
@@ -22,30 +21,6 @@ import (
 // query, averaged over 2,000 calls) measured on the same file in the same
 // run.
 
-// rawRoundTrip is the store's clock query averaged over 2,000 calls.
-func rawRoundTrip(b *testing.B, st *sqlite.Store) time.Duration {
-	b.Helper()
-	ctx := context.Background()
-	const n = 2000
-	start := time.Now()
-	for range n {
-		if _, err := st.Now(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start) / n
-}
-
-// pct returns the p-th percentile (0 < p <= 100, nearest rank) of ds, which
-// it sorts.
-func pct(ds []time.Duration, p float64) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	k := int(float64(len(ds))*p/100+0.999999) - 1
-	return ds[min(max(k, 0), len(ds)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // BenchmarkSemaphorePairs measures acquire+release pairs per second through
 // semaphore.Client on one SQLite file in one process: limit 1 with one
 // goroutine (no contention), limit 8 with 8 goroutines (one slot each, on
@@ -57,7 +32,7 @@ func BenchmarkSemaphorePairs(b *testing.B) {
 			st := newStore(b, b.TempDir(), "s", tc.limit)
 			c := newClient(b, st)
 			ctx := context.Background()
-			rt := rawRoundTrip(b, st)
+			rt := benchutil.RawRoundTrip(b, st)
 			b.ResetTimer()
 			var elapsed time.Duration
 			for range b.N {
@@ -108,7 +83,7 @@ func BenchmarkSemaphoreWakeInProcess(b *testing.B) {
 	st := newStore(b, b.TempDir(), "s", 1)
 	c := newClient(b, st)
 	ctx := context.Background()
-	rt := rawRoundTrip(b, st)
+	rt := benchutil.RawRoundTrip(b, st)
 	opts := semaphore.AcquireOptions{Lease: time.Minute, Wait: time.Minute}
 	b.ResetTimer()
 	var lat, rel []time.Duration
@@ -157,10 +132,10 @@ func BenchmarkSemaphoreWakeInProcess(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-	b.ReportMetric(ms(pct(lat, 100)), "max-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 50)), "p50-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 99)), "p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 100)), "max-ms")
 	// How much of it is the holder's own Release call.
-	b.ReportMetric(ms(pct(rel, 99)), "release-p99-ms")
+	b.ReportMetric(benchutil.Ms(benchutil.Pct(rel, 99)), "release-p99-ms")
 	b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
 }
