@@ -300,6 +300,11 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		if len(run) != 4 || !containsOcc(run, o2) || !containsOcc(run, m2) || !containsOcc(run, o3) {
 			t.Fatalf("running %d occurrences, want 4 including %v, %v, %v", len(run), o2, m2, o3)
 		}
+		// A task deleted and created again never hands out a number it
+		// handed out before.
+		ok(t, c.DeleteCron(t.Context(), "fenced"), "delete the task")
+		at3 := c.putAt("fenced", def, -3*time.Second)
+		record(c.claim(scheduled("fenced", at3, at3.Add(time.Hour), newOwner("g"), 30*time.Second)))
 	})
 	t.Run("ExtendFinish", func(t *testing.T) {
 		t.Parallel()

@@ -15,7 +15,10 @@ const (
 	// qCronPut stores a task's definition. A new task gets next_exec as
 	// given; an existing one keeps its next_exec unless ?4 (resetNext) is
 	// true, so a definition-only change never moves or repeats a run.
-	qCronPut = `INSERT INTO cron_tasks (name, def, next_exec, updated) VALUES (?1, ?2, ?3, ` + nowSQL + `)
+	// A new row's fencing counter starts at backend now in microseconds, so
+	// a task deleted and created again still hands out numbers above any it
+	// handed out before (an update keeps the counter).
+	qCronPut = `INSERT INTO cron_tasks (name, def, next_exec, updated, fencing) VALUES (?1, ?2, ?3, ` + nowSQL + `, ` + nowSQL + `)
 ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated = excluded.updated,
   next_exec = CASE WHEN ?4 THEN excluded.next_exec ELSE cron_tasks.next_exec END`
 
