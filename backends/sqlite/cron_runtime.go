@@ -120,12 +120,13 @@ ORDER BY started_at, attempt, rowid`
 
 	// qCronPendingRetries lists the latest attempt of each (task,
 	// scheduled_at) that ended unsuccessfully and has no higher attempt,
-	// earliest finished first, up to ?1 (-1: all).
+	// earliest finished first (ties, within the clock's millisecond, in insert
+	// order), up to ?1 (-1: all).
 	qCronPendingRetries = `SELECT ` + occCols + `, status, coalesce(exit_code, 0), coalesce(error, ''), finished_at
 FROM cron_occurrences o WHERE status IN ('failed', 'timeout', 'lost')
   AND NOT EXISTS (SELECT 1 FROM cron_occurrences h
     WHERE h.task = o.task AND h.scheduled_at = o.scheduled_at AND h.attempt > o.attempt)
-ORDER BY finished_at, task, scheduled_at LIMIT ?1`
+ORDER BY finished_at, rowid LIMIT ?1`
 
 	// qCronHistory lists task ?1's occurrences of any status, newest first,
 	// up to ?2 (-1: all).

@@ -22,8 +22,13 @@ const (
 	// qSemUpsert creates the semaphore or updates its config. It never
 	// touches the fencing counter, so fencing keeps increasing across
 	// updates.
-	qSemUpsert = `INSERT INTO semaphores (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+	//
+	// A new semaphore's fencing counter starts at backend now in
+	// microseconds (the rule every backend follows), so a semaphore deleted
+	// and created again, or replaced from another backend, still hands out
+	// numbers above any a holder of the old one can have.
+	qSemUpsert = `INSERT INTO semaphores (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, fencing)
+VALUES (?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
 ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, lease_ns = excluded.lease_ns, mode = excluded.mode,
   wake = excluded.wake, max_waiting = excluded.max_waiting, max_hold_ns = excluded.max_hold_ns`
 
