@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/internal/proctest"
 	"github.com/coordd/coordd/queue"
 	"github.com/coordd/coordd/semaphore"

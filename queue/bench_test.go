@@ -3,12 +3,12 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/queue"
 	"github.com/coordd/coordd/spec"
 )

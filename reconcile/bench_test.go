@@ -3,12 +3,12 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
-	"github.com/coordd/coordd/internal/benchutil"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/spec"
 )

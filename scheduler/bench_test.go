@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"github.com/coordd/coordd/internal/benchutil"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/spec"
 	"github.com/hashicorp/go-hclog"

@@ -3,12 +3,12 @@ package semaphore_test
 import (
 	"context"
 	"fmt"
-	"github.com/coordd/coordd/internal/benchutil"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/semaphore"
 )
 

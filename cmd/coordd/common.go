@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/open"
 	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/spec"
@@ -42,4 +44,21 @@ func openEngine(ctx context.Context, env *cliEnv, s *spec.Spec, readOnly bool) (
 		return nil, false
 	}
 	return e, true
+}
+
+// openAs opens the spec's backend name and checks that it implements T (a
+// capability interface such as backends.QueueAdmin); what names the
+// capability in the error. Close the returned backend.
+func openAs[T any](ctx context.Context, s *spec.Spec, name, what string, readOnly bool) (T, backends.Backend, error) {
+	var zero T
+	b, err := open.Open(ctx, s.Backends[name], backends.Options{ReadOnly: readOnly, Version: version.Version})
+	if err != nil {
+		return zero, nil, fmt.Errorf("open backend %q: %w", name, err)
+	}
+	v, ok := b.(T)
+	if !ok {
+		b.Close()
+		return zero, nil, fmt.Errorf("backend %q (%s) cannot hold %s: %w", name, b.Type(), what, backends.ErrUnsupported)
+	}
+	return v, b, nil
 }

@@ -59,16 +59,8 @@ type cronView interface {
 }
 
 func openCron(ctx context.Context, s *spec.Spec, backend string, readOnly bool) (cronView, error) {
-	b, err := open.Open(ctx, s.Backends[backend], backends.Options{ReadOnly: readOnly, Version: version.Version})
-	if err != nil {
-		return nil, fmt.Errorf("open backend %q: %w", backend, err)
-	}
-	cv, ok := b.(cronView)
-	if !ok {
-		b.Close()
-		return nil, fmt.Errorf("backend %q cannot hold cron tasks", backend)
-	}
-	return cv, nil
+	cv, _, err := openAs[cronView](ctx, s, backend, "cron tasks", readOnly)
+	return cv, err
 }
 
 func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {

@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/backends/open"
 	"github.com/coordd/coordd/internal/child"
-	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/queue"
 	"github.com/coordd/coordd/spec"
 )
@@ -86,14 +84,9 @@ func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly boo
 	if local == nil {
 		return nil, fmt.Errorf("queue %q is not declared in %s", name, path)
 	}
-	b, err := open.Open(ctx, s.Backends[local.Backend], backends.Options{ReadOnly: readOnly, Version: version.Version})
+	adm, b, err := openAs[backends.QueueAdmin](ctx, s, local.Backend, "queues", readOnly)
 	if err != nil {
-		return nil, fmt.Errorf("open backend %q: %w", local.Backend, err)
-	}
-	adm, ok := b.(backends.QueueAdmin)
-	if !ok {
-		b.Close()
-		return nil, fmt.Errorf("backend %q cannot hold queues", local.Backend)
+		return nil, err
 	}
 	m, err := adm.ObserveQueues(ctx, []string{name})
 	if err != nil {
@@ -388,15 +381,9 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 	states := map[string]*backends.QueueState{}
 	nows := map[string]time.Time{}
 	for bn, ns := range byBackend {
-		b, err := open.Open(ctx, s.Backends[bn], backends.Options{ReadOnly: true, Version: version.Version})
+		adm, b, err := openAs[backends.QueueAdmin](ctx, s, bn, "queues", true)
 		if err != nil {
-			fmt.Fprintf(env.stderr, "coordd queue stats: open backend %q: %v\n", bn, err)
-			return 1
-		}
-		adm, ok := b.(backends.QueueAdmin)
-		if !ok {
-			b.Close()
-			fmt.Fprintf(env.stderr, "coordd queue stats: backend %q cannot hold queues\n", bn)
+			fmt.Fprintf(env.stderr, "coordd queue stats: %v\n", err)
 			return 1
 		}
 		m, err := adm.ObserveQueues(ctx, ns)

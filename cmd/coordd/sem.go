@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/backends/open"
 	"github.com/coordd/coordd/internal/child"
-	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
 )
@@ -72,14 +70,9 @@ func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, e
 	if local == nil {
 		return nil, fmt.Errorf("semaphore %q is not declared in %s", name, path)
 	}
-	b, err := open.Open(ctx, s.Backends[local.Backend], backends.Options{Version: version.Version})
+	adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, local.Backend, "semaphores", false)
 	if err != nil {
-		return nil, fmt.Errorf("open backend %q: %w", local.Backend, err)
-	}
-	adm, ok := b.(backends.SemaphoreAdmin)
-	if !ok {
-		b.Close()
-		return nil, fmt.Errorf("backend %q cannot hold semaphores", local.Backend)
+		return nil, err
 	}
 	m, err := adm.ObserveSemaphores(ctx, []string{name})
 	if err != nil {
@@ -293,15 +286,9 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	}
 	states := map[string]*backends.SemaphoreState{}
 	for bn, ns := range byBackend {
-		b, err := open.Open(ctx, s.Backends[bn], backends.Options{ReadOnly: true, Version: version.Version})
+		adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, bn, "semaphores", true)
 		if err != nil {
-			fmt.Fprintf(env.stderr, "coordd sem status: open backend %q: %v\n", bn, err)
-			return 1
-		}
-		adm, ok := b.(backends.SemaphoreAdmin)
-		if !ok {
-			b.Close()
-			fmt.Fprintf(env.stderr, "coordd sem status: backend %q cannot hold semaphores\n", bn)
+			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
 			return 1
 		}
 		m, err := adm.ObserveSemaphores(ctx, ns)
