@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/mysql"
 	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/spec"
 )
@@ -26,7 +27,13 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 			return nil, err
 		}
 		return s, nil
-	case spec.TypeMySQL, spec.TypeRedis, spec.TypeMemcached:
+	case spec.TypeMySQL:
+		s, err := mysql.Open(ctx, b.Name, b.DSN, b.TablePrefix, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case spec.TypeRedis, spec.TypeMemcached:
 		return nil, fmt.Errorf("backend %q: type %s is not in this build yet: %w", b.Name, b.Type, backends.ErrUnsupported)
 	default:
 		return nil, fmt.Errorf("backend %q: unknown type %q", b.Name, b.Type)

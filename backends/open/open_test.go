@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
+	"github.com/coordd/coordd/internal/testenv"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -26,7 +27,7 @@ func TestOpenSQLite(t *testing.T) {
 }
 
 func TestOpenNotInBuild(t *testing.T) {
-	for _, typ := range []string{spec.TypeMySQL, spec.TypeRedis, spec.TypeMemcached} {
+	for _, typ := range []string{spec.TypeRedis, spec.TypeMemcached} {
 		b, err := open.Open(t.Context(), &spec.Backend{Name: "x", Type: typ}, backends.Options{})
 		if !errors.Is(err, backends.ErrUnsupported) || b != nil {
 			t.Errorf("open %s = %v, %v; want nil and ErrUnsupported", typ, b, err)
@@ -48,4 +49,44 @@ func TestOpenSQLiteError(t *testing.T) {
 	if err == nil || b != nil {
 		t.Errorf("open with empty path = %v, %v; want an error and a nil backend", b, err)
 	}
+}
+
+func TestOpenMySQL(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	b, err := open.Open(t.Context(), &spec.Backend{Name: "cluster", Type: spec.TypeMySQL, DSN: dsn, TablePrefix: "coordd_"}, backends.Options{Version: "0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "cluster" || b.Type() != spec.TypeMySQL {
+		t.Errorf("opened %s %s, want cluster mysql", b.Name(), b.Type())
+	}
+	for name, ok := range map[string]bool{
+		"StateStore": is[backends.StateStore](b), "Migrator": is[backends.Migrator](b),
+		"Semaphores": is[backends.Semaphores](b), "Leader": is[backends.Leader](b),
+	} {
+		if !ok {
+			t.Errorf("mysql backend is not a %s", name)
+		}
+	}
+	if err := b.(backends.Migrator).Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+}
+
+func TestOpenMySQLError(t *testing.T) {
+	for _, sb := range []*spec.Backend{
+		{Name: "x", Type: spec.TypeMySQL, DSN: "not a dsn"},
+		{Name: "x", Type: spec.TypeMySQL, DSN: "root@tcp(127.0.0.1:3306)/"}, // no database
+	} {
+		b, err := open.Open(t.Context(), sb, backends.Options{})
+		if err == nil || b != nil {
+			t.Errorf("open %q = %v, %v; want an error and a nil backend", sb.DSN, b, err)
+		}
+	}
+}
+
+func is[T any](b backends.Backend) bool {
+	_, ok := b.(T)
+	return ok
 }

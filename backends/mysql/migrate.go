@@ -1,0 +1,332 @@
+package mysql
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// Migrations live in migrations/NNNN_name.sql, applied in order, each
+// followed by its schema_migrations row. Table names in them start with {p},
+// the table prefix. Each file starts with a header comment saying what it
+// does and a line
+//
+//	-- min_binary: X.Y.Z
+//
+// naming the oldest coordd version that may use the schema once the
+// migration is applied; the rule is SQLite's (see backends/sqlite/migrate.go):
+// migrations within a minor version are additive and keep min_binary, one
+// that would break older binaries raises it, and an older binary then
+// refuses the store with ErrSchemaTooNew. The recorded min_binary of a store
+// is the highest of its applied migrations.
+//
+// MariaDB and MySQL commit DDL implicitly, so a migration is not atomic.
+// Instead every statement is idempotent (CREATE TABLE IF NOT EXISTS with
+// inline indexes; later migrations must use IF NOT EXISTS / IF EXISTS forms
+// too) and the whole run holds a named lock (GET_LOCK), so two hosts
+// migrating at once serialise and a run cut short is completed by the next.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one embedded migration file.
+type migration struct {
+	version   int
+	name      string
+	minBinary string
+	stmts     []string // statements with {p} still in place
+}
+
+var (
+	migrationName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
+	minBinaryLine = regexp.MustCompile(`^--\s*min_binary:\s*(\S+)\s*$`)
+)
+
+// migrations parses the embedded files once. Versions must run 1, 2, 3...
+var migrations = sync.OnceValues(func() ([]migration, error) {
+	ents, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range ents {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migration %s: name is not NNNN_name.sql", e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		mig := migration{version: v, name: m[2]}
+		header := true
+		var cur strings.Builder
+		sc := bufio.NewScanner(strings.NewReader(string(b)))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if strings.HasPrefix(line, "--") {
+				if header {
+					if mm := minBinaryLine.FindStringSubmatch(line); mm != nil {
+						mig.minBinary = mm[1]
+					}
+				}
+				continue // comments are dropped; statements never hold "--"
+			}
+			header = false
+			if line == "" {
+				continue
+			}
+			cur.WriteString(sc.Text())
+			cur.WriteString("\n")
+			if strings.HasSuffix(line, ";") {
+				mig.stmts = append(mig.stmts, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+				cur.Reset()
+			}
+		}
+		if strings.TrimSpace(cur.String()) != "" {
+			return nil, fmt.Errorf("migration %s: last statement lacks a ';'", e.Name())
+		}
+		if _, ok := parseVersion(mig.minBinary); !ok {
+			return nil, fmt.Errorf("migration %s: header lacks a valid '-- min_binary: X.Y.Z' line", e.Name())
+		}
+		ms = append(ms, mig)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %04d_%s: expected version %d", m.version, m.name, i+1)
+		}
+	}
+	return ms, nil
+})
+
+// qCreateMigrations creates the version table; it is the one table that is
+// not created by a migration.
+const qCreateMigrations = "CREATE TABLE IF NOT EXISTS `{p}schema_migrations` (\n" +
+	`  version    INT          NOT NULL,
+  name       VARCHAR(255) NOT NULL,
+  min_binary VARCHAR(64)  NOT NULL,
+  applied_at BIGINT       NOT NULL,
+  applied_by VARCHAR(64)  NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+
+// qMigrations lists applied migrations.
+const qMigrations = "SELECT version, min_binary FROM `{p}schema_migrations`"
+
+// qRecordMigration records one applied migration at backend time.
+// INSERT IGNORE: a run cut short after its insert is not an error.
+const qRecordMigration = "INSERT IGNORE INTO `{p}schema_migrations` (version, name, min_binary, applied_at, applied_by)\n" +
+	`VALUES (?, ?, ?, ` + nowSQL + `, ?)`
+
+// migrateLockTimeout bounds how long Migrate waits for another host's run.
+const migrateLockTimeout = 60 * time.Second
+
+// qGetLock and qReleaseLock take and release the migration lock: a named
+// lock held by one session. GET_LOCK returns 1 when taken, 0 on timeout.
+const (
+	qGetLock     = `SELECT GET_LOCK(?, ?)`
+	qReleaseLock = `SELECT RELEASE_LOCK(?)`
+)
+
+// migrateLockName names the migration lock of this database and prefix.
+// Lock names are server-wide and at most 64 characters, so the pair is
+// hashed: "coordd-migrate-" plus 32 hex digits.
+func (s *Store) migrateLockName() string {
+	h := sha256.Sum256([]byte(s.dbName + "\x00" + s.prefix))
+	return "coordd-migrate-" + hex.EncodeToString(h[:16])
+}
+
+// Schema reports the migration state without changing anything.
+func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
+	ms, err := migrations()
+	if err != nil {
+		return backends.SchemaInfo{}, err
+	}
+	info := backends.SchemaInfo{Latest: len(ms)}
+	_, err = s.read(ctx, func(c conn) error {
+		v, mb, err := applied(ctx, c)
+		info.Version, info.MinBinary = v, mb
+		return err
+	})
+	if err != nil {
+		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
+	}
+	return info, nil
+}
+
+// applied returns the highest applied version and the recorded min_binary.
+func applied(ctx context.Context, c conn) (version int, minBinary string, err error) {
+	rows, err := c.query(ctx, qMigrations)
+	if err != nil {
+		return 0, "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		var mb string
+		if err := rows.Scan(&v, &mb); err != nil {
+			return 0, "", err
+		}
+		version = max(version, v)
+		if minBinary == "" || versionLess(minBinary, mb) {
+			minBinary = mb
+		}
+	}
+	return version, minBinary, rows.Err()
+}
+
+// Migrate applies pending migrations under the migration lock. It returns
+// ErrSchemaTooNew when the store's min_binary is newer than this binary
+// (opts.Version; empty or unparsable counts as newest).
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.opts.ReadOnly {
+		return fmt.Errorf("migrate: %w", ErrReadOnly)
+	}
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	if err := s.migrate(ctx, ms); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	s.schema.Store(true)
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context, ms []migration) (err error) {
+	// GET_LOCK belongs to a session: take it, migrate and release it on one
+	// dedicated connection.
+	sc, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	lock := s.migrateLockName()
+	var got sql.NullInt64
+	s.trips.Add(1)
+	if err := sc.QueryRowContext(ctx, qGetLock, lock, int(migrateLockTimeout/time.Second)).Scan(&got); err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("take migration lock %s: another host has been migrating for %v", lock, migrateLockTimeout)
+	}
+	defer func() {
+		s.trips.Add(1)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var rel sql.NullInt64
+		if rerr := sc.QueryRowContext(rctx, qReleaseLock, lock).Scan(&rel); rerr != nil {
+			// Never return a session that may still hold the lock to the
+			// pool: a failed release means a broken connection anyway.
+			_ = sc.Raw(func(any) error { return sqldriver.ErrBadConn })
+			if err == nil {
+				err = fmt.Errorf("release migration lock: %w", rerr)
+			}
+		}
+	}()
+	exec := func(query string, args ...any) error {
+		s.trips.Add(1)
+		_, err := sc.ExecContext(ctx, s.q(query), args...)
+		return err
+	}
+	if err := exec(qCreateMigrations); err != nil {
+		return err
+	}
+	s.trips.Add(1)
+	rows, err := sc.QueryContext(ctx, s.q(qMigrations))
+	if err != nil {
+		return err
+	}
+	var version int
+	var minBinary string
+	for rows.Next() {
+		var v int
+		var mb string
+		if err := rows.Scan(&v, &mb); err != nil {
+			rows.Close()
+			return err
+		}
+		version = max(version, v)
+		if minBinary == "" || versionLess(minBinary, mb) {
+			minBinary = mb
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if versionLess(s.opts.Version, minBinary) {
+		return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
+	}
+	for _, m := range ms[min(version, len(ms)):] {
+		for _, st := range m.stmts {
+			if err := exec(st); err != nil {
+				return fmt.Errorf("apply %04d_%s: %w", m.version, m.name, err)
+			}
+		}
+		if err := exec(qRecordMigration, m.version, m.name, m.minBinary, s.opts.Version); err != nil {
+			return fmt.Errorf("record %04d_%s: %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+// parseVersion parses "vMAJOR.MINOR.PATCH", ignoring a -pre or +build
+// suffix; missing parts count as 0.
+func parseVersion(v string) ([3]int, bool) {
+	var out [3]int
+	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+	if i := strings.IndexAny(v, "-+"); i >= 0 {
+		v = v[:i]
+	}
+	if v == "" {
+		return out, false
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 {
+		return out, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// versionLess reports whether a is older than b. An empty or unparsable a
+// is a development build and counts as newest; an unparsable b as oldest.
+func versionLess(a, b string) bool {
+	va, ok := parseVersion(a)
+	if !ok {
+		return false
+	}
+	vb, ok := parseVersion(b)
+	if !ok {
+		return false
+	}
+	for i := range va {
+		if va[i] != vb[i] {
+			return va[i] < vb[i]
+		}
+	}
+	return false
+}

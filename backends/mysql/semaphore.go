@@ -1,0 +1,453 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// liveSQL is true for a slot row whose holder's lease has not expired.
+const liveSQL = `(state = 'LOCK' AND expires_at > ` + nowSQL + `)`
+
+// freeSQL is true for a slot row anyone may take: never held, released or
+// expired. It is the exact complement of liveSQL.
+const freeSQL = `(state = 'FREE' OR expires_at <= ` + nowSQL + `)`
+
+const (
+	// qSemUpsert creates the semaphore or updates its config. It never
+	// touches the fencing counter on update, so fencing keeps increasing
+	// across updates. A new semaphore's counter starts at backend now in
+	// microseconds (the rule every backend follows), so a semaphore deleted
+	// and created again, or replaced from another backend, still hands out
+	// numbers above any a holder of the old one can have.
+	qSemUpsert = "INSERT INTO `{p}semaphores` (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, fencing)\n" +
+		`VALUES (?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
+ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = VALUES(mode),
+  wake = VALUES(wake), max_waiting = VALUES(max_waiting), max_hold_ns = VALUES(max_hold_ns)`
+
+	// qSemLock reads and locks the semaphore row: every transaction that
+	// changes a semaphore's slots or waiters takes it first, so they
+	// serialise per semaphore.
+	qSemLock = "SELECT lim, fencing, max_waiting FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
+
+	// qSemSlotsLive lists (and locks) a semaphore's slots, each with whether
+	// it is live.
+	qSemSlotsLive = "SELECT slot, " + liveSQL + " FROM `{p}semaphore_slots` WHERE name = ? ORDER BY slot FOR UPDATE"
+
+	// qSemDeleteFreeSlotsHead deletes the listed slots (bound in IN (...))
+	// that are free or expired; a live slot is never deleted, whatever the
+	// list says.
+	qSemDeleteFreeSlotsHead = "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND " + freeSQL + " AND slot IN ("
+
+	// qSemDeleteAllFree deletes every free or expired slot of a semaphore.
+	qSemDeleteAllFree = "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND " + freeSQL
+
+	// qSemInsertSlotsHead and qSemInsertSlotRow add free slots: the head,
+	// then one row per slot number.
+	qSemInsertSlotsHead = "INSERT INTO `{p}semaphore_slots` (name, slot) VALUES "
+	qSemInsertSlotRow   = "(?, ?)"
+
+	// qSemLiveCount counts (and locks) live holders.
+	qSemLiveCount = "SELECT count(*) FROM `{p}semaphore_slots` WHERE name = ? AND " + liveSQL + " FOR UPDATE"
+
+	// qSemTakeSlot is the acquire guard: it gives the lowest free or expired
+	// slot to a new holder, leased from backend now. The WHERE re-checks
+	// that the slot is free against the statement's own instant, so a slot
+	// that is live is never overwritten. No row matched: no free slot row.
+	qSemTakeSlot = "UPDATE `{p}semaphore_slots`\n" +
+		`SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = ?, acquired_at = ` + nowSQL + `, expires_at = ` + nowSQL + ` + ?
+WHERE name = ? AND ` + freeSQL + ` ORDER BY slot LIMIT 1`
+
+	// qSemSetFencing stores the bumped fencing counter.
+	qSemSetFencing = "UPDATE `{p}semaphores` SET fencing = ? WHERE name = ?"
+
+	// qSemGranted reads back the slot a grant took.
+	qSemGranted = "SELECT slot, expires_at FROM `{p}semaphore_slots` WHERE name = ? AND owner = ?"
+
+	// qSemExtend renews a lease, only for its owner and only while it has
+	// not expired.
+	qSemExtend = "UPDATE `{p}semaphore_slots` SET expires_at = " + nowSQL + ` + ?
+WHERE name = ? AND owner = ? AND ` + liveSQL
+
+	// qSemOwned finds (and locks) owner's slot and whether its lease is
+	// still live.
+	qSemOwned = "SELECT slot, " + liveSQL + " FROM `{p}semaphore_slots` WHERE name = ? AND owner = ? FOR UPDATE"
+
+	// qSemFree frees owner's slot.
+	qSemFree = "UPDATE `{p}semaphore_slots` SET state = 'FREE', owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0\n" +
+		`WHERE name = ? AND owner = ?`
+
+	// qSemHolders lists live holders by slot.
+	qSemHolders = "SELECT slot, owner, host, pid, fencing, acquired_at, expires_at\n" +
+		"FROM `{p}semaphore_slots` WHERE name = ? AND " + liveSQL + " ORDER BY slot"
+
+	// qSemDrain sets the limit to 0 so that nobody more is admitted.
+	qSemDrain = "UPDATE `{p}semaphores` SET lim = 0 WHERE name = ?"
+
+	// qSemDeleteWaiters, qSemDeleteSlots and qSemDelete remove a semaphore.
+	qSemDeleteWaiters = "DELETE FROM `{p}semaphore_waiters` WHERE name = ?"
+	qSemDeleteSlots   = "DELETE FROM `{p}semaphore_slots` WHERE name = ?"
+	qSemDelete        = "DELETE FROM `{p}semaphores` WHERE name = ?"
+
+	// qSemObserveConfigsHead reads the configs of many semaphores; the
+	// names follow, bound, in IN (...).
+	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns\n" +
+		"FROM `{p}semaphores` WHERE name IN ("
+
+	// qSemObserveSlotsHead reads every slot of many semaphores, each with
+	// whether it is live, against one instant.
+	qSemObserveSlotsHead = "SELECT name, slot, owner, host, pid, fencing, acquired_at, expires_at, " + liveSQL + "\n" +
+		"FROM `{p}semaphore_slots` WHERE name IN ("
+	qSemObserveSlotsTail = ") ORDER BY name, slot"
+
+	// qSemObserveWaitersHead counts the live waiters of many semaphores.
+	qSemObserveWaitersHead = "SELECT name, count(*) FROM `{p}semaphore_waiters` WHERE expires_at > " + nowSQL + " AND name IN ("
+	qSemObserveWaitersTail = ") GROUP BY name"
+)
+
+// PutSemaphore creates or updates the semaphore and repairs its slots to
+// max(limit, live holders).
+func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) error {
+	if cfg.Name == "" {
+		return errors.New("put semaphore: empty name")
+	}
+	if cfg.Limit < 0 {
+		return fmt.Errorf("put semaphore %q: negative limit %d", cfg.Name, cfg.Limit)
+	}
+	maxWaiting := cfg.MaxWaiting
+	if maxWaiting < 0 {
+		maxWaiting = -1
+	}
+	err := s.write(ctx, func(c conn) error {
+		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold)); err != nil {
+			return err
+		}
+		return repairSlots(ctx, c, cfg.Name, cfg.Limit, true)
+	})
+	if err != nil {
+		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// repairSlots makes the slot count max(limit, live holders): it deletes free
+// or expired slots, highest first, while above, and (when grow) inserts the
+// lowest unused numbers while below. Run it holding the semaphore row lock.
+func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool) error {
+	rows, err := c.query(ctx, qSemSlotsLive, name)
+	if err != nil {
+		return err
+	}
+	var free []int
+	used := map[int]bool{}
+	live := 0
+	for rows.Next() {
+		var slot int
+		var isLive bool
+		if err := rows.Scan(&slot, &isLive); err != nil {
+			rows.Close()
+			return err
+		}
+		used[slot] = true
+		if isLive {
+			live++
+		} else {
+			free = append(free, slot)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	want := max(limit, live)
+	switch n := len(used); {
+	case n > want:
+		drop := free[len(free)-min(n-want, len(free)):] // highest numbers
+		if len(drop) == 0 {
+			return nil
+		}
+		_, err = c.exec(ctx, qSemDeleteFreeSlotsHead+placeholders(len(drop))+")", anys(drop, name)...)
+	case n < want && grow:
+		var args []any
+		for i := 0; len(args) < 2*(want-n); i++ {
+			if !used[i] {
+				args = append(args, name, i)
+			}
+		}
+		_, err = c.exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, want-n), args...)
+	}
+	return err
+}
+
+// DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
+// drains it: limit 0, free slots gone, ErrHeld; held slots retire on release.
+func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
+	held := 0
+	err := s.write(ctx, func(c conn) error {
+		var lim, maxWaiting int
+		var fencing int64
+		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
+			return err
+		}
+		if held > 0 {
+			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
+				return err
+			}
+			_, err := c.exec(ctx, qSemDeleteAllFree, name)
+			return err
+		}
+		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
+			if _, err := c.exec(ctx, q, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete semaphore %q: %w", name, err)
+	}
+	if held > 0 {
+		return fmt.Errorf("delete semaphore %q: %d live holders: %w", name, held, backends.ErrHeld)
+	}
+	return nil
+}
+
+// TryAcquire takes the lowest free or expired slot, unless the live holders
+// already reach the limit (the guard that keeps a lowered limit safe). It
+// runs in one transaction holding the semaphore row lock.
+func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	var g backends.Grant
+	if req.Owner == "" {
+		return g, fmt.Errorf("acquire %q: empty owner", name)
+	}
+	lease, err := leaseMicros(req.Lease)
+	if err != nil {
+		return g, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	err = s.write(ctx, func(c conn) error {
+		g = backends.Grant{}
+		var limit, maxWaiting, live int
+		var fencing int64
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.row(ctx, qSemLiveCount, name).Scan(&live); err != nil {
+			return err
+		}
+		if live >= limit {
+			return fmt.Errorf("%d of %d held: %w", live, limit, backends.ErrNoSlot)
+		}
+		g.Fencing = fencing + 1
+		n, err := affected(c.exec(ctx, qSemTakeSlot, req.Owner, req.Host, req.PID, g.Fencing, lease, name))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
+			return fmt.Errorf("%d of %d held, no free slot row: %w", live, limit, backends.ErrNoSlot)
+		}
+		if _, err := c.exec(ctx, qSemSetFencing, g.Fencing, name); err != nil {
+			return err
+		}
+		var exp int64
+		if err := c.row(ctx, qSemGranted, name, req.Owner).Scan(&g.Slot, &exp); err != nil {
+			return err
+		}
+		g.ExpiresAt = fromMicros(exp)
+		return nil
+	})
+	if err != nil {
+		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	return g, nil
+}
+
+// Extend renews owner's lease to now+lease; ErrLost once it has expired.
+func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	us, err := leaseMicros(lease)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
+	}
+	var exp int64
+	err = s.write(ctx, func(c conn) error {
+		n, err := affected(c.exec(ctx, qSemExtend, us, name, owner))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return backends.ErrLost
+		}
+		var slot int
+		return c.row(ctx, qSemGranted, name, owner).Scan(&slot, &exp)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
+	}
+	return fromMicros(exp), nil
+}
+
+// Release frees owner's slot, or retires it when the semaphore has more
+// slots than max(limit, live holders). A slot whose lease had expired is
+// still cleared, but the call returns ErrLost: the caller's hold was not
+// exclusive to the end.
+func (s *Store) Release(ctx context.Context, name, owner string) error {
+	wasLive := false
+	err := s.write(ctx, func(c conn) error {
+		var limit, maxWaiting int
+		var fencing int64
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var slot int
+		err = c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrLost
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := c.exec(ctx, qSemFree, name, owner); err != nil {
+			return err
+		}
+		return repairSlots(ctx, c, name, limit, false)
+	})
+	if err == nil && !wasLive {
+		err = fmt.Errorf("lease had expired: %w", backends.ErrLost)
+	}
+	if err != nil {
+		return fmt.Errorf("release %q: %w", name, err)
+	}
+	return nil
+}
+
+// Holders lists live holders by slot; an absent semaphore has none.
+func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+	var hs []backends.Holder
+	_, err := s.read(ctx, func(c conn) error {
+		hs = nil
+		rows, err := c.query(ctx, qSemHolders, name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h backends.Holder
+			var acq, exp int64
+			if err := rows.Scan(&h.Slot, &h.Owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp); err != nil {
+				return err
+			}
+			h.AcquiredAt, h.ExpiresAt = fromMicros(acq), fromMicros(exp)
+			hs = append(hs, h)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("holders %q: %w", name, err)
+	}
+	return hs, nil
+}
+
+// ObserveSemaphores reads many semaphores in one snapshot: per chunk of
+// inChunk names, one statement per table (configs, slots, waiters).
+func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
+	out := make(map[string]*backends.SemaphoreState, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	_, err := s.read(ctx, func(c conn) error {
+		clear(out)
+		for _, ch := range chunks(names, inChunk) {
+			if err := observeChunk(ctx, c, ch, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("observe semaphores: %w", err)
+	}
+	return out, nil
+}
+
+func observeChunk(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
+	args := anys(names)
+	in := placeholders(len(names))
+	rows, err := c.query(ctx, qSemObserveConfigsHead+in+")", args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var cfg backends.SemaphoreConfig
+		var lease, maxHold int64
+		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold); err != nil {
+			rows.Close()
+			return err
+		}
+		cfg.Lease, cfg.MaxHold = time.Duration(lease), time.Duration(maxHold)
+		out[cfg.Name] = &backends.SemaphoreState{Config: cfg}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = c.query(ctx, qSemObserveSlotsHead+in+qSemObserveSlotsTail, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var name string
+		var h backends.Holder
+		var owner sql.NullString
+		var acq, exp int64
+		var live bool
+		if err := rows.Scan(&name, &h.Slot, &owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp, &live); err != nil {
+			rows.Close()
+			return err
+		}
+		st := out[name]
+		if st == nil {
+			continue // slot rows of a semaphore row that is gone
+		}
+		st.Slots++
+		switch {
+		case live:
+			h.Owner, h.AcquiredAt, h.ExpiresAt = owner.String, fromMicros(acq), fromMicros(exp)
+			st.Holders = append(st.Holders, h)
+		case owner.Valid:
+			st.Expired++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = c.query(ctx, qSemObserveWaitersHead+in+qSemObserveWaitersTail, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			return err
+		}
+		if st := out[name]; st != nil {
+			st.Waiters = n
+		}
+	}
+	return rows.Err()
+}

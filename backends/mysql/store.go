@@ -1,0 +1,383 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+)
+
+// ErrReadOnly is returned by every write on a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("store is opened read-only")
+
+// Compile-time checks of the capabilities the store implements.
+var (
+	_ backends.Backend        = (*Store)(nil)
+	_ backends.Migrator       = (*Store)(nil)
+	_ backends.StateStore     = (*Store)(nil)
+	_ backends.SemaphoreAdmin = (*Store)(nil)
+	_ backends.Semaphores     = (*Store)(nil)
+	_ backends.Waiters        = (*Store)(nil)
+	_ backends.Leader         = (*Store)(nil)
+)
+
+// Connection pool defaults. A coordd process sends short statements and
+// short transactions; 16 connections serve its concurrency without crowding
+// a server shared by many hosts (max_connections defaults to 151). Idle
+// connections are closed after a minute and every connection is recycled
+// after five, well under the server's wait_timeout and any proxy's idle
+// cut-off, so a failover behind a VIP is picked up.
+const (
+	maxOpenConns    = 16
+	maxIdleConns    = 16
+	connMaxLifetime = 5 * time.Minute
+	connMaxIdleTime = time.Minute
+)
+
+// Retry of transactions that lost a deadlock (1213) or timed out waiting
+// for a row lock (1205): InnoDB rolled the transaction back, so it is simply
+// run again, up to txAttempts times, after a jittered backoff that doubles
+// from txBackoff.
+const (
+	txAttempts = 6
+	txBackoff  = 2 * time.Millisecond
+)
+
+// nowSQL is the backend clock as BIGINT microseconds since the Unix epoch,
+// UTC. UTC_TIMESTAMP(6) ignores the session time zone (NOW(6) does not), and
+// TIMESTAMPDIFF between two DATETIMEs involves no zone either (UNIX_TIMESTAMP
+// of a DATETIME would read it in the session zone). The server fixes the
+// current time for the duration of one statement, so every use of nowSQL
+// within a statement sees the same instant.
+const nowSQL = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
+
+// qNow reads the backend clock as a DATETIME(6) in UTC.
+const qNow = `SELECT UTC_TIMESTAMP(6)`
+
+// qHasSchema reports whether the database holds this prefix's version table.
+const qHasSchema = `SELECT count(*) FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = ?`
+
+// prefixPattern is the spec loader's rule for table_prefix, checked again
+// here because the prefix is spliced into SQL text.
+var prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
+
+// Store is one handle on a MySQL/MariaDB database. It is safe for concurrent
+// use; several Stores (on one host or many) may share one database and
+// prefix.
+type Store struct {
+	name   string
+	prefix string
+	dbName string
+	opts   backends.Options
+	db     *sql.DB
+	trips  atomic.Uint64
+	// schema caches a positive qHasSchema: migrations are never undone.
+	schema atomic.Bool
+	// queries caches each query constant with {p} replaced by the prefix.
+	queries sync.Map
+}
+
+// Open connects to the database named by dsn (a go-sql-driver/mysql DSN that
+// must select a database) and checks it answers. Tables are named with
+// tablePrefix. It does not migrate; call Migrate. Whatever the DSN says,
+// times are parsed (parseTime) in UTC, the session time zone is +00:00,
+// parameters are interpolated client-side (one round trip per statement)
+// and UPDATE reports matched rather than changed rows.
+func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Options) (*Store, error) {
+	if !prefixPattern.MatchString(tablePrefix) {
+		return nil, fmt.Errorf("mysql %q: invalid table prefix %q", name, tablePrefix)
+	}
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql %q: parse dsn: %w", name, err)
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("mysql %q: the dsn selects no database", name)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	cfg.ClientFoundRows = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	conn, err := driver.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql %q: %w", name, err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(maxOpenConns)
+	db.SetMaxIdleConns(maxIdleConns)
+	db.SetConnMaxLifetime(connMaxLifetime)
+	db.SetConnMaxIdleTime(connMaxIdleTime)
+	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
+	s.trips.Add(1)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql %q at %s/%s: %w", name, cfg.Addr, cfg.DBName, err)
+	}
+	return s, nil
+}
+
+// Name is the name the spec gave the backend.
+func (s *Store) Name() string { return s.name }
+
+// Type is spec.TypeMySQL.
+func (s *Store) Type() string { return spec.TypeMySQL }
+
+// Prefix is the table prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// DB exposes the underlying pool for tests and drift simulation.
+// Statements sent through it are not counted by RoundTrips.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// RoundTrips counts statements and transactions sent since Open: one per
+// statement, plus one per transaction for its BEGIN and COMMIT.
+func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+
+// Close closes the pool; other handles on the database are unaffected.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Now reads the backend clock, UTC_TIMESTAMP(6), in UTC.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.on(nil).row(ctx, qNow).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read clock: %w", err)
+	}
+	return t.UTC(), nil
+}
+
+// maxCachedQuery bounds the queries q caches: the constants, not the
+// multi-row statements built for one batch size.
+const maxCachedQuery = 1024
+
+// q returns query with {p} replaced by the table prefix, built once per
+// Store and query.
+func (s *Store) q(query string) string {
+	if v, ok := s.queries.Load(query); ok {
+		return v.(string)
+	}
+	out := strings.ReplaceAll(query, "{p}", s.prefix)
+	if len(query) <= maxCachedQuery {
+		s.queries.Store(query, out)
+	}
+	return out
+}
+
+// hasSchema reports whether the store has been migrated at least once.
+func (s *Store) hasSchema(ctx context.Context) (bool, error) {
+	if s.schema.Load() {
+		return true, nil
+	}
+	var n int
+	if err := s.on(nil).row(ctx, qHasSchema, s.prefix+"schema_migrations").Scan(&n); err != nil {
+		return false, fmt.Errorf("read schema: %w", err)
+	}
+	if n > 0 {
+		s.schema.Store(true)
+	}
+	return n > 0, nil
+}
+
+// read runs fn in a read-only transaction, which gives fn one consistent
+// snapshot. It reports false, without running fn, when the store has no
+// schema: such a store reads as empty.
+func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
+	ok, err := s.hasSchema(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	if err := fn(s.on(tx)); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// errNoSchema is returned by writes on a store that was never migrated.
+var errNoSchema = errors.New("schema not migrated")
+
+// errRetry asks write to run the transaction again: a racing transaction
+// inserted the row this one found absent (a duplicate key on insert).
+var errRetry = errors.New("lost a race, retry")
+
+// write runs fn in a read-write transaction (REPEATABLE READ; fn takes its
+// row locks with SELECT ... FOR UPDATE before deciding anything), retrying
+// it after a deadlock, a lock wait timeout or errRetry. fn's error rolls it
+// back.
+func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	ok, err := s.hasSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNoSchema
+	}
+	backoff := txBackoff
+	for attempt := 1; ; attempt++ {
+		err := s.writeOnce(ctx, fn)
+		if err == nil || attempt >= txAttempts || !retryable(err) {
+			return err
+		}
+		d := backoff/2 + rand.N(backoff)
+		backoff *= 2
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) error {
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(s.on(tx)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// MySQL error numbers the store handles.
+const (
+	errLockWaitTimeout = 1205
+	errDeadlock        = 1213
+	errDupEntry        = 1062
+)
+
+// retryable reports whether err rolled the transaction back in a way that
+// running it again may cure.
+func retryable(err error) bool {
+	if errors.Is(err, errRetry) {
+		return true
+	}
+	var me *driver.MySQLError
+	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
+}
+
+// isDup reports a duplicate-key error.
+func isDup(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && me.Number == errDupEntry
+}
+
+// conn sends statements, on a transaction or (tx nil) on the pool, and
+// counts each as a round trip. Parameters are interpolated by the driver, so
+// a statement is one round trip and nothing is prepared.
+type conn struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (s *Store) on(tx *sql.Tx) conn { return conn{s: s, tx: tx} }
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.s.trips.Add(1)
+	if c.tx != nil {
+		return c.tx.ExecContext(ctx, c.s.q(query), args...)
+	}
+	return c.s.db.ExecContext(ctx, c.s.q(query), args...)
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	c.s.trips.Add(1)
+	if c.tx != nil {
+		return c.tx.QueryContext(ctx, c.s.q(query), args...)
+	}
+	return c.s.db.QueryContext(ctx, c.s.q(query), args...)
+}
+
+func (c conn) row(ctx context.Context, query string, args ...any) *sql.Row {
+	c.s.trips.Add(1)
+	if c.tx != nil {
+		return c.tx.QueryRowContext(ctx, c.s.q(query), args...)
+	}
+	return c.s.db.QueryRowContext(ctx, c.s.q(query), args...)
+}
+
+// affected returns the rows an UPDATE matched (ClientFoundRows is set).
+func affected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// fromMicros converts a stored time to UTC.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// leaseMicros converts a lease to microseconds; leases must be positive.
+func leaseMicros(d time.Duration) (int64, error) {
+	if d < time.Microsecond {
+		return 0, fmt.Errorf("lease %v: must be at least 1µs", d)
+	}
+	return d.Microseconds(), nil
+}
+
+// inChunk is how many names one IN (...) list binds: large enough that
+// observing thousands of objects takes a handful of statements, small enough
+// to stay far below max_allowed_packet.
+const inChunk = 1000
+
+// placeholders returns "?, ?, ..." with n markers; the list is part of the
+// query text, the values stay bound parameters.
+func placeholders(n int) string {
+	if n <= 0 {
+		return "NULL"
+	}
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// tuples returns n copies of tuple joined by ", " (multi-row VALUES).
+func tuples(tuple string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
+}
+
+// chunks splits names into slices of at most inChunk.
+func chunks[T any](xs []T, n int) [][]T {
+	var out [][]T
+	for len(xs) > 0 {
+		k := min(n, len(xs))
+		out = append(out, xs[:k])
+		xs = xs[k:]
+	}
+	return out
+}
+
+// anys converts a slice of strings to bound arguments.
+func anys[T any](xs []T, pre ...any) []any {
+	out := append(make([]any, 0, len(pre)+len(xs)), pre...)
+	for _, x := range xs {
+		out = append(out, x)
+	}
+	return out
+}
