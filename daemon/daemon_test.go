@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/proctest"
+	"github.com/coordd/coordd/internal/testenv"
 )
 
 type statusJSON struct {
@@ -66,12 +67,23 @@ func writeFile(t *testing.T, path, content string) {
 // checks the commands' own log: every occurrence started exactly once, none
 // missed (catch_up: all), and another daemon took over.
 func TestThreeDaemonsEveryOccurrenceOnce(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { threeDaemons(t, "cluster: {leader_lease: 2s}") })
+	t.Run("mysql", func(t *testing.T) {
+		dsn := testenv.MySQLDSN(t)
+		threeDaemons(t, fmt.Sprintf(`backends:
+  db: {type: mysql, dsn: %q, table_prefix: "t3_"}
+cluster: {backend: db, leader_lease: 2s}`, dsn))
+	})
+}
+
+// threeDaemons is TestThreeDaemonsEveryOccurrenceOnce on the backend that
+// header declares.
+func threeDaemons(t *testing.T, header string) {
 	env := proctest.NewEnv(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "occurrences.log")
 	specPath := filepath.Join(dir, "coordd.yaml")
-	writeFile(t, specPath, fmt.Sprintf(`
-cluster: {leader_lease: 2s}
+	writeFile(t, specPath, header+fmt.Sprintf(`
 cron:
   tick:
     schedule: "@every 1s"

@@ -3,10 +3,23 @@
 // to run on MySQL 8.0 too (differences below).
 //
 // Implemented: Backend, Migrator, StateStore (inventory, apply log, apply
-// lock), SemaphoreAdmin, Semaphores (lease mode), Waiters (with FirstWaiter)
-// and Leader. Not implemented yet: CronAdmin/Crons and QueueAdmin/Queues
-// (their tables are already created by the first migration, so they will
-// need code only), and the push wake-up of waiters (see Waiters below).
+// lock), SemaphoreAdmin, Semaphores (lease mode), Waiters (with FirstWaiter),
+// Leader, CronAdmin/Crons and QueueAdmin/Queues. Not implemented yet:
+// semaphore mode session (GET_LOCK slots) and the SLEEP/KILL wake-up of
+// semaphore waiters and idle queue workers; until then both poll with a
+// bounded backoff (see Waiters below).
+//
+// Cron: a claim locks the task row (SELECT … FOR UPDATE), checks that
+// next_exec still equals the claimed time, moves it and inserts the
+// occurrence row, whose primary key (task, scheduled_at, attempt) turns a
+// second claim into ErrConflict.
+//
+// Queues: a claim reads the config under a shared lock, sweeps expired
+// leases, then locks one partition row at a time by primary key with FOR
+// UPDATE SKIP LOCKED (least recently claimed first) and leases up to max of
+// its ready jobs in insert order. Locking one row at a time, not an ORDER BY
+// … LIMIT scan, keeps claimers of different partitions from blocking each
+// other.
 //
 // # Tables and the prefix
 //

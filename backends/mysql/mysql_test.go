@@ -64,6 +64,12 @@ func harness() backendtest.Harness {
 		DeleteSlot: func(t *testing.T, b backends.Backend, name string, slot int) {
 			execSQL(t, b, "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND slot = ?", name, slot)
 		},
+		InsertJobs: func(t *testing.T, b backends.Backend, queue string, p, n int) {
+			for i := range n {
+				execSQL(t, b, "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, state, available_at, enqueued_at, last_error)\n"+
+					"VALUES (?, ?, ?, 'ready', 0, 0, '')", queue, p, fmt.Appendf(nil, "job %d", i))
+			}
+		},
 	}
 }
 
