@@ -9,15 +9,12 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
-	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/migration"
 )
 
 // Migrations live in migrations/NNNN_name.sql, applied in order, each
@@ -43,77 +40,53 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one embedded migration file.
-type migration struct {
-	version   int
-	name      string
-	minBinary string
-	stmts     []string // statements with {p} still in place
+// script is one embedded migration file split into statements, since the
+// driver sends one statement at a time.
+type script struct {
+	migration.File
+	stmts []string // statements with {p} still in place
 }
 
-var (
-	migrationName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
-	minBinaryLine = regexp.MustCompile(`^--\s*min_binary:\s*(\S+)\s*$`)
-)
-
-// migrations parses the embedded files once. Versions must run 1, 2, 3...
-var migrations = sync.OnceValues(func() ([]migration, error) {
-	ents, err := fs.ReadDir(migrationFiles, "migrations")
+// migrations parses the embedded files once.
+var migrations = sync.OnceValues(func() ([]script, error) {
+	files, err := migration.Load(migrationFiles, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, e := range ents {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("migration %s: name is not NNNN_name.sql", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		mig := migration{version: v, name: m[2]}
-		header := true
-		var cur strings.Builder
-		sc := bufio.NewScanner(strings.NewReader(string(b)))
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if strings.HasPrefix(line, "--") {
-				if header {
-					if mm := minBinaryLine.FindStringSubmatch(line); mm != nil {
-						mig.minBinary = mm[1]
-					}
-				}
-				continue // comments are dropped; statements never hold "--"
-			}
-			header = false
-			if line == "" {
-				continue
-			}
-			cur.WriteString(sc.Text())
-			cur.WriteString("\n")
-			if strings.HasSuffix(line, ";") {
-				mig.stmts = append(mig.stmts, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
-				cur.Reset()
-			}
-		}
-		if strings.TrimSpace(cur.String()) != "" {
-			return nil, fmt.Errorf("migration %s: last statement lacks a ';'", e.Name())
-		}
-		if _, ok := parseVersion(mig.minBinary); !ok {
-			return nil, fmt.Errorf("migration %s: header lacks a valid '-- min_binary: X.Y.Z' line", e.Name())
-		}
-		ms = append(ms, mig)
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %04d_%s: expected version %d", m.version, m.name, i+1)
+	ms := make([]script, len(files))
+	for i, f := range files {
+		ms[i].File = f
+		if ms[i].stmts, err = statements(f.SQL); err != nil {
+			return nil, fmt.Errorf("migration %04d_%s: %w", f.Version, f.Name, err)
 		}
 	}
 	return ms, nil
 })
+
+// statements splits a migration into its statements: comment lines are
+// dropped (statements never hold "--") and a statement ends with a line
+// that ends in ';'.
+func statements(sql string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(sql))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "--") {
+			continue
+		}
+		cur.WriteString(sc.Text())
+		cur.WriteString("\n")
+		if strings.HasSuffix(line, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		return nil, fmt.Errorf("last statement lacks a ';'")
+	}
+	return out, nil
+}
 
 // qCreateMigrations creates the version table; it is the one table that is
 // not created by a migration.
@@ -184,7 +157,7 @@ func applied(ctx context.Context, c conn) (version int, minBinary string, err er
 			return 0, "", err
 		}
 		version = max(version, v)
-		if minBinary == "" || versionLess(minBinary, mb) {
+		if minBinary == "" || migration.VersionLess(minBinary, mb) {
 			minBinary = mb
 		}
 	}
@@ -209,7 +182,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) migrate(ctx context.Context, ms []migration) (err error) {
+func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 	// GET_LOCK belongs to a session: take it, migrate and release it on one
 	// dedicated connection.
 	sc, err := s.db.Conn(ctx)
@@ -263,7 +236,7 @@ func (s *Store) migrate(ctx context.Context, ms []migration) (err error) {
 			return err
 		}
 		version = max(version, v)
-		if minBinary == "" || versionLess(minBinary, mb) {
+		if minBinary == "" || migration.VersionLess(minBinary, mb) {
 			minBinary = mb
 		}
 	}
@@ -271,62 +244,18 @@ func (s *Store) migrate(ctx context.Context, ms []migration) (err error) {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if versionLess(s.opts.Version, minBinary) {
+	if migration.VersionLess(s.opts.Version, minBinary) {
 		return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
 	}
 	for _, m := range ms[min(version, len(ms)):] {
 		for _, st := range m.stmts {
 			if err := exec(st); err != nil {
-				return fmt.Errorf("apply %04d_%s: %w", m.version, m.name, err)
+				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}
-		if err := exec(qRecordMigration, m.version, m.name, m.minBinary, s.opts.Version); err != nil {
-			return fmt.Errorf("record %04d_%s: %w", m.version, m.name, err)
+		if err := exec(qRecordMigration, m.Version, m.Name, m.MinBinary, s.opts.Version); err != nil {
+			return fmt.Errorf("record %04d_%s: %w", m.Version, m.Name, err)
 		}
 	}
 	return nil
-}
-
-// parseVersion parses "vMAJOR.MINOR.PATCH", ignoring a -pre or +build
-// suffix; missing parts count as 0.
-func parseVersion(v string) ([3]int, bool) {
-	var out [3]int
-	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-	if i := strings.IndexAny(v, "-+"); i >= 0 {
-		v = v[:i]
-	}
-	if v == "" {
-		return out, false
-	}
-	parts := strings.Split(v, ".")
-	if len(parts) > 3 {
-		return out, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return out, false
-		}
-		out[i] = n
-	}
-	return out, true
-}
-
-// versionLess reports whether a is older than b. An empty or unparsable a
-// is a development build and counts as newest; an unparsable b as oldest.
-func versionLess(a, b string) bool {
-	va, ok := parseVersion(a)
-	if !ok {
-		return false
-	}
-	vb, ok := parseVersion(b)
-	if !ok {
-		return false
-	}
-	for i := range va {
-		if va[i] != vb[i] {
-			return va[i] < vb[i]
-		}
-	}
-	return false
 }

@@ -1,18 +1,13 @@
 package sqlite
 
 import (
-	"bufio"
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/migration"
 )
 
 // Migrations live in migrations/NNNN_name.sql, applied in order, each in its
@@ -33,59 +28,9 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one embedded migration file.
-type migration struct {
-	version   int
-	name      string
-	minBinary string
-	sql       string
-}
-
-var (
-	migrationName = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
-	minBinaryLine = regexp.MustCompile(`^--\s*min_binary:\s*(\S+)\s*$`)
-)
-
-// migrations parses the embedded files once. Versions must run 1, 2, 3...
-var migrations = sync.OnceValues(func() ([]migration, error) {
-	ents, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range ents {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("migration %s: name is not NNNN_name.sql", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		mig := migration{version: v, name: m[2], sql: string(b)}
-		sc := bufio.NewScanner(strings.NewReader(mig.sql))
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if !strings.HasPrefix(line, "--") {
-				break // the header ends at the first line that is not a comment
-			}
-			if mm := minBinaryLine.FindStringSubmatch(line); mm != nil {
-				mig.minBinary = mm[1]
-			}
-		}
-		if _, ok := parseVersion(mig.minBinary); !ok {
-			return nil, fmt.Errorf("migration %s: header lacks a valid '-- min_binary: X.Y.Z' line", e.Name())
-		}
-		ms = append(ms, mig)
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %04d_%s: expected version %d", m.version, m.name, i+1)
-		}
-	}
-	return ms, nil
+// migrations parses the embedded files once.
+var migrations = sync.OnceValues(func() ([]migration.File, error) {
+	return migration.Load(migrationFiles, "migrations")
 })
 
 // qCreateMigrations creates the version table; it is the one table that is
@@ -137,7 +82,7 @@ func applied(ctx context.Context, c conn) (version int, minBinary string, err er
 			return 0, "", err
 		}
 		version = max(version, v)
-		if minBinary == "" || versionLess(minBinary, mb) {
+		if minBinary == "" || migration.VersionLess(minBinary, mb) {
 			minBinary = mb
 		}
 	}
@@ -165,7 +110,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if versionLess(s.opts.Version, minBinary) {
+			if migration.VersionLess(s.opts.Version, minBinary) {
 				return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
 			}
 			if version >= len(ms) {
@@ -173,10 +118,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return nil
 			}
 			m := ms[version]
-			if err := c.script(ctx, m.sql); err != nil {
-				return fmt.Errorf("apply %04d_%s: %w", m.version, m.name, err)
+			if err := c.script(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
 			}
-			_, err = c.exec(ctx, qRecordMigration, m.version, m.name, m.minBinary, s.opts.Version)
+			_, err = c.exec(ctx, qRecordMigration, m.Version, m.Name, m.MinBinary, s.opts.Version)
 			return err
 		})
 		if err != nil {
@@ -187,48 +132,4 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-// parseVersion parses "vMAJOR.MINOR.PATCH", ignoring a -pre or +build
-// suffix; missing parts count as 0.
-func parseVersion(v string) ([3]int, bool) {
-	var out [3]int
-	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-	if i := strings.IndexAny(v, "-+"); i >= 0 {
-		v = v[:i]
-	}
-	if v == "" {
-		return out, false
-	}
-	parts := strings.Split(v, ".")
-	if len(parts) > 3 {
-		return out, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return out, false
-		}
-		out[i] = n
-	}
-	return out, true
-}
-
-// versionLess reports whether a is older than b. An empty or unparsable a
-// is a development build and counts as newest; an unparsable b as oldest.
-func versionLess(a, b string) bool {
-	va, ok := parseVersion(a)
-	if !ok {
-		return false
-	}
-	vb, ok := parseVersion(b)
-	if !ok {
-		return false
-	}
-	for i := range va {
-		if va[i] != vb[i] {
-			return va[i] < vb[i]
-		}
-	}
-	return false
 }
