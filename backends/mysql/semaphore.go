@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/slots"
 )
 
 // liveSQL is true for a slot row whose holder's lease has not expired.
@@ -142,43 +143,29 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 	if err != nil {
 		return err
 	}
-	var free []int
-	used := map[int]bool{}
-	live := 0
+	var have []slots.Slot
 	for rows.Next() {
-		var slot int
-		var isLive bool
-		if err := rows.Scan(&slot, &isLive); err != nil {
+		var s slots.Slot
+		if err := rows.Scan(&s.N, &s.Live); err != nil {
 			rows.Close()
 			return err
 		}
-		used[slot] = true
-		if isLive {
-			live++
-		} else {
-			free = append(free, slot)
-		}
+		have = append(have, s)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	want := max(limit, live)
-	switch n := len(used); {
-	case n > want:
-		drop := free[len(free)-min(n-want, len(free)):] // highest numbers
-		if len(drop) == 0 {
-			return nil
-		}
+	drop, add := slots.Repair(have, limit, grow)
+	switch {
+	case len(drop) > 0:
 		_, err = c.exec(ctx, qSemDeleteFreeSlotsHead+placeholders(len(drop))+")", anys(drop, name)...)
-	case n < want && grow:
-		var args []any
-		for i := 0; len(args) < 2*(want-n); i++ {
-			if !used[i] {
-				args = append(args, name, i)
-			}
+	case len(add) > 0:
+		args := make([]any, 0, 2*len(add))
+		for _, n := range add {
+			args = append(args, name, n)
 		}
-		_, err = c.exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, want-n), args...)
+		_, err = c.exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, len(add)), args...)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/slots"
 )
 
 // liveSQL is true for a slot row whose holder's lease has not expired.
@@ -142,40 +143,25 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 	if err != nil {
 		return err
 	}
-	var free []int
-	used := map[int]bool{}
-	live := 0
+	var have []slots.Slot
 	for rows.Next() {
-		var slot int
-		var isLive bool
-		if err := rows.Scan(&slot, &isLive); err != nil {
+		var s slots.Slot
+		if err := rows.Scan(&s.N, &s.Live); err != nil {
 			rows.Close()
 			return err
 		}
-		used[slot] = true
-		if isLive {
-			live++
-		} else {
-			free = append(free, slot)
-		}
+		have = append(have, s)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	want := max(limit, live)
-	switch n := len(used); {
-	case n > want:
-		drop := free[len(free)-min(n-want, len(free)):] // highest numbers
+	drop, add := slots.Repair(have, limit, grow)
+	switch {
+	case len(drop) > 0:
 		b, _ := json.Marshal(drop)
 		_, err = c.exec(ctx, qSemDeleteFreeSlots, name, string(b))
-	case n < want && grow:
-		var add []int
-		for i := 0; len(add) < want-n; i++ {
-			if !used[i] {
-				add = append(add, i)
-			}
-		}
+	case len(add) > 0:
 		b, _ := json.Marshal(add)
 		_, err = c.exec(ctx, qSemInsertSlots, name, string(b))
 	}
