@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -119,7 +119,7 @@ func (l *loader) decodeBackends(s *Spec) {
 			} else if v, checkable, ok := l.expandField(fs, "dsn", true); ok {
 				b.DSN = v
 				if checkable {
-					if _, err := mysql.ParseDSN(v); err != nil {
+					if _, _, err := mysqldsn.Parse(v); err != nil {
 						msg := err.Error()
 						if strings.HasPrefix(msg, "invalid dbname") {
 							msg = "invalid database name escape"

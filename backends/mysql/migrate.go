@@ -7,11 +7,14 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"embed"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/internal/migration"
@@ -86,6 +89,14 @@ func statements(sql string) ([]string, error) {
 		return nil, fmt.Errorf("last statement lacks a ';'")
 	}
 	return out, nil
+}
+
+// rerun reports the error of a DDL statement that a run cut short has
+// already applied: MySQL 8 has no ADD COLUMN IF NOT EXISTS (MariaDB has), so
+// such statements are written plainly and this error skips them.
+func rerun(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && (me.Number == errDupFieldName || me.Number == errDupKeyName)
 }
 
 // qCreateMigrations creates the version table; it is the one table that is
@@ -249,7 +260,7 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 	}
 	for _, m := range ms[min(version, len(ms)):] {
 		for _, st := range m.stmts {
-			if err := exec(st); err != nil {
+			if err := exec(st); err != nil && !rerun(err) {
 				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
+	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -31,19 +32,6 @@ var (
 	_ backends.Semaphores     = (*Store)(nil)
 	_ backends.Waiters        = (*Store)(nil)
 	_ backends.Leader         = (*Store)(nil)
-)
-
-// Connection pool defaults. A coordd process sends short statements and
-// short transactions; 16 connections serve its concurrency without crowding
-// a server shared by many hosts (max_connections defaults to 151). Idle
-// connections are closed after a minute and every connection is recycled
-// after five, well under the server's wait_timeout and any proxy's idle
-// cut-off, so a failover behind a VIP is picked up.
-const (
-	maxOpenConns    = 16
-	maxIdleConns    = 16
-	connMaxLifetime = 5 * time.Minute
-	connMaxIdleTime = time.Minute
 )
 
 // Retry of transactions that lost a deadlock (1213) or timed out waiting
@@ -88,10 +76,14 @@ type Store struct {
 	schema atomic.Bool
 	// queries caches each query constant with {p} replaced by the prefix.
 	queries sync.Map
+	// sess holds the dedicated connections of session-mode holders and
+	// waiters and of parked queue workers (session.go, park.go).
+	sess *sessions
 }
 
 // Open connects to the database named by dsn (a go-sql-driver/mysql DSN that
-// must select a database) and checks it answers. Tables are named with
+// must select a database, plus the pool parameters of package dsn) and
+// checks it answers. Tables are named with
 // tablePrefix. It does not migrate; call Migrate. Whatever the DSN says,
 // times are parsed (parseTime) in UTC, the session time zone is +00:00,
 // parameters are interpolated client-side (one round trip per statement)
@@ -100,7 +92,7 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	if !prefixPattern.MatchString(tablePrefix) {
 		return nil, fmt.Errorf("mysql %q: invalid table prefix %q", name, tablePrefix)
 	}
-	cfg, err := driver.ParseDSN(dsn)
+	cfg, pool, err := mysqldsn.Parse(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql %q: parse dsn: %w", name, err)
 	}
@@ -120,14 +112,15 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 		return nil, fmt.Errorf("mysql %q: %w", name, err)
 	}
 	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(maxOpenConns)
-	db.SetMaxIdleConns(maxIdleConns)
-	db.SetConnMaxLifetime(connMaxLifetime)
-	db.SetConnMaxIdleTime(connMaxIdleTime)
+	db.SetMaxOpenConns(pool.MaxOpenConns)
+	db.SetMaxIdleConns(pool.MaxIdleConns)
+	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
+	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
+	s.sess = newSessions(sql.OpenDB(conn), pool)
 	s.trips.Add(1)
 	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("mysql %q at %s/%s: %w", name, cfg.Addr, cfg.DBName, err)
 	}
 	return s, nil
@@ -150,8 +143,13 @@ func (s *Store) DB() *sql.DB { return s.db }
 // statement, plus one per transaction for its BEGIN and COMMIT.
 func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
 
-// Close closes the pool; other handles on the database are unaffected.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes both pools; other handles on the database are unaffected.
+// Session-mode slots this handle still holds are freed with their
+// connections.
+func (s *Store) Close() error {
+	s.sess.closeAll()
+	return errors.Join(s.sess.db.Close(), s.db.Close())
+}
 
 // Now reads the backend clock, UTC_TIMESTAMP(6), in UTC.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
@@ -272,6 +270,11 @@ const (
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
 	errDupEntry        = 1062
+	errDupFieldName    = 1060
+	errDupKeyName      = 1061
+	errInterrupted     = 1317 // a KILL QUERY ended the statement
+	errUnknownThread   = 1094 // KILL of a connection that is gone
+	errKillDenied      = 1095 // KILL of another user's connection without the privilege
 )
 
 // retryable reports whether err rolled the transaction back in a way that
