@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/internal/slots"
+	"github.com/coordd/coordd/spec"
 )
 
 // liveSQL is true for a slot row whose holder's lease has not expired.
@@ -33,7 +34,7 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 	// qSemLock reads and locks the semaphore row: every transaction that
 	// changes a semaphore's slots or waiters takes it first, so they
 	// serialise per semaphore.
-	qSemLock = "SELECT lim, fencing, max_waiting FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
+	qSemLock = "SELECT lim, fencing, max_waiting, mode FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
 
 	// qSemSlotsLive lists (and locks) a semaphore's slots, each with whether
 	// it is live.
@@ -177,7 +178,8 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	err := s.write(ctx, func(c conn) error {
 		var lim, maxWaiting int
 		var fencing int64
-		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting)
+		var mode string
+		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -207,10 +209,28 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	return nil
 }
 
-// TryAcquire takes the lowest free or expired slot, unless the live holders
-// already reach the limit (the guard that keeps a lowered limit safe). It
-// runs in one transaction holding the semaphore row lock.
+// TryAcquire takes a slot of a lease-mode semaphore (leaseAcquire) or of a
+// session-mode one (sessionAcquire, session.go). The mode is cached per
+// name; a stale cache costs one wasted statement, since each path checks
+// the stored mode.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	if s.sess.isSession(name) {
+		return s.sessionAcquire(ctx, name, req)
+	}
+	g, err := s.leaseAcquire(ctx, name, req)
+	if errors.Is(err, errSessionMode) {
+		return s.sessionAcquire(ctx, name, req)
+	}
+	return g, err
+}
+
+// errSessionMode: leaseAcquire found a session-mode semaphore.
+var errSessionMode = errors.New("semaphore is in mode session")
+
+// leaseAcquire takes the lowest free or expired slot, unless the live
+// holders already reach the limit (the guard that keeps a lowered limit
+// safe). It runs in one transaction holding the semaphore row lock.
+func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	var g backends.Grant
 	if req.Owner == "" {
 		return g, fmt.Errorf("acquire %q: empty owner", name)
@@ -223,12 +243,17 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 		g = backends.Grant{}
 		var limit, maxWaiting, live int
 		var fencing int64
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting)
+		var mode string
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
 		if err != nil {
 			return err
+		}
+		s.sess.setMode(name, mode)
+		if mode == spec.ModeSession {
+			return errSessionMode
 		}
 		if err := c.row(ctx, qSemLiveCount, name).Scan(&live); err != nil {
 			return err
@@ -262,7 +287,16 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
+// A session-mode holder's slot has no expiry: Extend checks that its
+// connection still holds the lock (sessionExtend).
 func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	if h := s.sess.holder(owner); h != nil {
+		return s.sessionExtend(ctx, h, lease)
+	}
+	return s.leaseExtend(ctx, name, owner, lease)
+}
+
+func (s *Store) leaseExtend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
 	us, err := leaseMicros(lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
@@ -285,16 +319,26 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	return fromMicros(exp), nil
 }
 
-// Release frees owner's slot, or retires it when the semaphore has more
-// slots than max(limit, live holders). A slot whose lease had expired is
-// still cleared, but the call returns ErrLost: the caller's hold was not
-// exclusive to the end.
+// Release frees owner's slot: the lock of a session-mode holder
+// (sessionRelease), else its slot row (leaseRelease).
 func (s *Store) Release(ctx context.Context, name, owner string) error {
+	if h := s.sess.holder(owner); h != nil {
+		return s.sessionRelease(ctx, h)
+	}
+	return s.leaseRelease(ctx, name, owner)
+}
+
+// leaseRelease frees owner's slot row, or retires it when the semaphore has
+// more slots than max(limit, live holders). A slot whose lease had expired
+// is still cleared, but the call returns ErrLost: the caller's hold was not
+// exclusive to the end.
+func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 	wasLive := false
 	err := s.write(ctx, func(c conn) error {
 		var limit, maxWaiting int
 		var fencing int64
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting)
+		var mode string
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}

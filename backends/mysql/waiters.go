@@ -64,7 +64,8 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 	err = s.write(ctx, func(c conn) error {
 		var limit, maxWaiting int
 		var fencing int64
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting)
+		var mode string
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
