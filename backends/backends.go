@@ -208,7 +208,11 @@ type Holder struct {
 	PID        int       `json:"pid"`
 	Fencing    int64     `json:"fencing"`
 	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
+	// ExpiresAt is zero for a slot without a lease (MySQL mode session).
+	ExpiresAt time.Time `json:"expires_at"`
+	// Session is the id of the MySQL connection (processlist id) whose
+	// named lock holds the slot, in mode session; 0 otherwise.
+	Session int64 `json:"session,omitempty"`
 }
 
 // SemaphoreState is what a backend observes of one semaphore.
@@ -279,10 +283,14 @@ type Waiters interface {
 	EnterWait(ctx context.Context, name, owner string, lease time.Duration) error
 	// LeaveWait removes owner's waiter record.
 	LeaveWait(ctx context.Context, name, owner string) error
-	// WaitSemaphore blocks until a slot may have been freed, max elapsed or
-	// ctx ended. Backends with a push mechanism (BLPOP, KILL QUERY) use it;
-	// others poll with a bounded backoff.
-	WaitSemaphore(ctx context.Context, name string, max time.Duration) error
+	// WaitSemaphore blocks owner until a slot may have been freed, max
+	// elapsed or ctx ended. Backends with a push mechanism (BLPOP, KILL
+	// QUERY) use it; others poll with a bounded backoff. A backend whose
+	// slots belong to a connection (MySQL mode session) waits on the
+	// connection that will hold the slot and may take the slot already:
+	// owner's next TryAcquire then completes that grant, and LeaveWait frees
+	// what the wait still holds.
+	WaitSemaphore(ctx context.Context, name, owner string, max time.Duration) error
 }
 
 // Term is one holder's tenure of the leader lease.

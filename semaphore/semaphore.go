@@ -172,7 +172,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			}
 			registered = true
 		}
-		if err := c.waitOnce(ctx, name, wake, deadline, waiterLease/3); err != nil {
+		if err := c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3); err != nil {
 			return nil, err
 		}
 	}
@@ -180,13 +180,13 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 
 // waitOnce blocks until an in-process release, a backend wake-up, the
 // deadline (ErrNotAcquired), ctx's end, or max.
-func (c *Client) waitOnce(ctx context.Context, name string, wake <-chan struct{}, deadline <-chan time.Time, max time.Duration) error {
+func (c *Client) waitOnce(ctx context.Context, name, owner string, wake <-chan struct{}, deadline <-chan time.Time, max time.Duration) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		if c.waiters != nil {
-			done <- c.waiters.WaitSemaphore(wctx, name, max)
+			done <- c.waiters.WaitSemaphore(wctx, name, owner, max)
 			return
 		}
 		// Without a backend wake-up, poll at a gentle bounded rate.
@@ -199,8 +199,13 @@ func (c *Client) waitOnce(ctx context.Context, name string, wake <-chan struct{}
 			done <- wctx.Err()
 		}
 	}()
+	// The backend's wait is always over when waitOnce returns: it may hold
+	// state for owner (a session-mode wait holds a connection) that the
+	// caller's next TryAcquire or LeaveWait must find settled.
+	stop := func() { cancel(); <-done }
 	select {
 	case <-wake:
+		stop()
 		return nil
 	case err := <-done:
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -208,8 +213,10 @@ func (c *Client) waitOnce(ctx context.Context, name string, wake <-chan struct{}
 		}
 		return ctx.Err()
 	case <-deadline:
+		stop()
 		return ErrNotAcquired
 	case <-ctx.Done():
+		stop()
 		return ctx.Err()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,6 +38,16 @@ type Harness struct {
 	// InsertJobs adds n ready jobs to partition p of queue (Queues.Push
 	// arrives in a later issue).
 	InsertJobs func(t *testing.T, b backends.Backend, queue string, p, n int)
+	// SemaphoreModes lists the semaphore modes the backend holds besides
+	// lease, optionally with a wake strategy ("session", "session/kill").
+	// The semaphore and waiter tests run again for each.
+	SemaphoreModes []string
+	// KillSession ends the backend session (MySQL: KILL CONNECTION) whose
+	// id a session-mode holder reports, behind coordd's back.
+	KillSession func(t *testing.T, b backends.Backend, id int64)
+
+	// mode and wakeMode are the semaphore mode under test (set by Run).
+	mode, wakeMode string
 }
 
 // capability is one interface a backend may implement and the subtests
@@ -84,6 +95,14 @@ func Run(t *testing.T, h Harness) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+	for _, m := range h.SemaphoreModes {
+		hm := h
+		hm.mode, hm.wakeMode, _ = strings.Cut(m, "/")
+		t.Run("Semaphores/mode="+m, func(t *testing.T) { testSemaphores(t, hm) })
+		if is[backends.Waiters](probe) {
+			t.Run("Waiters/mode="+m, func(t *testing.T) { testWaiters(t, hm) })
+		}
 	}
 }
 

@@ -33,13 +33,32 @@ func semOf(t *testing.T, b backends.Backend) *sem {
 	return &sem{t: t, b: b, SemaphoreAdmin: as[backends.SemaphoreAdmin](t, b), Semaphores: as[backends.Semaphores](t, b)}
 }
 
-// semConfig is a full config, so that every field's round trip is checked.
-func semConfig(name string, limit int) backends.SemaphoreConfig {
+// semConfig is a full config, so that every field's round trip is checked,
+// in the mode under test (lease unless Run is checking SemaphoreModes).
+func (h Harness) semConfig(name string, limit int) backends.SemaphoreConfig {
+	mode := h.mode
+	if mode == "" {
+		mode = spec.ModeLease
+	}
 	return backends.SemaphoreConfig{
-		Name: name, Limit: limit, Lease: 30 * time.Second, Mode: spec.ModeLease,
-		Wake: spec.WakePoll, MaxWaiting: 7, MaxHold: time.Hour,
+		Name: name, Limit: limit, Lease: 30 * time.Second, Mode: mode,
+		Wake: h.wake(), MaxWaiting: 7, MaxHold: time.Hour,
 	}
 }
+
+// wake is the wake strategy under test: poll unless Run is checking a
+// SemaphoreModes entry of the form "session/kill".
+func (h Harness) wake() string {
+	if h.wakeMode != "" {
+		return h.wakeMode
+	}
+	return spec.WakePoll
+}
+
+// leased reports whether holders of the mode under test have a lease with
+// an expiry (every mode but session, whose slots last as long as the
+// holder's connection).
+func (h Harness) leased() bool { return h.mode == "" || h.mode == spec.ModeLease }
 
 func (s *sem) put(cfg backends.SemaphoreConfig) {
 	s.t.Helper()
@@ -107,28 +126,39 @@ func (s *sem) holders(name string) []backends.Holder {
 	return hs
 }
 
-// testSemaphores checks SemaphoreAdmin and Semaphores together.
+// testSemaphores checks SemaphoreAdmin and Semaphores together, in the
+// mode h says. Tests of lease expiry and of slot rows are not run for modes
+// without them (session); those modes have tests of their own.
 func testSemaphores(t *testing.T, h Harness) {
 	for _, c := range []struct {
-		name string
-		run  func(t *testing.T, h Harness)
+		name  string
+		run   func(t *testing.T, h Harness)
+		lease bool // needs leases that expire and slot rows
 	}{
-		{"LimitAndFencing", testSemLimit},
-		{"Absent", testSemAbsent},
-		{"WrongOwner", testSemWrongOwner},
-		{"LeaseExpiry", testSemLeaseExpiry},
-		{"ReleaseExpired", testSemReleaseExpired},
-		{"LimitUp", testSemLimitUp},
-		{"LimitDown", testSemLimitDown},
-		{"LimitDownExpired", testSemLimitDownExpired},
-		{"LimitZero", testSemLimitZero},
-		{"DeleteHeld", testSemDeleteHeld},
-		{"Drift", testSemDrift},
-		{"DriftHeldSlot", testSemDriftHeld},
-		{"FencingAcrossUpdates", testSemFencingUpdates},
-		{"ObserveMany", testSemObserveMany},
-		{"Concurrent", testSemConcurrent},
+		{"LimitAndFencing", testSemLimit, false},
+		{"Absent", testSemAbsent, false},
+		{"WrongOwner", testSemWrongOwner, false},
+		{"LeaseExpiry", testSemLeaseExpiry, true},
+		{"ReleaseExpired", testSemReleaseExpired, true},
+		{"LimitUp", testSemLimitUp, false},
+		{"LimitDown", testSemLimitDown, false},
+		{"LimitDownExpired", testSemLimitDownExpired, true},
+		{"LimitZero", testSemLimitZero, false},
+		{"DeleteHeld", testSemDeleteHeld, false},
+		{"Drift", testSemDrift, true},
+		{"DriftHeldSlot", testSemDriftHeld, true},
+		{"FencingAcrossUpdates", testSemFencingUpdates, false},
+		{"ObserveMany", testSemObserveMany, false},
+		{"Concurrent", testSemConcurrent, false},
+		{"SessionEnds", testSemSessionEnds, false},
+		{"LimitDownSessionEnds", testSemLimitDownSessionEnds, false},
 	} {
+		if c.lease && !h.leased() {
+			continue
+		}
+		if (c.name == "SessionEnds" || c.name == "LimitDownSessionEnds") && h.leased() {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, h)
@@ -138,7 +168,7 @@ func testSemaphores(t *testing.T, h Harness) {
 
 func testSemLimit(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	cfg := semConfig("reindex", 3)
+	cfg := h.semConfig("reindex", 3)
 	s.put(cfg)
 	s.put(cfg) // idempotent
 	st := s.wantSlots("reindex", 3, 0)
@@ -164,7 +194,7 @@ func testSemLimit(t *testing.T, h Harness) {
 			t.Fatalf("grant %d: fencing %d, not above previous %d", i, g.Fencing, grants[i-1].Fencing)
 		}
 		if !g.ExpiresAt.After(before) || g.ExpiresAt.Location() != time.UTC {
-			t.Fatalf("grant %d: expires %v, want UTC after %v", i, g.ExpiresAt, before)
+			t.Fatalf("grant %d: expires %v, want UTC after %v (for a session slot: when the holder must ping next)", i, g.ExpiresAt, before)
 		}
 		grants = append(grants, g)
 	}
@@ -188,10 +218,11 @@ func testSemLimit(t *testing.T, h Harness) {
 			t.Fatalf("holder %+v matches no grant", hd)
 		}
 		g := grants[j]
-		if hd.Owner != owners[j] || hd.Host != "host-"+owners[j] || hd.PID != 42 || hd.Fencing != g.Fencing || !hd.ExpiresAt.Equal(g.ExpiresAt) {
-			t.Errorf("holder %+v, want owner %s fencing %d expires %v", hd, owners[j], g.Fencing, g.ExpiresAt)
+		if hd.Owner != owners[j] || hd.Host != "host-"+owners[j] || hd.PID != 42 || hd.Fencing != g.Fencing {
+			t.Errorf("holder %+v, want owner %s fencing %d", hd, owners[j], g.Fencing)
 		}
-		if hd.AcquiredAt.Before(before.Truncate(time.Millisecond)) || hd.AcquiredAt.After(hd.ExpiresAt) {
+		h.checkExpiry(t, hd, g.ExpiresAt)
+		if hd.AcquiredAt.Before(before.Truncate(time.Millisecond)) || hd.AcquiredAt.After(g.ExpiresAt) {
 			t.Errorf("holder %+v: acquired_at not within [%v, expires]", hd, before)
 		}
 	}
@@ -220,7 +251,7 @@ func testSemAbsent(t *testing.T, h Harness) {
 func testSemWrongOwner(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	ctx := t.Context()
-	s.put(semConfig("s", 1))
+	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
 	g := s.acquire("s", a, time.Minute)
 	before := s.holders("s")
@@ -237,8 +268,10 @@ func testSemWrongOwner(t *testing.T, h Harness) {
 	if exp.Before(g.ExpiresAt) || exp.Location() != time.UTC {
 		t.Errorf("extended expiry %v, want UTC at or after %v", exp, g.ExpiresAt)
 	}
-	if hs := s.holders("s"); len(hs) != 1 || !hs[0].ExpiresAt.Equal(exp) || hs[0].Fencing != g.Fencing {
-		t.Errorf("after extend: holders %+v, want expiry %v fencing %d", hs, exp, g.Fencing)
+	if hs := s.holders("s"); len(hs) != 1 || hs[0].Fencing != g.Fencing {
+		t.Errorf("after extend: holders %+v, want fencing %d", hs, g.Fencing)
+	} else {
+		h.checkExpiry(t, hs[0], exp)
 	}
 
 	s.release("s", a)
@@ -259,7 +292,7 @@ func testSemLeaseExpiry(t *testing.T, h Harness) {
 	s, open := freshSem(t, h)
 	other := open()
 	ctx := t.Context()
-	s.put(semConfig("s", 1))
+	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
 	ga := s.acquire("s", a, time.Second)
 	other.full("s", ga.ExpiresAt)
@@ -285,7 +318,7 @@ func testSemLeaseExpiry(t *testing.T, h Harness) {
 
 func testSemReleaseExpired(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 2))
+	s.put(h.semConfig("s", 2))
 	a := newOwner("a")
 	ga := s.acquire("s", a, time.Second)
 	waitPast(t, s.b, ga.ExpiresAt)
@@ -303,12 +336,12 @@ func testSemReleaseExpired(t *testing.T, h Harness) {
 
 func testSemLimitUp(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 3))
+	s.put(h.semConfig("s", 3))
 	for range 3 {
 		s.acquire("s", newOwner("a"), time.Minute)
 	}
 	s.full("s")
-	s.put(semConfig("s", 5))
+	s.put(h.semConfig("s", 5))
 	s.wantSlots("s", 5, 3)
 	got := map[int]bool{}
 	for range 2 {
@@ -323,13 +356,13 @@ func testSemLimitUp(t *testing.T, h Harness) {
 
 func testSemLimitDown(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 5))
+	s.put(h.semConfig("s", 5))
 	owners := map[int]string{}
 	for range 5 {
 		o := newOwner("a")
 		owners[s.acquire("s", o, time.Minute).Slot] = o
 	}
-	s.put(semConfig("s", 2))
+	s.put(h.semConfig("s", 2))
 	st := s.wantSlots("s", 5, 5)
 	if st.Config.Limit != 2 || st.WantSlots() != 5 {
 		t.Fatalf("after lowering: limit %d, want slots %d; want 2 and 5", st.Config.Limit, st.WantSlots())
@@ -355,7 +388,7 @@ func testSemLimitDown(t *testing.T, h Harness) {
 // take one while the live holders reach the limit.
 func testSemLimitDownExpired(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 5))
+	s.put(h.semConfig("s", 5))
 	var short []backends.Grant
 	for i := range 5 {
 		lease := time.Hour
@@ -367,7 +400,7 @@ func testSemLimitDownExpired(t *testing.T, h Harness) {
 			short = append(short, g)
 		}
 	}
-	s.put(semConfig("s", 2))
+	s.put(h.semConfig("s", 2))
 	last := short[0].ExpiresAt
 	for _, g := range short {
 		if g.ExpiresAt.After(last) {
@@ -392,10 +425,10 @@ func testSemLimitDownExpired(t *testing.T, h Harness) {
 
 func testSemLimitZero(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("gate", 0))
+	s.put(h.semConfig("gate", 0))
 	s.wantSlots("gate", 0, 0)
 	s.full("gate")
-	s.put(semConfig("gate", 1))
+	s.put(h.semConfig("gate", 1))
 	s.wantSlots("gate", 1, 0)
 	s.acquire("gate", newOwner("a"), time.Minute)
 	s.full("gate")
@@ -404,7 +437,7 @@ func testSemLimitZero(t *testing.T, h Harness) {
 func testSemDeleteHeld(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	ctx := t.Context()
-	s.put(semConfig("s", 3))
+	s.put(h.semConfig("s", 3))
 	a, b := newOwner("a"), newOwner("b")
 	s.acquire("s", a, time.Minute)
 	s.acquire("s", b, time.Minute)
@@ -429,7 +462,7 @@ func testSemDeleteHeld(t *testing.T, h Harness) {
 	wantErr(t, err, backends.ErrNotFound, "acquire a deleted semaphore")
 
 	// Without holders, delete removes at once.
-	s.put(semConfig("t", 2))
+	s.put(h.semConfig("t", 2))
 	ok(t, s.DeleteSemaphore(ctx, "t"), "delete without holders")
 	if st := s.observe("t"); st != nil {
 		t.Fatalf("deleted semaphore observed as %+v", st)
@@ -446,13 +479,13 @@ func needDeleteSlot(t *testing.T, h Harness) {
 func testSemDrift(t *testing.T, h Harness) {
 	needDeleteSlot(t, h)
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 3))
+	s.put(h.semConfig("s", 3))
 	h.DeleteSlot(t, s.b, "s", 1)
 	st := s.wantSlots("s", 2, 0)
 	if st.WantSlots() != 3 {
 		t.Fatalf("WantSlots = %d, want 3", st.WantSlots())
 	}
-	s.put(semConfig("s", 3))
+	s.put(h.semConfig("s", 3))
 	s.wantSlots("s", 3, 0)
 	got := map[int]bool{}
 	for range 3 {
@@ -463,11 +496,11 @@ func testSemDrift(t *testing.T, h Harness) {
 	}
 
 	// No slot row at all: nobody is admitted until repaired.
-	s.put(semConfig("one", 1))
+	s.put(h.semConfig("one", 1))
 	h.DeleteSlot(t, s.b, "one", 0)
 	s.wantSlots("one", 0, 0)
 	s.full("one")
-	s.put(semConfig("one", 1))
+	s.put(h.semConfig("one", 1))
 	s.acquire("one", newOwner("b"), time.Minute)
 }
 
@@ -475,14 +508,14 @@ func testSemDriftHeld(t *testing.T, h Harness) {
 	needDeleteSlot(t, h)
 	s, _ := freshSem(t, h)
 	ctx := t.Context()
-	s.put(semConfig("s", 1))
+	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
 	g := s.acquire("s", a, time.Minute)
 	h.DeleteSlot(t, s.b, "s", g.Slot)
 	_, err := s.Extend(ctx, "s", a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend a deleted slot")
 	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "release a deleted slot")
-	s.put(semConfig("s", 1))
+	s.put(h.semConfig("s", 1))
 	g2 := s.acquire("s", newOwner("b"), time.Minute)
 	if g2.Fencing <= g.Fencing {
 		t.Errorf("fencing after repair %d, want above %d", g2.Fencing, g.Fencing)
@@ -491,7 +524,7 @@ func testSemDriftHeld(t *testing.T, h Harness) {
 
 func testSemFencingUpdates(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
-	s.put(semConfig("s", 1))
+	s.put(h.semConfig("s", 1))
 	var last int64
 	for i := range 4 {
 		o := newOwner("a")
@@ -501,7 +534,7 @@ func testSemFencingUpdates(t *testing.T, h Harness) {
 		}
 		last = g.Fencing
 		s.release("s", o)
-		cfg := semConfig("s", 1+i%2)
+		cfg := h.semConfig("s", 1+i%2)
 		cfg.Lease = time.Duration(i+1) * time.Minute
 		s.put(cfg)
 	}
@@ -518,7 +551,7 @@ func testSemObserveMany(t *testing.T, h Harness) {
 		}
 		names = append(names, n)
 		if i%2 == 0 {
-			s.put(semConfig(n, i%5))
+			s.put(h.semConfig(n, i%5))
 		}
 	}
 	m, err := s.ObserveSemaphores(t.Context(), names)
@@ -550,7 +583,7 @@ func testSemConcurrent(t *testing.T, h Harness) {
 		limit   = 3
 	)
 	s, open := freshSem(t, h)
-	s.put(semConfig("hot", limit))
+	s.put(h.semConfig("hot", limit))
 	handles := make([]*sem, workers)
 	for i := range handles {
 		handles[i] = open()
@@ -606,4 +639,89 @@ func testSemConcurrent(t *testing.T, h Harness) {
 		t.Error("no acquisition succeeded")
 	}
 	s.wantSlots("hot", limit, 0)
+}
+
+// checkExpiry checks a holder's expiry against the grant's or the last
+// extend's: equal for a lease, none (and a connection id) in mode session.
+func (h Harness) checkExpiry(t *testing.T, hd backends.Holder, want time.Time) {
+	t.Helper()
+	switch {
+	case h.leased() && !hd.ExpiresAt.Equal(want):
+		t.Errorf("holder %+v: expires %v, want %v", hd, hd.ExpiresAt, want)
+	case !h.leased() && (!hd.ExpiresAt.IsZero() || hd.Session == 0):
+		t.Errorf("session holder %+v: want no expiry and the holding connection's id", hd)
+	}
+}
+
+// needKillSession fails without the harness hook the session tests need.
+func needKillSession(t *testing.T, h Harness) {
+	t.Helper()
+	if h.KillSession == nil {
+		t.Fatal("backendtest: Harness.KillSession is nil; the session-mode tests need it")
+	}
+}
+
+// testSemSessionEnds: when a holder's session ends behind its back (the
+// connection killed, the server restarted), the slot is free at once, the
+// old holder learns it on its next Extend (ErrLost), and the next holder
+// gets a higher fencing number.
+func testSemSessionEnds(t *testing.T, h Harness) {
+	needKillSession(t, h)
+	s, open := freshSem(t, h)
+	other := open()
+	ctx := t.Context()
+	s.put(h.semConfig("s", 1))
+	a := newOwner("a")
+	ga := s.acquire("s", a, time.Minute)
+	other.full("s")
+	hs := other.holders("s")
+	if len(hs) != 1 || hs[0].Session == 0 || hs[0].Owner != a {
+		t.Fatalf("holders %+v, want %s with its connection id", hs, a)
+	}
+	h.KillSession(t, s.b, hs[0].Session)
+	var gb backends.Grant
+	waitFor(t, "the killed holder's slot to be free", func() (bool, error) {
+		g, err := other.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: newOwner("b"), Host: "h", PID: 2, Lease: time.Minute})
+		if errors.Is(err, backends.ErrNoSlot) {
+			return false, nil
+		}
+		gb = g
+		return err == nil, err
+	})
+	if gb.Slot != ga.Slot || gb.Fencing <= ga.Fencing {
+		t.Fatalf("grant after the session ended: %+v, want slot %d and fencing above %d", gb, ga.Slot, ga.Fencing)
+	}
+	_, err := s.Extend(ctx, "s", a, time.Minute)
+	wantErr(t, err, backends.ErrLost, "extend by the holder whose session ended")
+	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "release by the holder whose session ended")
+	if hs := other.holders("s"); len(hs) != 1 || hs[0].Fencing != gb.Fencing {
+		t.Fatalf("holders %+v, want only the new holder", hs)
+	}
+}
+
+// testSemLimitDownSessionEnds is LimitDownExpired for sessions: after the
+// limit was lowered below the holders, holders above it whose sessions end
+// free their slots, yet nobody is admitted while the remaining holders
+// reach the limit.
+func testSemLimitDownSessionEnds(t *testing.T, h Harness) {
+	needKillSession(t, h)
+	s, _ := freshSem(t, h)
+	s.put(h.semConfig("s", 5))
+	for range 5 {
+		s.acquire("s", newOwner("a"), time.Minute)
+	}
+	s.put(h.semConfig("s", 2))
+	s.full("s")
+	for _, hd := range s.holders("s") {
+		if hd.Slot < 2 {
+			continue
+		}
+		h.KillSession(t, s.b, hd.Session)
+	}
+	waitFor(t, "three killed holders to be gone", func() (bool, error) {
+		return len(s.holders("s")) == 2, nil
+	})
+	s.full("s")
+	s.full("s")
+	s.wantSlots("s", 2, 2)
 }

@@ -43,8 +43,8 @@ func testWaiters(t *testing.T, h Harness) {
 }
 
 // waitConfig is a semaphore of limit 1 with the given max_waiting.
-func waitConfig(name string, maxWaiting int) backends.SemaphoreConfig {
-	cfg := semConfig(name, 1)
+func (h Harness) waitConfig(name string, maxWaiting int) backends.SemaphoreConfig {
+	cfg := h.semConfig(name, 1)
 	cfg.MaxWaiting = maxWaiting
 	return cfg
 }
@@ -54,7 +54,7 @@ func testWaitMax(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	wantErr(t, w.EnterWait(ctx, "absent", newOwner("w"), time.Minute), backends.ErrNotFound, "enter wait on an absent semaphore")
 
-	s.put(waitConfig("build", 1))
+	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
 	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a")
 	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a again (renew)")
@@ -70,14 +70,14 @@ func testWaitMax(t *testing.T, h Harness) {
 	ok(t, w.EnterWait(ctx, "build", b, time.Minute), "enter b after a left")
 	wantErr(t, w.EnterWait(ctx, "build", a, time.Minute), backends.ErrTooManyWaiters, "enter a while b waits")
 
-	s.put(waitConfig("closed", 0))
+	s.put(h.waitConfig("closed", 0))
 	wantErr(t, w.EnterWait(ctx, "closed", a, time.Minute), backends.ErrTooManyWaiters, "enter with max_waiting 0")
 }
 
 func testWaitUnbounded(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
-	s.put(waitConfig("open", -1))
+	s.put(h.waitConfig("open", -1))
 	for range 20 {
 		ok(t, w.EnterWait(ctx, "open", newOwner("w"), time.Minute), "enter with max_waiting -1")
 	}
@@ -86,7 +86,7 @@ func testWaitUnbounded(t *testing.T, h Harness) {
 func testWaitExpiry(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
-	s.put(waitConfig("build", 1))
+	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
 	ok(t, w.EnterWait(ctx, "build", a, time.Second), "enter a with a 1s lease")
 	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b while a waits")
@@ -109,7 +109,7 @@ func testWaitFIFO(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
 	fw := as[firstWaiter](t, s.b)
-	s.put(waitConfig("line", -1))
+	s.put(h.waitConfig("line", -1))
 	wantFirst := func(want, what string) {
 		t.Helper()
 		got, err := fw.FirstWaiter(ctx, "line")
@@ -145,7 +145,7 @@ func testWaitFIFO(t *testing.T, h Harness) {
 func testWaitWake(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
-	s.put(waitConfig("build", -1))
+	s.put(h.waitConfig("build", -1))
 	holder := newOwner("holder")
 	s.acquire("build", holder, time.Minute)
 
@@ -159,7 +159,7 @@ func testWaitWake(t *testing.T, h Harness) {
 	go func() {
 		close(started)
 		t0 := time.Now()
-		err := w.WaitSemaphore(ctx, "build", maxWait)
+		err := w.WaitSemaphore(ctx, "build", "waiter", maxWait)
 		done <- result{err, time.Since(t0)}
 	}()
 	<-started
@@ -171,23 +171,23 @@ func testWaitWake(t *testing.T, h Harness) {
 		t.Fatalf("wait semaphore returned after %v, not before its max %v although the holder released", r.elapsed, maxWait)
 	}
 	// The slot is free now: WaitSemaphore has nothing to wait for.
-	ok(t, w.WaitSemaphore(ctx, "build", maxWait), "wait on a free semaphore")
+	ok(t, w.WaitSemaphore(ctx, "build", "waiter", maxWait), "wait on a free semaphore")
 }
 
 func testWaitCancel(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
-	s.put(waitConfig("build", -1))
+	s.put(h.waitConfig("build", -1))
 	s.acquire("build", newOwner("holder"), time.Minute)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := w.WaitSemaphore(ctx, "build", 10*time.Second)
+	err := w.WaitSemaphore(ctx, "build", "waiter", 10*time.Second)
 	wantErr(t, err, context.Canceled, "wait with a cancelled context")
 
 	// Cancelled while waiting on a full semaphore.
 	ctx, cancel = context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- w.WaitSemaphore(ctx, "build", time.Minute) }()
+	go func() { done <- w.WaitSemaphore(ctx, "build", "waiter", time.Minute) }()
 	time.Sleep(50 * time.Millisecond) // let the waiter block; not an assertion
 	cancel()
 	select {

@@ -64,6 +64,10 @@ func harness() backendtest.Harness {
 		DeleteSlot: func(t *testing.T, b backends.Backend, name string, slot int) {
 			execSQL(t, b, "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND slot = ?", name, slot)
 		},
+		SemaphoreModes: []string{spec.ModeSession, spec.ModeSession + "/" + spec.WakeKill},
+		KillSession: func(t *testing.T, b backends.Backend, id int64) {
+			execSQL(t, b, "KILL CONNECTION ?", id)
+		},
 		InsertJobs: func(t *testing.T, b backends.Backend, queue string, p, n int) {
 			for i := range n {
 				execSQL(t, b, "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, state, available_at, enqueued_at, last_error)\n"+

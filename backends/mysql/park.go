@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,6 +274,31 @@ func (s *Store) park(ctx context.Context, d *dedicated, tag, body string, sleep 
 // timeouts).
 func sleepSeconds(d time.Duration) float64 {
 	return float64(max(d, 0).Milliseconds()) / 1000
+}
+
+// qParkedAll lists every parked statement's tag (first column).
+const qParkedAll = `SELECT SUBSTRING(info, 9, ?) FROM information_schema.processlist
+WHERE command = 'Query' AND info LIKE 'SELECT ''coordd-park:%'`
+
+// parkedChannels returns the channels that have a parked connection.
+func (s *Store) parkedChannels(ctx context.Context) (map[string]bool, error) {
+	n := len(parkPrefix) + 24 // the tag up to the end of the channel
+	rows, err := s.on(nil).query(ctx, qParkedAll, n)
+	if err != nil {
+		return nil, fmt.Errorf("list parked waiters: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var tag string
+		if err := rows.Scan(&tag); err != nil {
+			return nil, err
+		}
+		if ch, ok := strings.CutPrefix(tag, parkPrefix); ok {
+			out[ch] = true
+		}
+	}
+	return out, rows.Err()
 }
 
 // wakeParked KILL QUERYs up to n connections parked on channel, oldest

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -83,10 +84,6 @@ WHERE name = ? AND owner = ? AND ` + liveSQL
 	qSemFree = "UPDATE `{p}semaphore_slots` SET state = 'FREE', owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0\n" +
 		`WHERE name = ? AND owner = ?`
 
-	// qSemHolders lists live holders by slot.
-	qSemHolders = "SELECT slot, owner, host, pid, fencing, acquired_at, expires_at\n" +
-		"FROM `{p}semaphore_slots` WHERE name = ? AND " + liveSQL + " ORDER BY slot"
-
 	// qSemDrain sets the limit to 0 so that nobody more is admitted.
 	qSemDrain = "UPDATE `{p}semaphores` SET lim = 0 WHERE name = ?"
 
@@ -97,7 +94,7 @@ WHERE name = ? AND owner = ? AND ` + liveSQL
 
 	// qSemObserveConfigsHead reads the configs of many semaphores; the
 	// names follow, bound, in IN (...).
-	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns\n" +
+	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, session_slots\n" +
 		"FROM `{p}semaphores` WHERE name IN ("
 
 	// qSemObserveSlotsHead reads every slot of many semaphores, each with
@@ -128,8 +125,20 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold)); err != nil {
 			return err
 		}
-		return repairSlots(ctx, c, cfg.Name, cfg.Limit, true)
+		if err := s.repairSessionSlots(ctx, c, cfg.Name, cfg.Mode, cfg.Limit); err != nil {
+			return err
+		}
+		// A session-mode semaphore keeps slot rows only for lease holders
+		// left from before a change of mode.
+		rowLimit := cfg.Limit
+		if cfg.Mode == spec.ModeSession {
+			rowLimit = 0
+		}
+		return repairSlots(ctx, c, cfg.Name, rowLimit, true)
 	})
+	if err == nil {
+		s.sess.setMode(cfg.Name, cfg.Mode)
+	}
 	if err != nil {
 		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
 	}
@@ -183,17 +192,33 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
+		exists := err == nil
 		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
 			return err
+		}
+		if exists {
+			// Session holders count too (slot locks, not rows).
+			var sessSlots int
+			if err := c.row(ctx, qSessSlotsOf, name).Scan(&lim, &sessSlots); err != nil {
+				return err
+			}
+			used, err := s.usedSlots(ctx, c, nil, name, sessSlots)
+			if err != nil {
+				return err
+			}
+			held += len(used)
 		}
 		if held > 0 {
 			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
 				return err
 			}
+			if err := s.repairSessionSlots(ctx, c, name, mode, 0); err != nil {
+				return err
+			}
 			_, err := c.exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
-		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
+		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSessDeleteRecords, qSemDelete} {
 			if _, err := c.exec(ctx, q, name); err != nil {
 				return err
 			}
@@ -364,31 +389,18 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 	return nil
 }
 
-// Holders lists live holders by slot; an absent semaphore has none.
+// Holders lists live holders by slot, lease rows and session locks alike;
+// an absent semaphore has none.
 func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	var hs []backends.Holder
-	_, err := s.read(ctx, func(c conn) error {
-		hs = nil
-		rows, err := c.query(ctx, qSemHolders, name)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h backends.Holder
-			var acq, exp int64
-			if err := rows.Scan(&h.Slot, &h.Owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp); err != nil {
-				return err
-			}
-			h.AcquiredAt, h.ExpiresAt = fromMicros(acq), fromMicros(exp)
-			hs = append(hs, h)
-		}
-		return rows.Err()
-	})
+	m, err := s.ObserveSemaphores(ctx, []string{name})
 	if err != nil {
 		return nil, fmt.Errorf("holders %q: %w", name, err)
 	}
-	return hs, nil
+	if st := m[name]; st != nil {
+		slices.SortFunc(st.Holders, func(a, b backends.Holder) int { return a.Slot - b.Slot })
+		return st.Holders, nil
+	}
+	return nil, nil
 }
 
 // ObserveSemaphores reads many semaphores in one snapshot: per chunk of
@@ -401,7 +413,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 	_, err := s.read(ctx, func(c conn) error {
 		clear(out)
 		for _, ch := range chunks(names, inChunk) {
-			if err := observeChunk(ctx, c, ch, out); err != nil {
+			if err := s.observeChunk(ctx, c, ch, out); err != nil {
 				return err
 			}
 		}
@@ -413,22 +425,29 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 	return out, nil
 }
 
-func observeChunk(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
+// observeChunk observes up to inChunk semaphores: their configs, slot rows
+// and waiters, then the slot locks of those that have session slots.
+func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
 	args := anys(names)
 	in := placeholders(len(names))
 	rows, err := c.query(ctx, qSemObserveConfigsHead+in+")", args...)
 	if err != nil {
 		return err
 	}
+	sessSlots := map[string]int{}
 	for rows.Next() {
 		var cfg backends.SemaphoreConfig
 		var lease, maxHold int64
-		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold); err != nil {
+		var slots int
+		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold, &slots); err != nil {
 			rows.Close()
 			return err
 		}
 		cfg.Lease, cfg.MaxHold = time.Duration(lease), time.Duration(maxHold)
 		out[cfg.Name] = &backends.SemaphoreState{Config: cfg}
+		if slots > 0 || cfg.Mode == spec.ModeSession {
+			sessSlots[cfg.Name] = slots
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -469,16 +488,35 @@ func observeChunk(ctx context.Context, c conn, names []string, out map[string]*b
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var name string
 		var n int
 		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
 			return err
 		}
 		if st := out[name]; st != nil {
 			st.Waiters = n
 		}
 	}
-	return rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for name, stored := range sessSlots {
+		st := out[name]
+		want, err := s.sessionState(ctx, c, st, stored)
+		if err != nil {
+			return err
+		}
+		// session_slots may stay above what the holders need until an
+		// acquirer lowers it; only one too low (behind coordd's back) is
+		// drift, so a consistent semaphore reports the slots it should have.
+		if stored >= want {
+			st.Slots = max(st.Config.Limit, len(st.Holders))
+		} else {
+			st.Slots += stored
+		}
+	}
+	return nil
 }

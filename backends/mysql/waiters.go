@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
 )
 
 const (
@@ -61,10 +62,10 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 	if err != nil {
 		return fmt.Errorf("enter wait %q: %w", name, err)
 	}
+	var mode string
 	err = s.write(ctx, func(c conn) error {
 		var limit, maxWaiting int
 		var fencing int64
-		var mode string
 		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
@@ -93,14 +94,19 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 		_, err = c.exec(ctx, qWaitInsert, name, owner, last+1, us)
 		return err
 	})
+	if err == nil && mode == spec.ModeSession {
+		s.sessionEnter(name, owner)
+	}
 	if err != nil {
 		return fmt.Errorf("enter wait %q as %q: %w", name, owner, err)
 	}
 	return nil
 }
 
-// LeaveWait removes owner's waiter record; absent is not an error.
+// LeaveWait removes owner's waiter record, and frees what a session-mode
+// wait holds (its connection and locks); absent is not an error.
 func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
+	s.sessionLeave(ctx, owner)
 	err := s.write(ctx, func(c conn) error {
 		_, err := c.exec(ctx, qWaitLeave, name, owner)
 		return err
@@ -130,15 +136,21 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 	return owner, nil
 }
 
-// WaitSemaphore polls, with a backoff from waitPollMin to waitPollMax, until
-// TryAcquire may succeed (live holders below the limit and a free or expired
+// WaitSemaphore waits as the semaphore's mode says: on owner's dedicated
+// connection in mode session (sessionWait), else it polls, with a backoff
+// from waitPollMin to waitPollMax, until TryAcquire may succeed (live holders below the limit and a free or expired
 // slot), maxWait elapsed or ctx ended. It returns nil in the first two cases
 // and ctx's error in the last; the caller retries TryAcquire either way. An
 // absent semaphore (or a store never migrated) returns nil at once, so that
 // TryAcquire reports it.
-func (s *Store) WaitSemaphore(ctx context.Context, name string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if session, err := s.isSessionMode(ctx, name); err != nil {
+		return s.waitErr(ctx, name, err)
+	} else if session {
+		return s.sessionWait(ctx, name, owner, maxWait)
 	}
 	ok, err := s.hasSchema(ctx)
 	if err != nil {

@@ -141,7 +141,7 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 // in the last; the caller retries TryAcquire either way. An absent semaphore
 // (or a store never migrated) returns nil at once, so that TryAcquire reports
 // it.
-func (s *Store) WaitSemaphore(ctx context.Context, name string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, name, _ string, maxWait time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
