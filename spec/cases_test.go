@@ -164,6 +164,8 @@ var badCases = []badCase{
 		pos: "a.yaml:2:3", msg: `backends.r: missing required field "url"`},
 	{name: "invalid mysql dsn", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)\"}\n"),
 		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: invalid DSN: missing the slash"},
+	{name: "bad mysql pool parameter", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)/d?maxOpenConns=0\"}\n"),
+		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: parameter maxOpenConns: want an integer of at least 1, got \"0\""},
 	{name: "bad table prefix", files: one("backends:\n  db: {type: mysql, dsn: \"u:p@tcp(h:3306)/d\", table_prefix: \"bad-prefix\"}\n"),
 		pos: "a.yaml:2:61", msg: "backends.db.table_prefix: must be at most 32 letters"},
 	{name: "bad memcached server", files: one(mcHeader[:len("backends:\n  db: {type: sqlite}\n")] + "  mc: {type: memcached, servers: [\"mc1\"]}\ncluster: {backend: db}\n"),

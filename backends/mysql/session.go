@@ -26,15 +26,15 @@ import (
 // table prefix and the semaphore name: "coordd:" + 40 hex digits + ":" + i
 // (":wait" and ":check" for the two helper locks).
 //
-// Acquire (qSessTry) is one statement on the holder's connection: it reads
-// the semaphore row under a shared lock, so a concurrent limit change waits
-// for it, and, when the limit it was built for still holds, tries the slot
-// locks in one CASE whose first successful GET_LOCK(…, 0) ends it. Then the
-// same connection bumps the fencing counter (LAST_INSERT_ID(fencing + 1), one
-// round trip that returns the new value) and records who holds the slot in
-// semaphore_sessions (host, pid, fencing, the connection id). Because these
-// run on the holder's connection, a holder whose session died in between
-// cannot finish: no later holder of its slot can have a lower number.
+// Acquire is two round trips on the holder's connection. qSessTry reads the
+// semaphore row under a shared lock, so a concurrent limit change waits for
+// it, and, when the limit it was built for still holds, tries the slot
+// locks in one CASE whose first successful GET_LOCK(…, 0) ends it. Then
+// qSessGrant bumps the fencing counter and records who holds the slot in
+// semaphore_sessions (host, pid, fencing, the connection id), in one
+// transaction. Because it runs on the holder's connection, a holder whose
+// session died in between cannot finish: no later holder of its slot can
+// have a lower number. Release is one RELEASE_LOCK.
 //
 // The limit: session_slots (the number of slot names that may be held) is
 // max(lim, highest held slot + 1). While it equals lim, every holder holds a
@@ -93,16 +93,23 @@ const (
 	qSessConfig = "SELECT CONNECTION_ID(), mode, lim, session_slots, wake, " + nowSQL + "\n" +
 		"FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE"
 
-	// qSessFencing bumps the fencing counter; LAST_INSERT_ID(expr) returns
-	// the new value in the statement's OK packet.
-	qSessFencing = "UPDATE `{p}semaphores` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?"
-
-	// qSessRecord records who holds a slot. Arguments: name, slot, owner,
-	// host, pid, fencing.
-	qSessRecord = "INSERT INTO `{p}semaphore_sessions` (name, slot, conn_id, owner, host, pid, fencing, acquired_at)\n" +
-		"VALUES (?, ?, CONNECTION_ID(), ?, ?, ?, ?, " + nowSQL + ")\n" +
-		"ON DUPLICATE KEY UPDATE conn_id = VALUES(conn_id), owner = VALUES(owner), host = VALUES(host),\n" +
-		"  pid = VALUES(pid), fencing = VALUES(fencing), acquired_at = VALUES(acquired_at)"
+	// qSessGrant is a script sent in one round trip on a holder's
+	// connection (the session pool allows multiple statements; nothing else
+	// does): it bumps the fencing counter and records the holder in one
+	// transaction, then returns the new number (0: the semaphore is gone).
+	// LAST_INSERT_ID(expr) keeps the number for the session, so the record
+	// and the final SELECT read it back; it is reset first so that a gone
+	// semaphore cannot return an earlier statement's value. Arguments:
+	// name; then name, slot, owner, host, pid.
+	qSessGrant = "DO LAST_INSERT_ID(0);\n" +
+		"START TRANSACTION;\n" +
+		"UPDATE `{p}semaphores` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?;\n" +
+		"INSERT INTO `{p}semaphore_sessions` (name, slot, conn_id, owner, host, pid, fencing, acquired_at)\n" +
+		"  SELECT ?, ?, CONNECTION_ID(), ?, ?, ?, LAST_INSERT_ID(), " + nowSQL + " FROM DUAL WHERE LAST_INSERT_ID() > 0\n" +
+		"  ON DUPLICATE KEY UPDATE conn_id = VALUES(conn_id), owner = VALUES(owner), host = VALUES(host),\n" +
+		"  pid = VALUES(pid), fencing = VALUES(fencing), acquired_at = VALUES(acquired_at);\n" +
+		"COMMIT;\n" +
+		"SELECT LAST_INSERT_ID()"
 
 	// qSessPing checks that the connection still holds its slot lock.
 	qSessPing = "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), " + nowSQL
@@ -469,25 +476,45 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 		}
 		w.waitLock = false
 	}
-	res, err := s.dexec(ctx, w.d, qSessFencing, w.name)
-	n, err := affected(res, err)
-	if err != nil {
-		return backends.Grant{}, err
-	}
-	if n == 0 {
+	fencing, err := s.recordGrant(ctx, w, req)
+	if errors.Is(err, backends.ErrNotFound) {
 		if err := s.releaseSlot(ctx, w); err != nil {
 			return backends.Grant{}, err
 		}
 		return backends.Grant{}, backends.ErrNotFound
 	}
-	fencing, err := res.LastInsertId()
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	if _, err := s.dexec(ctx, w.d, qSessRecord, w.name, w.slot, req.Owner, req.Host, req.PID, fencing); err != nil {
-		return backends.Grant{}, err
-	}
 	return backends.Grant{Slot: w.slot, Fencing: fencing, ExpiresAt: fromMicros(r.now + req.Lease.Microseconds())}, nil
+}
+
+// recordGrant bumps the fencing counter and records the holder with
+// qSessGrant: one round trip and one commit (one log flush) for both, on
+// the holder's connection, so nothing is written for a holder whose session
+// died after taking the slot. ErrNotFound: the semaphore row is gone. On
+// any other error the caller drops the connection, which also ends the
+// transaction the script may have left open.
+func (s *Store) recordGrant(ctx context.Context, w *session, req backends.AcquireRequest) (int64, error) {
+	var fencing int64
+	s.trips.Add(1)
+	err := s.interruptible(ctx, w.d, time.Minute, func(rctx context.Context) error {
+		rows, err := w.d.conn.QueryContext(rctx, s.q(qSessGrant), w.name, w.name, w.slot, req.Owner, req.Host, req.PID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(&fencing); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err == nil && fencing == 0 {
+		return 0, backends.ErrNotFound
+	}
+	return fencing, err
 }
 
 // acquireDraining is acquire while holders admitted under a higher limit

@@ -117,7 +117,20 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
-	s.sess = newSessions(sql.OpenDB(conn), pool)
+	// Dedicated connections may send scripts (qSessGrant); the statement
+	// pool may not.
+	// Their statements block for seconds on purpose (parked waiters,
+	// GET_LOCK), bounded by their own deadlines (interruptible), so the
+	// DSN's readTimeout applies to the statement pool only.
+	sessCfg := cfg.Clone()
+	sessCfg.MultiStatements = true
+	sessCfg.ReadTimeout = 0
+	sessConn, err := driver.NewConnector(sessCfg)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql %q: %w", name, err)
+	}
+	s.sess = newSessions(sql.OpenDB(sessConn), pool)
 	s.trips.Add(1)
 	if err := db.PingContext(ctx); err != nil {
 		s.Close()

@@ -248,6 +248,7 @@ type semStatusJSON struct {
 	Backend string            `json:"backend"`
 	Limit   int               `json:"limit"`
 	Lease   string            `json:"lease"`
+	Mode    string            `json:"mode,omitempty"`
 	Slots   int               `json:"slots"`
 	Holders []backends.Holder `json:"holders"`
 	Waiters int               `json:"waiters"`
@@ -306,6 +307,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		row := semStatusJSON{Name: n, Backend: s.Semaphores[n].Backend, Holders: []backends.Holder{}}
 		if st := states[n]; st != nil {
 			row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
+			row.Mode = st.Config.Mode
 			row.Holders = append(row.Holders, st.Holders...)
 			row.Waiters = st.Waiters
 		}
@@ -323,10 +325,19 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			fmt.Fprintf(tw, "semaphore.%s\tnot applied (run coordd apply)\n", r.Name)
 			continue
 		}
-		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, r.Limit, r.Lease, len(r.Holders), r.Waiters)
+		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tmode %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, r.Mode, r.Limit, r.Lease, len(r.Holders), r.Waiters)
 		for _, h := range r.Holders {
-			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\texpires %s\tfencing %d\n",
-				h.Slot, h.Host, h.PID, h.AcquiredAt.UTC().Format(time.RFC3339), h.ExpiresAt.UTC().Format(time.RFC3339), h.Fencing)
+			// A session-mode slot has no expiry: it is held while the
+			// MySQL connection (processlist id) holds its lock.
+			until := "expires " + h.ExpiresAt.UTC().Format(time.RFC3339)
+			if h.Session != 0 {
+				until = fmt.Sprintf("connection %d", h.Session)
+			}
+			since := "-"
+			if !h.AcquiredAt.IsZero() {
+				since = h.AcquiredAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\t%s\tfencing %d\n", h.Slot, h.Host, h.PID, since, until, h.Fencing)
 		}
 	}
 	tw.Flush()
