@@ -8,9 +8,13 @@
 // BEGIN IMMEDIATE, so a transaction takes the write lock before it reads
 // anything it will act on: two processes (or two handles in one process)
 // never both decide from the same stale read, and the busy timeout turns
-// contention into waiting instead of errors. The file only coordinates the
-// processes of the host that holds it; for several hosts use a networked
-// backend.
+// contention into waiting instead of errors. The one step the busy timeout
+// cannot cover is the switch of a new file to WAL, which Open makes: it
+// begins as a read and SQLite fails, rather than waits, a read that must
+// become a write while another connection writes, as happens when several
+// processes create the file together. Open retries that step for as long as
+// the busy timeout (see enableWAL). The file only coordinates the processes
+// of the host that holds it; for several hosts use a networked backend.
 //
 // # The clock
 //

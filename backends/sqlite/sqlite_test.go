@@ -16,7 +16,12 @@ import (
 	"github.com/coordd/coordd/backends/sqlite"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(openerEnv) != "" {
+		os.Exit(opener()) // a child of TestConcurrentOpenMigrate
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // openStore opens a handle closed by t.Cleanup.
 func openStore(t testing.TB, path string, opts backends.Options) *sqlite.Store {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +17,8 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/spec"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+	msqlite "modernc.org/sqlite" // the "sqlite" driver (pure Go, no cgo); importing registers it
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrReadOnly is returned by every write on a store opened with
@@ -123,7 +125,62 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 		db.Close()
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 	}
+	if !opts.ReadOnly {
+		if err := enableWAL(ctx, db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+		}
+	}
 	return s, nil
+}
+
+// qEnableWAL switches the file to WAL mode and returns the mode now in force.
+const qEnableWAL = `PRAGMA journal_mode = WAL`
+
+// enableWAL switches the file to WAL mode. The mode is stored in the file,
+// so this is done once per Open, not on every connection.
+//
+// The switch cannot simply wait in the busy handler. PRAGMA journal_mode
+// reads the file header in a read transaction and, when the header does not
+// say WAL yet, upgrades that transaction to a write to change it. An upgrade
+// that finds another connection holding the write lock fails at once with
+// SQLITE_BUSY, without calling the busy handler: the holder may be waiting
+// for this reader to go away, so waiting would deadlock. Several processes
+// opening a new file together meet exactly that, and all but the one that
+// converts the file would fail. So enableWAL retries SQLITE_BUSY itself,
+// with a short backoff and for at most busyTimeoutMS, as long as a write
+// waits; once one of them has converted the file, the next try only reads
+// the header.
+func enableWAL(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(busyTimeoutMS * time.Millisecond)
+	delay := time.Millisecond
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, qEnableWAL).Scan(&mode)
+		if err == nil {
+			if !strings.EqualFold(mode, "wal") {
+				return fmt.Errorf("enable WAL: journal mode is %q", mode)
+			}
+			return nil
+		}
+		if !isBusy(err) || time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("enable WAL: %w", err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("enable WAL: %w", ctx.Err())
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY or one of its extended codes.
+func isBusy(err error) bool {
+	var e *msqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // fileURI turns an absolute path into a file: URI, escaping '?', '#' and
@@ -132,9 +189,11 @@ func fileURI(abs string) string {
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 }
 
-// dsnParams returns the connection parameters. Write transactions begin
-// IMMEDIATE; journal mode and synchronous are only set on writable handles
-// (setting them writes to the file).
+// dsnParams returns the parameters every new connection is set up with. The
+// driver runs busy_timeout before the other pragmas, so that any of them that
+// waits for a lock waits through the busy handler. Write transactions begin
+// IMMEDIATE. None of these pragmas touches the file: the journal mode, which
+// does, is switched once by enableWAL, where SQLITE_BUSY can be retried.
 func dsnParams(readOnly bool) string {
 	v := url.Values{}
 	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
@@ -143,7 +202,6 @@ func dsnParams(readOnly bool) string {
 		v.Add("_pragma", "query_only(1)")
 	} else {
 		v.Set("_txlock", "immediate")
-		v.Add("_pragma", "journal_mode(WAL)")
 		v.Add("_pragma", "synchronous(NORMAL)")
 	}
 	return v.Encode()
