@@ -293,6 +293,17 @@ type Waiters interface {
 	WaitSemaphore(ctx context.Context, name, owner string, max time.Duration) error
 }
 
+// WakeRepairer is implemented by backends whose semaphore waiters sleep in
+// the backend until a release wakes them (MySQL mode session with wake
+// kill). A release that never came (its releaser died) or a slot the
+// backend freed by itself (a holder's connection died) leaves them asleep
+// until their sleep ends; the leader's repair pass wakes them sooner.
+type WakeRepairer interface {
+	// RepairWakeups wakes parked waiters of the named semaphores that have
+	// a free slot, one per free slot, and returns how many it woke.
+	RepairWakeups(ctx context.Context, semaphores []string) (int, error)
+}
+
 // Term is one holder's tenure of the leader lease.
 type Term struct {
 	Holder    string    `json:"holder"`

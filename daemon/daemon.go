@@ -291,13 +291,20 @@ func (d *Daemon) poke() {
 	}
 }
 
-// leaderLoop applies new specs and resyncs, while this host leads.
+// wakeRepairEvery is how often the leader runs the wake-up repair pass
+// (backends.WakeRepairer); with nobody parked a pass is one cheap query.
+const wakeRepairEvery = 5 * time.Second
+
+// leaderLoop applies new specs and resyncs, while this host leads. It also
+// runs the wake-up repair pass, at once and then every wakeRepairEvery.
 func (d *Daemon) leaderLoop(ctx context.Context) {
 	changes := d.changes
 	resync := time.NewTicker(d.cfg.ResyncEvery)
 	defer resync.Stop()
+	repair := time.NewTicker(wakeRepairEvery)
+	defer repair.Stop()
 	for {
-		doResync := false
+		doResync, doApply := false, true
 		select {
 		case <-ctx.Done():
 			return
@@ -305,13 +312,44 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 		case <-d.kick:
 		case <-resync.C:
 			doResync = true
+		case <-repair.C:
+			doApply = false
 		}
 		if _, leading := d.elector.Leading(); !leading {
 			continue
 		}
-		d.maybeApply(ctx)
+		if doApply {
+			d.maybeApply(ctx)
+		}
 		if doResync {
 			d.resync(ctx)
+		}
+		d.repairWakeups(ctx)
+	}
+}
+
+// repairWakeups wakes semaphore waiters that a lost release left asleep, on
+// every backend that parks them, for the semaphores of mode session with
+// wake kill in the spec.
+func (d *Daemon) repairWakeups(ctx context.Context) {
+	s, e := d.current()
+	names := map[string][]string{}
+	for n, sem := range s.Semaphores {
+		if sem.Mode == spec.ModeSession && sem.Wake == spec.WakeKill {
+			names[sem.Backend] = append(names[sem.Backend], n)
+		}
+	}
+	for bn, ns := range names {
+		r, ok := e.Backends[bn].(backends.WakeRepairer)
+		if !ok {
+			continue
+		}
+		n, err := r.RepairWakeups(ctx, ns)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.log.Warn("wake-up repair pass", "backend", bn, "error", err)
+		case n > 0:
+			d.log.Info("woke semaphore waiters that no release had woken", "backend", bn, "woken", n)
 		}
 	}
 }

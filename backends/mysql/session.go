@@ -61,7 +61,7 @@ import (
 //     in the processlist) or not yet past its try (which then finds the free
 //     slot), so no wake-up is lost. A releaser that dies before its KILL
 //     leaves the waiters to their SLEEP's end (at most sessionSleepMax) or to
-//     the repair pass (WakeSessionWaiters), which wakes a parked waiter of
+//     the repair pass (RepairWakeups), which wakes a parked waiter of
 //     every semaphore that has a free slot.
 //
 // Extend is a ping of the holder's connection: the slot is still ours
@@ -977,14 +977,15 @@ func (s *Store) repairSessionSlots(ctx context.Context, c conn, name, mode strin
 	return err
 }
 
-// WakeSessionWaiters is the repair pass of wake kill: for each named
-// semaphore in mode session with wake kill that has a free slot, it wakes
-// its oldest parked waiter. A releaser that died between freeing its slot
-// and its KILL, or a holder whose connection died (MySQL frees the slot, and
-// nobody sends a KILL), leaves a waiter parked until its SLEEP ends; the
-// daemon runs this pass at start-up and then periodically. It returns how
-// many waiters it woke.
-func (s *Store) WakeSessionWaiters(ctx context.Context, names []string) (int, error) {
+// RepairWakeups is the repair pass of wake kill (backends.WakeRepairer):
+// for each named semaphore in mode session with wake kill that has free
+// slots, it wakes its oldest parked waiters, one per free slot. A releaser
+// that died between freeing its slot and its KILL, or a holder whose
+// connection died (MySQL frees the slot, and nobody sends a KILL), leaves
+// waiters parked until their SLEEP ends; the daemon's leader runs this pass
+// at start-up and then periodically. With nobody parked it costs one
+// processlist query.
+func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) {
 	ok, err := s.hasSchema(ctx)
 	if err != nil || !ok {
 		return 0, err

@@ -231,7 +231,7 @@ func TestSessionRepairPass(t *testing.T) {
 	w := acquireAsync(t, dsn, "r_", "pool")
 	parked := s.ParkPatternForTest("pool")
 	eventually(t, "the waiter to park", func() bool { return countProcesses(t, s, parked) == 1 })
-	if n, err := s.WakeSessionWaiters(ctx, []string{"pool"}); err != nil || n != 0 {
+	if n, err := s.RepairWakeups(ctx, []string{"pool"}); err != nil || n != 0 {
 		t.Fatalf("repair pass on a full semaphore woke %d (%v), want 0", n, err)
 	}
 	hs, err := s.Holders(ctx, "pool")
@@ -246,7 +246,7 @@ func TestSessionRepairPass(t *testing.T) {
 		return err == nil && len(hs) == 1
 	})
 	notYet(t, w, "the waiter (nobody woke it yet)")
-	n, err := s.WakeSessionWaiters(ctx, []string{"pool", "absent"})
+	n, err := s.RepairWakeups(ctx, []string{"pool", "absent"})
 	if err != nil || n != 1 {
 		t.Fatalf("repair pass woke %d (%v), want 1", n, err)
 	}
