@@ -122,14 +122,37 @@ func countLines(path string) int {
 	return bytes.Count(b, []byte("\n"))
 }
 
-// TestQueueWorkKill9 works 2,000 jobs with four worker processes and kills
-// one with kill -9 halfway. Evidence outside coordd (an append-only log the
-// commands write) shows every job ran, and that every job that ran twice
-// was in the killed worker's hands.
+// TestQueueWorkKill9 works 10,000 jobs with four worker processes and kills
+// one with kill -9 a quarter of the way. Evidence outside coordd (an
+// append-only log the commands write) shows every job ran, and that every
+// job that ran twice was in the killed worker's hands.
+// TestMySQLHostsQueueWorkKill9 runs the same on MySQL with three daemons.
 func TestQueueWorkKill9(t *testing.T) {
 	c := newCLI(t)
 	p := queueFixture(t, c, "{partitions: 4, visibility_timeout: 2s, max_attempts: 10, retry_backoff: 0s}")
+	jobs := 10000
+	if testing.Short() {
+		jobs = 300
+	}
+	queueWorkKill9(t, c, p, queueKill9{jobs: jobs, workers: 4, conc: 2, killAt: []int{jobs / 4}})
+}
 
+// queueKill9 parametrizes queueWorkKill9.
+type queueKill9 struct {
+	jobs    int
+	workers int // worker processes w0, w1, ...
+	conc    int // --concurrency of each
+	// killAt[i]: worker wi gets kill -9 once this many jobs ran.
+	killAt []int
+	// hosts, when set, are the workers' --host-id, round robin.
+	hosts []string
+}
+
+// queueWorkKill9 pushes k.jobs jobs to queue q of the applied spec p,
+// drains them with k.workers `queue work --drain` processes, kills some
+// with kill -9 on the way, and checks the commands' own log.
+func queueWorkKill9(t *testing.T, c *cli, p string, k queueKill9) {
+	t.Helper()
 	// Push quickly through the Go API.
 	ctx := context.Background()
 	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, p, false)
@@ -144,10 +167,8 @@ func TestQueueWorkKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := 10000
-	if testing.Short() {
-		jobs = 300
-	}
+	jobs := k.jobs
+	begin := time.Now()
 	payloadOf := map[string]string{}
 	for i := range jobs {
 		pl := fmt.Sprintf("job-%d", i)
@@ -158,21 +179,29 @@ func TestQueueWorkKill9(t *testing.T) {
 		payloadOf[strconv.FormatInt(j.ID, 10)] = pl
 	}
 	b.Close()
+	t.Logf("pushed %d jobs in %s", jobs, time.Since(begin).Round(time.Millisecond))
+	begin = time.Now()
 
 	logPath := filepath.Join(t.TempDir(), "acked.log")
 	script := `read -r p; echo "$p $COORDD_JOB_ID $WORKER" >> ` + logPath
-	const conc = 2
-	workers := make([]*exec.Cmd, 4)
-	stderrs := make([]*bytes.Buffer, len(workers))
+	conc := k.conc
+	workers := make([]*exec.Cmd, k.workers)
+	// Read while the workers may still write (a failure's message): a
+	// synchronized buffer.
+	stderrs := make([]*proctest.SyncBuffer, len(workers))
 	done := make([]chan error, len(workers))
 	for i := range workers {
 		// The workers are a plain build of coordd (proctest.Binary), not
 		// this race-instrumented test binary: 10,000 jobs through four
 		// race-built processes on two cores would measure the race
 		// detector, not coordd.
-		w := exec.Command(proctest.Binary(t), "queue", "work", "q", "-f", p, "--concurrency", strconv.Itoa(conc), "--drain", "--", "sh", "-c", script)
+		args := []string{"queue", "work", "q", "-f", p, "--concurrency", strconv.Itoa(conc), "--drain"}
+		if len(k.hosts) > 0 {
+			args = append(args, "--host-id", k.hosts[i%len(k.hosts)])
+		}
+		w := exec.Command(proctest.Binary(t), append(args, "--", "sh", "-c", script)...)
 		w.Env = append(os.Environ(), "COORDD_DATA_DIR="+c.dataDir, fmt.Sprintf("WORKER=w%d", i))
-		stderrs[i] = &bytes.Buffer{}
+		stderrs[i] = &proctest.SyncBuffer{}
 		w.Stderr = stderrs[i]
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
@@ -188,26 +217,30 @@ func TestQueueWorkKill9(t *testing.T) {
 		}
 	}()
 
-	deadline := time.Now().Add(2 * time.Minute)
-	for countLines(logPath) < jobs/4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d jobs ran within 2m", countLines(logPath))
+	killed := map[string]bool{}
+	for i, at := range k.killAt {
+		deadline := time.Now().Add(4 * time.Minute)
+		for countLines(logPath) < at {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d jobs ran within 4m", countLines(logPath))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
+		_ = workers[i].Process.Signal(syscall.SIGKILL)
+		err := <-done[i]
+		done[i] <- err
+		killed[fmt.Sprintf("w%d", i)] = true
+		t.Logf("killed w%d after %d lines (%s)", i, countLines(logPath), time.Since(begin).Round(time.Millisecond))
 	}
-	_ = workers[0].Process.Signal(syscall.SIGKILL)
-	err = <-done[0]
-	done[0] <- err
-	t.Logf("killed w0 after %d lines", countLines(logPath))
-	for i := 1; i < len(workers); i++ {
+	for i := len(k.killAt); i < len(workers); i++ {
 		select {
 		case err := <-done[i]:
 			done[i] <- err
 			if err != nil {
 				t.Fatalf("worker w%d: %v\n%s", i, err, stderrs[i])
 			}
-		case <-time.After(3 * time.Minute):
-			t.Fatalf("worker w%d did not drain within 3m\n%s", i, stderrs[i])
+		case <-time.After(6 * time.Minute):
+			t.Fatalf("worker w%d did not drain within 6m\n%s", i, stderrs[i])
 		}
 	}
 
@@ -226,7 +259,7 @@ func TestQueueWorkKill9(t *testing.T) {
 		}
 		ranBy[f[1]] = append(ranBy[f[1]], f[2])
 	}
-	// A job may run twice when it was in the killed worker's hands, or when
+	// A job may run twice when it was in a killed worker's hands, or when
 	// a surviving worker reported that it lost the job's lease (SQLite
 	// write-lock waits under -race on a small machine can outlast a lease)
 	// and so did not ack it over its next owner.
@@ -238,6 +271,9 @@ func TestQueueWorkKill9(t *testing.T) {
 		r := reported.String()
 		return strings.Contains(r, "job "+id+" ") || strings.Contains(r, "job "+id+":")
 	}
+	heldByKilled := func(by []string) bool {
+		return slices.ContainsFunc(by, func(w string) bool { return killed[w] })
+	}
 	byKill, byLoss := 0, 0
 	for id := range payloadOf {
 		by := ranBy[id]
@@ -246,17 +282,17 @@ func TestQueueWorkKill9(t *testing.T) {
 			t.Errorf("job %s never ran", id)
 		case len(by) > 1 && lossReported(id):
 			byLoss++
-		case len(by) > 1 && slices.Contains(by, "w0"):
+		case len(by) > 1 && heldByKilled(by):
 			byKill++
 		case len(by) > 1:
-			t.Errorf("job %s ran %d times (%v): neither the killed worker nor a reported lease loss explains it", id, len(by), by)
+			t.Errorf("job %s ran %d times (%v): neither a killed worker nor a reported lease loss explains it", id, len(by), by)
 		}
 	}
-	if byKill > conc {
-		t.Errorf("%d jobs of the killed worker ran twice; it held at most %d", byKill, conc)
+	if byKill > conc*len(k.killAt) {
+		t.Errorf("%d jobs of the killed workers ran twice; they held at most %d", byKill, conc*len(k.killAt))
 	}
-	t.Logf("%d lines for %d jobs; ran twice: %d in the killed worker's hands, %d after a reported lease loss",
-		strings.Count(string(raw), "\n"), jobs, byKill, byLoss)
+	t.Logf("%d lines for %d jobs in %s; ran twice: %d in a killed worker's hands, %d after a reported lease loss",
+		strings.Count(string(raw), "\n"), jobs, time.Since(begin).Round(time.Millisecond), byKill, byLoss)
 	if t.Failed() {
 		for i := range stderrs {
 			t.Logf("w%d stderr:\n%s", i, stderrs[i])

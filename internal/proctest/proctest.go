@@ -58,19 +58,21 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writer and a test reader.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a process writer and a test reader:
+// give it to exec.Cmd as Stdout or Stderr and read it while the process
+// still runs.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -80,7 +82,7 @@ func (s *syncBuffer) String() string {
 type Proc struct {
 	Name string
 	Cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -130,7 +132,7 @@ func (e *Env) Start(t testing.TB, name string, args ...string) *Proc {
 // StartWith is Start with extra environment variables for this process.
 func (e *Env) StartWith(t testing.TB, name string, env []string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, Cmd: e.Command(args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: e.Command(args...), out: &SyncBuffer{}, done: make(chan struct{})}
 	p.Cmd.Env = append(p.Cmd.Env, env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.out, p.out
 	if err := p.Cmd.Start(); err != nil {

@@ -1,0 +1,259 @@
+package main
+
+// Several hosts on one MariaDB (issue 4, "Several hosts"): three `coordd run`
+// daemons with different --host-ids on a fresh database of the shared
+// server, and clients and workers that name those hosts. Exactly-once cron
+// and leader failover are in daemon's TestThreeDaemonsEveryOccurrenceOnce
+// (its mysql subtest); these cover the semaphore limit and the queue under
+// kill -9.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/proctest"
+	"github.com/coordd/coordd/internal/testenv"
+)
+
+// mysqlHostPool bounds the pool of every coordd process of these tests: the
+// shared server has max_connections 151 and other test packages use it at
+// the same time.
+const mysqlHostPool = "maxOpenConns=4"
+
+// mysqlHosts is three daemons, h1 to h3, sharing one MySQL spec.
+type mysqlHosts struct {
+	env     *proctest.Env
+	spec    string
+	hosts   []string
+	daemons []*proctest.Proc
+}
+
+// startMySQLHosts writes a spec with objects (YAML for semaphores, cron or
+// queues) on a fresh database of the shared MariaDB, applies it, and starts
+// `coordd run --host-id hN` for h1, h2 and h3 (a plain build of coordd, as
+// a server would run it). It returns once one of them leads.
+func startMySQLHosts(t *testing.T, c *cli, objects string) *mysqlHosts {
+	t.Helper()
+	dsn := testenv.MySQLDSN(t)
+	if strings.Contains(dsn, "?") {
+		dsn += "&" + mysqlHostPool
+	} else {
+		dsn += "?" + mysqlHostPool
+	}
+	spec := writeSpec(t, fmt.Sprintf(`backends:
+  db: {type: mysql, dsn: %q, table_prefix: "mh_"}
+cluster: {backend: db, leader_lease: 2s}
+`, dsn)+objects)
+	if code, _, errs := c.run("", false, "apply", "-f", spec, "--auto-approve"); code != 0 {
+		t.Fatalf("apply: %s", errs)
+	}
+	h := &mysqlHosts{env: &proctest.Env{Bin: proctest.Binary(t), DataDir: c.dataDir}, spec: spec, hosts: []string{"h1", "h2", "h3"}}
+	for _, host := range h.hosts {
+		h.daemons = append(h.daemons, h.env.StartWith(t, host, []string{"COORDD_TEST_HOST=" + host},
+			"run", "-f", spec, "--host-id", host, "--shutdown-grace", "5s"))
+	}
+	proctest.Eventually(t, 20*time.Second, "a leader among h1-h3", func() bool {
+		return strings.HasPrefix(h.leader(t), "h")
+	})
+	return h
+}
+
+// leader is the host id of the current leader, or "".
+func (h *mysqlHosts) leader(t *testing.T) string {
+	t.Helper()
+	out, code := h.env.Run(t, "status", "-f", h.spec, "--json")
+	if code != 0 {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	var st struct {
+		Leader *struct {
+			Holder string `json:"holder"`
+		} `json:"leader"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if st.Leader == nil {
+		return ""
+	}
+	host, _, _ := strings.Cut(st.Leader.Holder, "/")
+	return host
+}
+
+// stop checks that every daemon is still running, then stops each with
+// SIGTERM and checks that it exits 0.
+func (h *mysqlHosts) stop(t *testing.T) {
+	t.Helper()
+	for _, d := range h.daemons {
+		if !d.Running() {
+			t.Errorf("daemon %s died during the test:\n%s", d.Name, d.Output())
+		}
+		d.Signal(syscall.SIGTERM)
+	}
+	for _, d := range h.daemons {
+		if code := d.Wait(t, 30*time.Second); code != 0 {
+			t.Errorf("daemon %s exited %d", d.Name, code)
+		}
+	}
+}
+
+// killWitness is proctest.Witness with one more move: a holder killed with
+// kill -9 inside the witness never runs its own exit, so the test takes it
+// out (leaveFor) once it has seen the command die. Counting it until then
+// can only raise the peak, never hide an excess.
+type killWitness struct {
+	lock, cur, peaks string
+}
+
+func newKillWitness(t *testing.T) *killWitness {
+	t.Helper()
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Fatal("flock(1) is needed by the witness: install util-linux")
+	}
+	d := t.TempDir()
+	w := &killWitness{lock: filepath.Join(d, "lock"), cur: filepath.Join(d, "cur"), peaks: filepath.Join(d, "peaks")}
+	if err := os.WriteFile(w.cur, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// script enters the witness, runs body, leaves, and exits with body's code.
+func (w *killWitness) script(body string) string {
+	return fmt.Sprintf(`flock %[1]s sh -c 'n=$(($(cat %[2]s)+1)); echo $n > %[2]s; echo $n >> %[3]s'
+%[4]s
+rc=$?
+flock %[1]s sh -c 'echo $(($(cat %[2]s)-1)) > %[2]s'
+exit $rc`, w.lock, w.cur, w.peaks, body)
+}
+
+// leaveFor takes a dead holder out of the witness.
+func (w *killWitness) leaveFor(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command("flock", w.lock, "sh", "-c", fmt.Sprintf(`echo $(($(cat %[1]s)-1)) > %[1]s`, w.cur)).CombinedOutput(); err != nil {
+		t.Fatalf("witness leave: %v\n%s", err, out)
+	}
+}
+
+// peak returns how many runs entered and the most inside at once.
+func (w *killWitness) peak(t *testing.T) (runs, peak int) {
+	t.Helper()
+	b, err := os.ReadFile(w.peaks)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		n, _ := strconv.Atoi(f)
+		runs++
+		peak = max(peak, n)
+	}
+	return runs, peak
+}
+
+// TestMySQLHostsSemWitnessKill9: with three daemons up, twelve `sem run`
+// clients spread over h1-h3 share limit 3 (lease 2s); three of them, one per
+// host, are killed with kill -9 while they hold a slot. A witness outside
+// coordd never sees more than 3 commands at once, the killed clients'
+// commands die with them, every other client gets a slot (so the killed
+// slots came back after their lease), and at the end all three slots are
+// free together.
+func TestMySQLHostsSemWitnessKill9(t *testing.T) {
+	const limit, clients = 3, 12
+	c := newCLI(t)
+	h := startMySQLHosts(t, c, fmt.Sprintf("semaphores:\n  s: {limit: %d, lease: 2s}\n", limit))
+	w := newKillWitness(t)
+	dir := t.TempDir()
+
+	type client struct {
+		p       *proctest.Proc
+		pidFile string // set for the clients killed mid-hold
+	}
+	cs := make([]client, clients)
+	for i := range cs {
+		body := "sleep 0.3"
+		if i%4 == 0 { // 0, 4, 8: one per host
+			cs[i].pidFile = filepath.Join(dir, fmt.Sprintf("c%d.pid", i))
+			body = "echo $$ > " + cs[i].pidFile + "; exec sleep 60"
+		}
+		cs[i].p = h.env.Start(t, fmt.Sprintf("c%d", i), "sem", "run", "s", "-f", h.spec,
+			"--host-id", h.hosts[i%len(h.hosts)], "--wait", "2m", "--", "sh", "-c", w.script(body))
+	}
+	for i, cl := range cs {
+		if cl.pidFile == "" {
+			continue
+		}
+		child, err := strconv.Atoi(waitFile(t, cl.pidFile, time.Minute))
+		if err != nil {
+			t.Fatalf("c%d pid file: %v", i, err)
+		}
+		cl.p.Kill9()
+		proctest.Eventually(t, 10*time.Second, fmt.Sprintf("c%d's command to die with it", i), func() bool { return !alive(child) })
+		w.leaveFor(t)
+		t.Logf("killed c%d (%s) mid-hold", i, h.hosts[i%len(h.hosts)])
+	}
+	for i, cl := range cs {
+		if cl.pidFile == "" {
+			if code := cl.p.Wait(t, 2*time.Minute); code != 0 {
+				t.Errorf("c%d exited %d", i, code)
+			}
+		}
+	}
+
+	// Every slot came back: once the killed holders' leases ran out, three
+	// --no-wait clients hold at once.
+	proctest.Eventually(t, 10*time.Second, "no holders left", func() bool {
+		out, code := h.env.Run(t, "sem", "status", "s", "-f", h.spec, "--json")
+		var st []semStatusJSON
+		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && len(st) == 1 && len(st[0].Holders) == 0
+	})
+	last := newKillWitness(t)
+	var wg sync.WaitGroup
+	codes := make([]int, limit)
+	for i := range codes {
+		wg.Add(1)
+		cmd := h.env.Command("sem", "run", "s", "-f", h.spec, "--host-id", h.hosts[i], "--no-wait", "--", "sh", "-c", last.script("sleep 1"))
+		go func() {
+			defer wg.Done()
+			codes[i] = -1
+			if err := cmd.Run(); err == nil {
+				codes[i] = 0
+			} else if ee, ok := err.(*exec.ExitError); ok {
+				codes[i] = ee.ExitCode()
+			}
+		}()
+	}
+	wg.Wait()
+	if _, peak := last.peak(t); peak != limit || slices.ContainsFunc(codes, func(c int) bool { return c != 0 }) {
+		t.Errorf("after the leases: --no-wait exits %v, peak %d; want all %d slots free", codes, peak, limit)
+	}
+
+	runs, peak := w.peak(t)
+	if runs != clients || peak > limit || peak < 1 {
+		t.Errorf("witness: %d runs (want %d), peak %d holders (limit %d)", runs, clients, peak, limit)
+	}
+	t.Logf("witness: %d runs, peak %d concurrent holders; leader %s", runs, peak, h.leader(t))
+	h.stop(t)
+}
+
+// TestMySQLHostsQueueWorkKill9 is TestQueueWorkKill9 on MySQL with three
+// daemons up: 1,000 jobs, four workers spread over h1-h3, two of them
+// killed with kill -9 (after 250 and 500 jobs ran). Every job is acked; a
+// job runs twice only when a killed worker had it or a lease loss was
+// reported. (About 30 jobs/s on a busy 2-core machine, where each job's
+// two process starts dominate: hence 1,000, not more.)
+func TestMySQLHostsQueueWorkKill9(t *testing.T) {
+	c := newCLI(t)
+	h := startMySQLHosts(t, c, "queues:\n  q: {partitions: 4, visibility_timeout: 2s, max_attempts: 10, retry_backoff: 0s}\n")
+	queueWorkKill9(t, c, h.spec, queueKill9{jobs: 1000, workers: 4, conc: 2, killAt: []int{250, 500}, hosts: h.hosts})
+	h.stop(t)
+}
