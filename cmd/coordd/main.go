@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/coordd/coordd/internal/child"
 )
 
@@ -63,6 +65,12 @@ func main() {
 	// Started as a child shim (see internal/child): run it and exit.
 	child.MaybeRunShim()
 	child.DefaultShim = selfExe()
+	// The MySQL driver prints what it considers critical (a connection that
+	// broke) on stderr by itself; every such error also reaches coordd as
+	// an error it handles and reports. `coordd run` sends these lines to its
+	// log at debug level; the short-lived commands drop them, so that their
+	// stderr stays theirs and a JSON log stays JSON.
+	_ = mysql.SetLogger(&mysql.NopLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal()}
 	code := run(ctx, env, os.Args[1:])

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/coordd/coordd/daemon"
@@ -51,6 +53,7 @@ finish within --shutdown-grace; a second signal kills them.
 			Name: "coordd", Level: level, JSONFormat: *logJSON, Output: env.stderr,
 			Color: hclog.AutoColor, TimeFormat: time.RFC3339Nano,
 		})
+		_ = mysql.SetLogger(driverLog{log.Named("mysql")})
 		d, err := daemon.New(ctx, daemon.Config{
 			SpecPath: *path, HostID: hostID(*host), Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
@@ -74,3 +77,10 @@ finish within --shutdown-grace; a second signal kills them.
 		return 0
 	},
 }
+
+// driverLog sends the MySQL driver's own messages (a broken connection it
+// closed, an unexpected EOF) to the daemon's log at debug level: coordd
+// reports the errors they cause itself.
+type driverLog struct{ l hclog.Logger }
+
+func (d driverLog) Print(v ...any) { d.l.Debug(strings.TrimSpace(fmt.Sprint(v...))) }
