@@ -124,7 +124,8 @@ func newSessions(db *sql.DB, pool mysqldsn.Pool) *sessions {
 	return &sessions{db: db, pool: pool, held: map[string]*session{}, waiting: map[string]*session{}}
 }
 
-// get returns a free dedicated connection, or opens one.
+// dedicate returns a free dedicated connection that is still alive, or
+// opens one.
 func (s *Store) dedicate(ctx context.Context) (*dedicated, error) {
 	ss := s.sess
 	ss.mu.Lock()
@@ -136,7 +137,11 @@ func (s *Store) dedicate(ctx context.Context) (*dedicated, error) {
 			continue
 		}
 		ss.mu.Unlock()
-		return d, nil
+		if alive(ctx, d) {
+			return d, nil
+		}
+		d.discard()
+		ss.mu.Lock()
 	}
 	ss.mu.Unlock()
 	c, err := ss.db.Conn(ctx)
@@ -150,6 +155,20 @@ func (s *Store) dedicate(ctx context.Context) (*dedicated, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// alive checks, without a round trip, that a free connection was not closed
+// by the server while it sat unused (a restart, wait_timeout): the driver's
+// session reset reads the socket without blocking, as database/sql does
+// for connections it hands out.
+func alive(ctx context.Context, d *dedicated) bool {
+	err := d.conn.Raw(func(dc any) error {
+		if r, ok := dc.(sqldriver.SessionResetter); ok {
+			return r.ResetSession(ctx)
+		}
+		return nil
+	})
+	return err == nil
 }
 
 // undedicate puts d back for reuse. Call it only when d holds no named lock

@@ -326,3 +326,40 @@ func TestSessionLockNames(t *testing.T) {
 		t.Fatal("two prefixes share a lock name")
 	}
 }
+
+// TestSessionStaleFreeConnection: a dedicated connection that the server
+// closed while it sat free (a restart, wait_timeout) is not handed out
+// again: the next acquire works.
+func TestSessionStaleFreeConnection(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	s := migrated(t, dsn, "f_")
+	ctx := t.Context()
+	if err := s.PutSemaphore(ctx, sessionConfig("gate", 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	req := backends.AcquireRequest{Owner: "a", Host: "h", PID: 1, Lease: time.Minute}
+	if _, err := s.TryAcquire(ctx, "gate", req); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := s.Holders(ctx, "gate")
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("holders %+v (%v)", hs, err)
+	}
+	if err := s.Release(ctx, "gate", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "KILL CONNECTION ?", hs[0].Session); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the killed connection to leave the processlist", func() bool {
+		return countProcesses(t, s, "%") > 0 && func() bool {
+			var n int
+			_ = s.DB().QueryRowContext(ctx, "SELECT count(*) FROM information_schema.processlist WHERE id = ?", hs[0].Session).Scan(&n)
+			return n == 0
+		}()
+	})
+	req.Owner = "b"
+	if _, err := s.TryAcquire(ctx, "gate", req); err != nil {
+		t.Fatalf("acquire after the free connection was killed: %v", err)
+	}
+}
