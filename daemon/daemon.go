@@ -48,7 +48,8 @@ type Config struct {
 	Log      hclog.Logger
 	// LoadOptions are passed to spec.Load on every (re)load.
 	LoadOptions spec.LoadOptions
-	// ResyncEvery is how often the leader repairs drift; default 30s.
+	// ResyncEvery is how often the leader repairs drift; default 1m (at 30s
+	// an idle MySQL leader would send more than one query a second).
 	ResyncEvery time.Duration
 	// ShutdownGrace bounds how long running commands may finish after
 	// SIGTERM; default 30s.
@@ -73,7 +74,18 @@ type Daemon struct {
 	changes <-chan bool // leadership changes, subscribed before the elector runs
 	sched   *scheduler.Scheduler
 	kick    chan struct{} // leader work: apply check, resync
+
+	// checkedHash is the local spec hash that maybeApply last found
+	// applied (or applied, or found superseded), at checkedAt (monotonic):
+	// until the spec or the leadership changes, or appliedRecheck passes,
+	// there is nothing to check again. Only leaderLoop uses them.
+	checkedHash string
+	checkedAt   time.Time
 }
+
+// appliedRecheck is how long maybeApply trusts that the local spec's hash
+// is settled (applied, or superseded) without reading the apply records.
+const appliedRecheck = 10 * time.Minute
 
 // New loads the spec and opens (and migrates) its backends. An invalid
 // spec at start is an error: there is no last good spec to keep.
@@ -82,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Log = hclog.NewNullLogger()
 	}
 	if cfg.ResyncEvery <= 0 {
-		cfg.ResyncEvery = 30 * time.Second
+		cfg.ResyncEvery = time.Minute
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
@@ -309,6 +321,7 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changes:
+			d.checkedHash = "" // a new term: the last leader may have applied anything
 		case <-d.kick:
 		case <-resync.C:
 			doResync = true
@@ -365,16 +378,24 @@ func (d *Daemon) current() (*spec.Spec, *reconcile.Engine) {
 	return d.spec, &e
 }
 
-// maybeApply applies the local spec if its hash was never applied.
+// maybeApply applies the local spec if its hash was never applied. Once
+// the hash is known to be applied (or superseded) it is not checked again
+// until the spec or the leadership changes, or appliedRecheck passes: an
+// idle leader does not read the apply records on every resync.
 func (d *Daemon) maybeApply(ctx context.Context) {
 	s, e := d.current()
 	hash := s.Hash()
+	if hash == d.checkedHash && time.Since(d.checkedAt) < appliedRecheck {
+		return
+	}
+	settled := func() { d.checkedHash, d.checkedAt = hash, time.Now() }
 	st, err := e.State.LoadState(ctx)
 	if err != nil {
 		d.log.Error("read applied state", "error", err)
 		return
 	}
 	if st.Last != nil && st.Last.SpecHash == hash {
+		settled()
 		return
 	}
 	rec, err := e.State.FindApply(ctx, hash)
@@ -386,6 +407,7 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 		}
 		d.log.Warn("stale checkout: this spec was applied before and superseded; not applying it",
 			"spec_hash", short(hash), "applied_generation", rec.Generation, "current_generation", latest)
+		settled()
 		return
 	case !errors.Is(err, backends.ErrNotFound):
 		d.log.Error("read apply history", "error", err)
@@ -393,13 +415,39 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 	}
 	res, err := e.Apply(ctx, reconcile.Options{}, "")
 	d.logApply("apply", res, err)
+	d.wakeScheduler(res, err)
+	if err == nil {
+		settled()
+	}
 }
 
-// resync repairs drift toward the applied record.
+// wakeScheduler wakes the scheduler after an apply that changed
+// something: a new task, or a new next_exec, is then claimed on time even
+// though the scheduler sleeps until the next_exec it knew of.
+func (d *Daemon) wakeScheduler(res *reconcile.Result, err error) {
+	if err == nil && res != nil && res.Plan.HasChanges() {
+		d.sched.Wake()
+	}
+}
+
+// resync repairs drift toward the applied record. It plans first, without
+// the apply lock: only a plan with something to do (or blocked) goes on to
+// Apply, which takes the lock and plans again under it. An idle cluster's
+// resync is thus reads only.
 func (d *Daemon) resync(ctx context.Context) {
 	_, e := d.current()
-	res, err := e.Apply(ctx, reconcile.Options{Resync: true}, "")
+	opts := reconcile.Options{Resync: true}
+	p, err := e.Plan(ctx, opts)
+	if err != nil {
+		d.log.Error("resync failed", "error", err)
+		return
+	}
+	if !p.HasChanges() && len(p.Blocked) == 0 {
+		return
+	}
+	res, err := e.Apply(ctx, opts, "")
 	d.logApply("resync", res, err)
+	d.wakeScheduler(res, err)
 }
 
 func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {

@@ -21,11 +21,22 @@
 //	leader   --renew fails, trust window closed--> follower
 //	leader   --ctx ends--> ResignLeader, follower
 //
-// A follower campaigns every Lease/8 (at least 100 ms), so that when the
-// leader dies without resigning (kill -9) another host takes the lease at
-// most about Lease/8 after it expires: failover takes at most Lease plus a
-// little. A leader renews every Lease/3; a failed renewal is retried every
-// Lease/10 until it succeeds or the trust window closes.
+// A follower does not poll the election. It reads the lease
+// (CurrentLeader): when nobody holds it, it campaigns at once; otherwise it
+// sleeps until 20 ms after that lease expires, converting the expiry (backend
+// time) with the offset between the backend's clock and its own, measured
+// with one Now every ten minutes. A leader that dies without resigning
+// (kill -9) is therefore replaced about 20 ms after its lease expires:
+// failover takes at most Lease plus a round trip or two. A follower also
+// never sleeps longer than Lease/2, so that a lease ended early by
+// ResignLeader (a graceful shutdown) is taken within Lease/2. An idle
+// follower thus reads the lease twice per Lease; a backend without a clock
+// (no Now) makes it fall back to a campaign every Lease/8.
+//
+// A leader renews every Lease/2; a failed renewal is retried every Lease/10
+// until it succeeds or the trust window closes. The renewal interval does
+// not change failover: a dead leader's lease ends Lease after its last
+// renewal, however often it renewed.
 //
 // # The trust window
 //

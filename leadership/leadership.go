@@ -29,10 +29,18 @@ type Config struct {
 // Elector campaigns for and holds the leader lease.
 type Elector struct {
 	leader backends.Leader
+	// clock reads the backend's clock when the Leader is also a Backend;
+	// nil otherwise (followers then poll every campaignEvery).
+	clock  func(context.Context) (time.Time, error)
 	holder string
 	lease  time.Duration
 	margin time.Duration
 	log    hclog.Logger
+
+	// offset is the backend clock minus this host's, measured at offsetAt
+	// (monotonic; zero: not measured). Only Run's goroutine uses them.
+	offset   time.Duration
+	offsetAt time.Time
 
 	mu         sync.Mutex
 	term       backends.Term
@@ -58,13 +66,19 @@ func New(cfg Config) *Elector {
 	if host == "" {
 		host = "unknown"
 	}
-	return &Elector{
+	e := &Elector{
 		leader: cfg.Leader,
 		holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		lease:  cfg.Lease,
 		margin: Margin(cfg.Lease),
 		log:    cfg.Log,
 	}
+	if c, ok := cfg.Leader.(interface {
+		Now(context.Context) (time.Time, error)
+	}); ok {
+		e.clock = c.Now
+	}
+	return e
 }
 
 // Holder is the holder id this elector campaigns with.
@@ -113,9 +127,22 @@ func (e *Elector) publish(v bool) {
 	}
 }
 
+// Timing of the loop; see the package doc.
 func (e *Elector) campaignEvery() time.Duration { return max(e.lease/8, 100*time.Millisecond) }
-func (e *Elector) renewEvery() time.Duration    { return e.lease / 3 }
+func (e *Elector) renewEvery() time.Duration    { return e.lease / 2 }
 func (e *Elector) retryEvery() time.Duration    { return max(e.lease/10, 50*time.Millisecond) }
+func (e *Elector) watchMax() time.Duration      { return e.lease / 2 }
+func (e *Elector) watchMin() time.Duration      { return max(e.lease/200, 10*time.Millisecond) }
+
+// wakeMargin is how long after the predicted expiry of another holder's
+// lease a follower reads it again: timer lateness and the error of the
+// clock offset (half a round trip) are far below it.
+const wakeMargin = 20 * time.Millisecond
+
+// offsetEvery is how often a follower measures the backend clock's offset
+// again (one Now each time); clock rates differ by far less than wakeMargin
+// over this span.
+const offsetEvery = 10 * time.Minute
 
 // gain records a successful election sent at sent.
 func (e *Elector) gain(t backends.Term, sent time.Time) {
@@ -175,19 +202,7 @@ func (e *Elector) Run(ctx context.Context) {
 func (e *Elector) step(ctx context.Context) time.Duration {
 	term, held, trustUntil := e.state()
 	if !held {
-		cctx, cancel := context.WithTimeout(ctx, e.lease)
-		sent := time.Now()
-		t, err := e.leader.ElectLeader(cctx, e.holder, e.lease)
-		cancel()
-		switch {
-		case err == nil:
-			e.gain(t, sent)
-			return e.renewEvery()
-		case errors.Is(err, backends.ErrNotLeader), ctx.Err() != nil:
-		default:
-			e.log.Warn("campaign failed", "error", err)
-		}
-		return e.campaignEvery()
+		return e.follow(ctx)
 	}
 	// A renewal that has not answered by the end of the trust window is
 	// useless: bound it there.
@@ -211,6 +226,77 @@ func (e *Elector) step(ctx context.Context) time.Duration {
 	}
 	e.stepDown("renewals failed until the trust window closed", err)
 	return 0
+}
+
+// follow is a follower's step. It reads the lease: when nobody holds it
+// (or this holder still does) it campaigns at once; otherwise it sleeps
+// until just after that lease would expire, as the backend's clock says
+// (read through the measured offset), but never longer than watchMax, so
+// that a lease ended early by ResignLeader is taken within lease/2 too.
+// An idle follower thus reads the lease about twice per lease, and takes
+// over from a dead leader about wakeMargin after its lease expires.
+func (e *Elector) follow(ctx context.Context) time.Duration {
+	cctx, cancel := context.WithTimeout(ctx, e.lease)
+	defer cancel()
+	cur, err := e.leader.CurrentLeader(cctx)
+	switch {
+	case errors.Is(err, backends.ErrNotFound), err == nil && cur.Holder == e.holder:
+		return e.campaign(cctx)
+	case err != nil:
+		if ctx.Err() == nil {
+			e.log.Warn("reading the leader lease failed", "error", err)
+		}
+		return e.campaignEvery()
+	}
+	now, ok := e.backendNow(cctx)
+	if !ok {
+		return e.campaignEvery()
+	}
+	left := cur.ExpiresAt.Sub(now)
+	if left <= 0 {
+		// The backend says live, the estimate says expired: measure the
+		// offset again before trusting it.
+		e.offsetAt = time.Time{}
+		return e.watchMin()
+	}
+	return min(max(left+wakeMargin, e.watchMin()), e.watchMax())
+}
+
+// campaign tries to take the lease.
+func (e *Elector) campaign(ctx context.Context) time.Duration {
+	sent := time.Now()
+	t, err := e.leader.ElectLeader(ctx, e.holder, e.lease)
+	switch {
+	case err == nil:
+		e.gain(t, sent)
+		return e.renewEvery()
+	case errors.Is(err, backends.ErrNotLeader):
+		// Another follower won: its lease is fresh.
+		return e.watchMax()
+	case ctx.Err() == nil:
+		e.log.Warn("campaign failed", "error", err)
+	}
+	return e.campaignEvery()
+}
+
+// backendNow estimates the backend's clock from this host's and the
+// offset, measuring the offset first when it is unknown or old. It
+// reports false when the backend has no clock or the measurement failed.
+func (e *Elector) backendNow(ctx context.Context) (time.Time, bool) {
+	if e.clock == nil {
+		return time.Time{}, false
+	}
+	if e.offsetAt.IsZero() || time.Since(e.offsetAt) > offsetEvery {
+		sent := time.Now()
+		bt, err := e.clock(ctx)
+		recv := time.Now()
+		if err != nil {
+			return time.Time{}, false
+		}
+		e.offset = bt.Sub(sent.Add(recv.Sub(sent) / 2))
+		e.offsetAt = recv
+	}
+	return time.Now().Add(e.offset), true
 }
 
 // resign ends the held term with a bounded context.

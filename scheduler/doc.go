@@ -8,11 +8,19 @@
 // definition always comes from the applied spec stored with the task, never
 // from local files.
 //
-// The loop sleeps until the earliest next_exec (capped at one second, so
-// that a newly applied task or a lost leadership is noticed; Wake and a
-// leadership change wake it at once). Each pass reaps occurrences whose run
-// lease expired (marked lost), claims due retries (PendingRetries, filtered
-// by max_attempts, retry_backoff and on_host_loss), then the due tasks.
+// The loop sleeps until the earliest next_exec, estimated on this host's
+// clock plus the backend clock's measured offset (one Now every ten
+// minutes; whether a task is due is still the backend's decision), and at
+// most Config.Poll (20 s), which bounds how late a task applied behind this
+// host's back is noticed; Wake (the daemon calls it after every reload and
+// apply, a run calls it when it ends) and a leadership change wake it at
+// once. Each pass claims the due tasks. Every Config.Sweep (20 s), and on
+// every wake-up, leadership gain, end of a retry's backoff or expiry of the
+// run lease of a run that holds back a due task (overlap forbid), the pass
+// first reaps occurrences whose run lease expired (marked lost) and claims
+// due retries (PendingRetries, filtered by max_attempts, retry_backoff and
+// on_host_loss). An idle leader thus reads the backend three times per
+// 20 s.
 //
 // Catch-up after downtime, with due times t1 = next_exec < t2 < ... <= now:
 //

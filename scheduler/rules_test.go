@@ -249,6 +249,30 @@ func TestHostLoss(t *testing.T) {
 	}
 }
 
+// TestOverlapBlockedByDeadRun: a run of a host that died (claimed by hand
+// with a 2s run lease, never extended) holds back an @every 1s task with
+// overlap forbid. The scheduler reaps it when its lease expires, not at its
+// next sweep (a minute away here), and the task runs again.
+func TestOverlapBlockedByDeadRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	st := openStore(t, path)
+	at := now(t, st).Truncate(time.Second)
+	put(t, st, "job", newDef("@every 1s", "true"), at)
+	if _, err := st.ClaimOccurrence(t.Context(), backends.ClaimRequest{Task: "job", ScheduledAt: at, Next: at.Add(time.Second),
+		Attempt: 1, Owner: "dead", Host: "dead-host", Lease: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	startWith(t, path, "a", time.Minute, time.Minute)
+	waitRuns(t, st, "job", 15*time.Second, func(r []backends.Run) bool {
+		lost, ran := false, false
+		for _, x := range r {
+			lost = lost || x.Host == "dead-host" && x.Status == backends.RunLost
+			ran = ran || x.Host == "a" && x.Status == backends.RunSucceeded
+		}
+		return lost && ran
+	})
+}
+
 func TestTimeout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
 	st := openStore(t, path)

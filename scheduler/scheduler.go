@@ -36,13 +36,30 @@ type Config struct {
 	// Stdout receives the children's output lines, prefixed with
 	// "[task run_id] "; default os.Stderr.
 	Stdout io.Writer
+	// Poll is the longest the loop sleeps while leading when nothing is
+	// due sooner: it bounds how late a task applied behind this host's back
+	// (coordd apply from elsewhere) is noticed. Default DefaultPoll. The
+	// loop otherwise sleeps until the earliest next_exec; Wake and
+	// leadership changes wake it at once.
+	Poll time.Duration
+	// Sweep is how often, at most, the loop looks for occurrences whose
+	// run lease expired (their host died) and for retries that are due,
+	// when nothing else asks for it: it also does so when leadership is
+	// gained, when Wake is called (a run finished, the spec changed) and
+	// when a retry's backoff ends. Default DefaultSweep.
+	Sweep time.Duration
 }
+
+// Defaults of Config.Poll and Config.Sweep: an idle leader then reads the
+// backend three times per 20 s (due tasks, expired occurrences, pending
+// retries).
+const (
+	DefaultPoll  = 20 * time.Second
+	DefaultSweep = 20 * time.Second
+)
 
 // Tunables of the loop.
 const (
-	// maxSleep caps the loop's sleep so that a newly applied task or a lost
-	// leadership is noticed.
-	maxSleep = time.Second
 	// batch bounds the rows read per pass.
 	batch = 100
 	// noneLate: with catch_up none, the latest due time is skipped too when
@@ -56,6 +73,12 @@ const (
 	defaultRunLease = 30 * time.Second
 	// finishTimeout bounds the recording of a result.
 	finishTimeout = 10 * time.Second
+	// offsetEvery is how often a backend's clock offset is measured again
+	// (one Now) when no pass needed Now meanwhile.
+	offsetEvery = 10 * time.Minute
+	// busyPoll bounds the sleep after a pass that handled due tasks: their
+	// next_exec moved after nextAt was read.
+	busyPoll = time.Second
 )
 
 // Scheduler claims due cron occurrences while its elector leads and runs
@@ -75,6 +98,36 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	closing bool
+
+	// offsets holds, per backend name, its clock minus this host's and
+	// when that was measured; only Run's goroutine uses it.
+	offsets map[string]clockOffset
+	// reapAt (monotonic; zero: none) is when the run lease of a run that
+	// holds back a due task (overlap) expires: if its host died, the run
+	// must be reaped then, not at the next Sweep. Only Run's goroutine
+	// uses it.
+	reapAt time.Time
+}
+
+// reapMargin is how long after a blocking run's lease expiry (backend
+// time, estimated here) the loop sweeps for it.
+const reapMargin = 50 * time.Millisecond
+
+// reapWhenExpired asks for a sweep when the earliest of running's leases
+// expires; now is backend time.
+func (s *Scheduler) reapWhenExpired(running []backends.Occurrence, now time.Time) {
+	for _, o := range running {
+		at := time.Now().Add(o.ExpiresAt.Sub(now) + reapMargin)
+		if s.reapAt.IsZero() || at.Before(s.reapAt) {
+			s.reapAt = at
+		}
+	}
+}
+
+// clockOffset is a backend clock's offset from this host's.
+type clockOffset struct {
+	d  time.Duration
+	at time.Time
 }
 
 // New returns a scheduler; Run starts its loop.
@@ -88,8 +141,15 @@ func New(cfg Config) *Scheduler {
 	if cfg.Backends == nil {
 		cfg.Backends = func() map[string]backends.Backend { return nil }
 	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = DefaultSweep
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel}
+	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel,
+		offsets: map[string]clockOffset{}}
 }
 
 // Wake makes the loop re-read the backends at once (the spec changed, a run
@@ -119,23 +179,41 @@ func (s *Scheduler) leading() bool {
 // Run claims and starts due occurrences while the elector leads, until ctx
 // ends or Shutdown is called. Running occurrences are not stopped when it
 // returns: call Shutdown.
+//
+// While leading, each pass reads the due tasks (one query on a networked
+// backend) and sleeps until the earliest next_exec, at most Poll (at most
+// busyPoll after claiming, since next_exec moved); every Sweep, and whenever
+// something may have changed (leadership gained, Wake, a retry's backoff
+// ending, the lease of a run that holds back a due task expiring), the pass
+// first reaps expired occurrences and claims due retries. An idle leader
+// thus sends about one query per Poll and two per Sweep.
 func (s *Scheduler) Run(ctx context.Context) error {
 	var leadCh <-chan bool
 	if s.cfg.Elector != nil {
 		leadCh = s.cfg.Elector.Subscribe()
 	}
+	var sweepAt time.Time // zero: sweep on the next pass
 	for {
 		if s.isClosing() || ctx.Err() != nil {
 			return nil
 		}
-		sleep := maxSleep
+		sleep := s.cfg.Poll
 		if s.leading() {
-			names := s.sortedBackends()
-			for _, bn := range names {
-				if d := s.pass(ctx, s.cfg.Backends()[bn]); d < sleep {
-					sleep = d
+			sweep := !time.Now().Before(sweepAt)
+			if sweep {
+				sweepAt, s.reapAt = time.Now().Add(s.cfg.Sweep), time.Time{}
+			}
+			for _, bn := range s.sortedBackends() {
+				d, retryIn := s.pass(ctx, bn, s.cfg.Backends()[bn], sweep)
+				sleep = min(sleep, d)
+				if at := time.Now().Add(retryIn); sweep && at.Before(sweepAt) {
+					sweepAt = at
 				}
 			}
+			if !s.reapAt.IsZero() && s.reapAt.Before(sweepAt) {
+				sweepAt = s.reapAt
+			}
+			sleep = min(sleep, time.Until(sweepAt))
 		}
 		sleep = max(sleep, 5*time.Millisecond)
 		t := time.NewTimer(sleep)
@@ -144,7 +222,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			t.Stop()
 			return nil
 		case <-s.wake:
+			sweepAt = time.Time{}
 		case <-leadCh:
+			sweepAt = time.Time{}
 		case <-t.C:
 		}
 		t.Stop()
@@ -204,42 +284,77 @@ func parseTask(name string, raw json.RawMessage) (*task, error) {
 	return t, nil
 }
 
-// pass does one round on b: reap, retries, due tasks. It returns how long
-// the loop may sleep as far as b is concerned.
-func (s *Scheduler) pass(ctx context.Context, b backends.Backend) time.Duration {
+// pass does one round on backend bn: with sweep, reap and retries first;
+// then the due tasks. It returns how long the loop may sleep as far as b is
+// concerned and, with sweep, how long until the next pending retry is due.
+func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, sweep bool) (sleep, retryIn time.Duration) {
+	sleep, retryIn = s.cfg.Poll, s.cfg.Sweep
 	cb, err := asCron(b)
 	if err != nil {
-		return maxSleep
+		return sleep, retryIn
 	}
-	sleep := maxSleep
-	s.reap(ctx, cb)
-	if d := s.retries(ctx, cb); d < sleep {
-		sleep = d
+	if sweep {
+		s.reap(ctx, cb)
+		retryIn = s.retries(ctx, cb)
 	}
 	due, nextAt, err := cb.DueTasks(ctx, batch)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("reading due cron tasks failed", "backend", b.Name(), "error", err)
 		}
-		return sleep
+		return sleep, retryIn
 	}
-	now, err := cb.Now(ctx)
-	if err != nil {
-		return sleep
+	var now time.Time
+	if len(due) > 0 {
+		if now, err = s.now(ctx, bn, cb); err != nil {
+			return sleep, retryIn
+		}
 	}
 	for _, d := range due {
 		if !s.leading() {
-			return sleep
+			return sleep, retryIn
 		}
 		s.due(ctx, cb, d, now)
 	}
-	if len(due) == batch {
-		return 0
+	switch {
+	case len(due) == batch:
+		return 0, retryIn
+	case len(due) > 0:
+		// next_exec moved (or a task waits for a running one): look again
+		// soon, as nextAt was read before the claims.
+		sleep = busyPoll
 	}
 	if !nextAt.IsZero() {
-		sleep = min(sleep, nextAt.Sub(now))
+		if now, err = s.estimateNow(ctx, bn, cb); err == nil {
+			sleep = min(sleep, nextAt.Sub(now))
+		}
 	}
-	return sleep
+	return sleep, retryIn
+}
+
+// now reads backend bn's clock (one query) and records its offset from
+// this host's.
+func (s *Scheduler) now(ctx context.Context, bn string, cb *cronBackend) (time.Time, error) {
+	sent := time.Now()
+	now, err := cb.Now(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	recv := time.Now()
+	s.offsets[bn] = clockOffset{d: now.Sub(sent.Add(recv.Sub(sent) / 2)), at: recv}
+	return now, nil
+}
+
+// estimateNow is backend bn's clock as this host's plus the recorded
+// offset, measured again (one query) when older than offsetEvery. It only
+// decides how long the loop sleeps: whether a task is due is always the
+// backend's decision (DueTasks), so an error in the estimate wakes the loop
+// early or late, never runs a task early.
+func (s *Scheduler) estimateNow(ctx context.Context, bn string, cb *cronBackend) (time.Time, error) {
+	if o, ok := s.offsets[bn]; ok && time.Since(o.at) < offsetEvery {
+		return time.Now().Add(o.d), nil
+	}
+	return s.now(ctx, bn, cb)
 }
 
 // reap marks occurrences whose run lease expired as lost; on_host_loss is
@@ -265,9 +380,10 @@ func (s *Scheduler) reap(ctx context.Context, cb *cronBackend) {
 }
 
 // retries claims the next attempt of failed runs whose backoff elapsed. It
-// returns how long until the next pending retry is due.
+// returns how long until the next pending retry is due (Sweep when none
+// is).
 func (s *Scheduler) retries(ctx context.Context, cb *cronBackend) time.Duration {
-	sleep := maxSleep
+	sleep := s.cfg.Sweep
 	pend, err := cb.PendingRetries(ctx, batch)
 	if err != nil || len(pend) == 0 {
 		if err != nil && ctx.Err() == nil {
@@ -394,6 +510,7 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 				return
 			}
 			if len(running) > 0 {
+				s.reapWhenExpired(running, now)
 				if i < k-1 {
 					// A missed time of catch_up all waits for the running
 					// one instead of being skipped; the next pass retries.

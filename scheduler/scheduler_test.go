@@ -88,6 +88,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 // down gracefully; it also runs at cleanup.
 func start(t *testing.T, path, name string) *host {
 	t.Helper()
+	// These tests use run leases of seconds: sweep and poll as often.
+	return startWith(t, path, name, time.Second, time.Second)
+}
+
+// startWith is start with the scheduler's Poll and Sweep.
+func startWith(t *testing.T, path, name string, poll, sweep time.Duration) *host {
+	t.Helper()
 	st := openStore(t, path)
 	h := &host{store: st}
 	h.el = leadership.New(leadership.Config{Leader: st, Host: name, Lease: 2 * time.Second, Log: logger(t, name+".leader")})
@@ -107,6 +114,7 @@ func start(t *testing.T, path, name string) *host {
 		},
 		Log:    logger(t, name),
 		Stdout: testWriter{t},
+		Poll:   poll, Sweep: sweep,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -88,14 +88,20 @@ func (s *Store) DeleteCron(ctx context.Context, name string) error {
 	return nil
 }
 
-// ObserveCrons reads many tasks, inChunk names per statement, in one
-// read-only transaction.
+// ObserveCrons reads many tasks, inChunk names per statement: up to
+// inChunk names in one autocommit statement (one round trip), more in one
+// read-only transaction (one snapshot).
 func (s *Store) ObserveCrons(ctx context.Context, names []string) (map[string]*backends.CronState, error) {
 	out := make(map[string]*backends.CronState, len(names))
 	if len(names) == 0 {
 		return out, nil
 	}
-	_, err := s.read(ctx, func(c conn) error {
+	read := func(ctx context.Context, fn func(c conn) error) (bool, error) { return s.read(ctx, fn) }
+	if len(names) <= inChunk {
+		read = func(ctx context.Context, fn func(c conn) error) (bool, error) { return true, s.readAuto(ctx, fn) }
+	}
+	_, err := read(ctx, func(c conn) error {
+		clear(out)
 		for _, chunk := range chunks(names, inChunk) {
 			if err := observeCronChunk(ctx, c, chunk, out); err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -52,85 +53,155 @@ const (
 		"SELECT 1, NULL, NULL, (SELECT min(next_exec) FROM `{p}cron_tasks` WHERE next_exec > " + nowSQL + ")\n" +
 		"ORDER BY kind, next_exec, name"
 
-	// qCronLockTask reads and locks the task row: every claim takes it
-	// first, so claims of one task serialise. No row: the task is absent.
-	qCronLockTask = "SELECT fencing, next_exec FROM `{p}cron_tasks` WHERE name = ? FOR UPDATE"
+	// qCronBumpFencing locks the task row and bumps its fencing counter,
+	// which comes back in the OK packet (LAST_INSERT_ID(expr)). No row
+	// matched: the task is absent. Argument: name.
+	qCronBumpFencing = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?"
 
-	// qCronAdvance completes the compare-and-swap of a scheduled claim
-	// (next_exec was checked under the row lock): it moves next_exec to the
-	// next time, records the claiming host and stores the bumped fencing
-	// counter. Arguments: next_exec, exec_by, fencing, name.
-	qCronAdvance = "UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = ? WHERE name = ?"
-
-	// qCronSetFencing stores the bumped fencing counter of a manual run or a
-	// retry, which leave next_exec alone. Arguments: fencing, name.
-	qCronSetFencing = "UPDATE `{p}cron_tasks` SET fencing = ? WHERE name = ?"
-
-	// qCronRetryable reports whether the given attempt ended unsuccessfully
-	// (failed, timeout or lost), the condition for starting the next one.
-	qCronRetryable = "SELECT EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
-		"WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'))"
-
-	// qCronManualTaken reports whether a manual run at a time would collide
+	// qCronManualTaken reads backend now plus a probe offset in
+	// microseconds, and whether a manual run at that time would collide
 	// with an existing attempt 1 of the task or with its pending next_exec.
-	// Arguments: task, time, task, time.
-	qCronManualTaken = "SELECT EXISTS (SELECT 1 FROM `{p}cron_occurrences` WHERE task = ? AND scheduled_at = ? AND attempt = 1)\n" +
-		"  OR EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ? AND next_exec = ?)"
+	// Arguments: task, task, offset.
+	qCronManualTaken = "SELECT x.at,\n" +
+		"  EXISTS (SELECT 1 FROM `{p}cron_occurrences` WHERE task = ? AND scheduled_at = x.at AND attempt = 1)\n" +
+		"  OR EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ? AND next_exec = x.at)\n" +
+		"FROM (SELECT " + nowSQL + " + ? AS at) x"
 
-	// qCronNowMicros reads the backend clock in microseconds.
-	qCronNowMicros = "SELECT " + nowSQL
-
-	// qCronInsert inserts an occurrence started at backend now. A running
-	// one (status 'running') is leased until now + lease; any other status
+	// qCronInsert inserts an occurrence started at backend now, whose
+	// microseconds come back in the OK packet (LAST_INSERT_ID(expr); the
+	// statement's instant is fixed, so expires_at is exactly that plus the
+	// lease). A running one is leased until now + lease; any other status
 	// is recorded as finished at once (a skip, with lease 0). An existing
 	// row with the same key fails with a duplicate key. Arguments: task,
 	// scheduled_at, attempt, run_id, fencing, manual, owner, host, status,
 	// lease, status, error.
 	qCronInsert = "INSERT INTO `{p}cron_occurrences`\n" +
 		"  (task, scheduled_at, attempt, run_id, fencing, manual, owner, host, status, started_at, expires_at, finished_at, error)\n" +
-		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, " + nowSQL + ", " + nowSQL + " + ?,\n" +
+		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, LAST_INSERT_ID(" + nowSQL + "), " + nowSQL + " + ?,\n" +
 		"  CASE WHEN ? = 'running' THEN NULL ELSE " + nowSQL + " END, ?)"
 
-	// qCronClaimed reads back the times of the occurrence just inserted
-	// (MySQL has no INSERT ... RETURNING).
-	qCronClaimed = "SELECT started_at, expires_at FROM `{p}cron_occurrences` WHERE " + cronOccKey
+	// cronScriptHead starts every claim script: it resets the session's
+	// LAST_INSERT_ID, so that a claim that matched nothing cannot read an
+	// earlier statement's value, fixes backend now for the whole script in
+	// @coordd_now (microseconds) and opens the transaction.
+	cronScriptHead = "DO LAST_INSERT_ID(0);\n" +
+		"SET @coordd_now = " + nowSQL + ", @coordd_n = 0;\n" +
+		"START TRANSACTION;\n"
+
+	// cronScriptInsert inserts the occurrence, leased from @coordd_now,
+	// only if the script's UPDATE of the task row matched (it left the
+	// bumped fencing number in LAST_INSERT_ID()), and records in @coordd_n
+	// whether it did. A running occurrence is leased until now + lease; any
+	// other status is recorded as finished at once (a skip, with lease 0).
+	// A row with the same key fails the script with a duplicate key.
+	// Arguments: task, scheduled_at, attempt, run_id, manual, owner, host,
+	// status, lease, status, error.
+	cronScriptInsert = "INSERT INTO `{p}cron_occurrences`\n" +
+		"  (task, scheduled_at, attempt, run_id, fencing, manual, owner, host, status, started_at, expires_at, finished_at, error)\n" +
+		"  SELECT ?, ?, ?, ?, LAST_INSERT_ID(), ?, ?, ?, ?, @coordd_now, @coordd_now + ?,\n" +
+		"    IF(? = 'running', NULL, @coordd_now), ? FROM DUAL WHERE LAST_INSERT_ID() > 0;\n" +
+		"SET @coordd_n = ROW_COUNT();\n"
+
+	// cronScriptTail commits and returns the fencing number (0: nothing was
+	// claimed), whether the occurrence was inserted, @coordd_now and whether
+	// the task exists (for the error of a claim that matched nothing).
+	// Argument: task.
+	cronScriptTail = "COMMIT;\n" +
+		"SELECT LAST_INSERT_ID(), @coordd_n, @coordd_now, EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ?)"
+
+	// qCronClaimScheduled claims attempt 1 of a scheduled run in one round
+	// trip (a script on a dedicated connection, see runScript): the
+	// compare-and-swap moves next_exec from the claimed time to the next
+	// one, records the claiming host and bumps the fencing counter, all only
+	// while next_exec still equals the claimed time; the occurrence row is
+	// inserted in the same transaction. Arguments: next_exec, exec_by,
+	// name, scheduled_at; cronScriptInsert's; cronScriptTail's.
+	qCronClaimScheduled = cronScriptHead +
+		"UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"  WHERE name = ? AND next_exec = ?;\n" +
+		cronScriptInsert + cronScriptTail
+
+	// qCronClaimSkipped is qCronClaimScheduled for an occurrence recorded as
+	// skipped, which also trims the task's history (the skip is a finished
+	// row). Arguments: qCronClaimScheduled's, with cronScriptTrim's before
+	// the tail's.
+	qCronClaimSkipped = cronScriptHead +
+		"UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"  WHERE name = ? AND next_exec = ?;\n" +
+		cronScriptInsert + cronScriptTrim + ";\n" + cronScriptTail
+
+	// qCronClaimRetry claims a later attempt: it bumps the fencing counter
+	// only while attempt-1 of the same time ended failed, timeout or lost,
+	// then inserts the occurrence, in one transaction and one round trip.
+	// The final row also says whether that earlier attempt qualified.
+	// Arguments: name, task, scheduled_at, attempt-1; cronScriptInsert's;
+	// task; task, scheduled_at, attempt-1.
+	qCronClaimRetry = cronScriptHead +
+		"UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"  WHERE name = ? AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
+		"    WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'));\n" +
+		cronScriptInsert + cronScriptTail + ",\n" +
+		"  EXISTS (SELECT 1 FROM `{p}cron_occurrences` WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'))"
 
 	// qCronExtend renews a run lease, only for its owner, only while the run
-	// is running and its lease unexpired. Arguments: lease, task,
-	// scheduled_at, attempt, owner.
-	qCronExtend = "UPDATE `{p}cron_occurrences` SET expires_at = " + nowSQL + " + ?\n" +
+	// is running and its lease unexpired, in autocommit; the new expiry comes
+	// back in the OK packet. Arguments: lease, task, scheduled_at, attempt,
+	// owner.
+	qCronExtend = "UPDATE `{p}cron_occurrences` SET expires_at = LAST_INSERT_ID(" + nowSQL + " + ?)\n" +
 		"WHERE " + cronOccKey + " AND owner = ? AND status = 'running' AND expires_at > " + nowSQL
 
-	// qCronExpiry reads back an extended lease.
-	qCronExpiry = "SELECT expires_at FROM `{p}cron_occurrences` WHERE " + cronOccKey
+	// qCronTrim deletes the task's finished occurrences beyond its newest
+	// history_limit, oldest first, in one statement that reads
+	// history_limit from the definition itself, so nothing is read first;
+	// running ones are never deleted. The derived table ranks the finished
+	// rows (window functions need MariaDB 10.2 or MySQL 8.0; the derived
+	// table is materialized, which is what lets a DELETE read its own
+	// table). Arguments: task, task, task.
+	qCronTrim = "DELETE o FROM `{p}cron_occurrences` o JOIN (\n" +
+		"  SELECT r.scheduled_at, r.attempt FROM (\n" +
+		"    SELECT scheduled_at, attempt,\n" +
+		"      ROW_NUMBER() OVER (ORDER BY started_at DESC, attempt DESC, fencing DESC) AS rn\n" +
+		"    FROM `{p}cron_occurrences` WHERE task = ? AND status <> 'running') r\n" +
+		"  WHERE r.rn > " + cronHistoryLimitSQL + ") d\n" +
+		"ON o.task = ? AND o.scheduled_at = d.scheduled_at AND o.attempt = d.attempt"
 
-	// qCronFinish records the result of a run still running under its
-	// owner. Arguments: status, exit_code, error, output, task,
-	// scheduled_at, attempt, owner.
-	qCronFinish = "UPDATE `{p}cron_occurrences`\n" +
-		"SET status = ?, exit_code = ?, error = ?, output = ?, finished_at = " + nowSQL + "\n" +
-		"WHERE " + cronOccKey + " AND owner = ? AND status = 'running'"
+	// cronScriptTrim is qCronTrim in a script: it deletes only while
+	// @coordd_n is not 0 (the script's write happened).
+	cronScriptTrim = qCronTrim + "\nWHERE @coordd_n <> 0"
 
-	// qCronTrimCount counts (and locks) a task's finished occurrences and
-	// reads its history_limit. Arguments: task, task.
-	qCronTrimCount = "SELECT count(*), " + cronHistoryLimitSQL + "\n" +
-		"FROM `{p}cron_occurrences` WHERE task = ? AND status <> 'running' FOR UPDATE"
+	// qCronFinish records the result of a run still running under its owner
+	// and trims the task's history, in one transaction and one round trip
+	// (a script); the final row says whether the run was recorded.
+	// Arguments: status, exit_code, error, output, task, scheduled_at,
+	// attempt, owner; cronScriptTrim's.
+	qCronFinish = "SET @coordd_n = 0;\n" +
+		"START TRANSACTION;\n" +
+		"UPDATE `{p}cron_occurrences`\n" +
+		"  SET status = ?, exit_code = ?, error = ?, output = ?, finished_at = " + nowSQL + "\n" +
+		"  WHERE " + cronOccKey + " AND owner = ? AND status = 'running';\n" +
+		"SET @coordd_n = ROW_COUNT();\n" +
+		cronScriptTrim + ";\n" +
+		"COMMIT;\n" +
+		"SELECT @coordd_n"
 
-	// qCronTrim deletes a task's oldest finished occurrences, as many as
-	// the second argument: those beyond the newest history_limit. Running
-	// ones are never deleted.
-	qCronTrim = "DELETE FROM `{p}cron_occurrences` WHERE task = ? AND status <> 'running'\n" +
-		"ORDER BY started_at, attempt, fencing LIMIT ?"
+	// qCronReap marks a running occurrence whose lease expired as lost and
+	// trims the task's history, in one script; the final row says whether
+	// it was still running and expired. Arguments: task, scheduled_at,
+	// attempt; cronScriptTrim's.
+	qCronReap = "SET @coordd_n = 0;\n" +
+		"START TRANSACTION;\n" +
+		"UPDATE `{p}cron_occurrences`\n" +
+		"  SET status = 'lost', finished_at = " + nowSQL + ", error = 'run lease expired: host lost'\n" +
+		"  WHERE " + cronOccKey + " AND status = 'running' AND expires_at <= " + nowSQL + ";\n" +
+		"SET @coordd_n = ROW_COUNT();\n" +
+		cronScriptTrim + ";\n" +
+		"COMMIT;\n" +
+		"SELECT @coordd_n"
 
 	// qCronExpired lists running occurrences whose run lease expired, the
 	// longest expired first, up to the limit argument.
 	qCronExpired = "SELECT " + cronOccCols + " FROM `{p}cron_occurrences`\n" +
 		"WHERE status = 'running' AND expires_at <= " + nowSQL + " ORDER BY expires_at, task LIMIT ?"
-
-	// qCronReap marks a running occurrence whose lease expired as lost.
-	qCronReap = "UPDATE `{p}cron_occurrences`\n" +
-		"SET status = 'lost', finished_at = " + nowSQL + ", error = 'run lease expired: host lost'\n" +
-		"WHERE " + cronOccKey + " AND status = 'running' AND expires_at <= " + nowSQL
 
 	// qCronRunning lists a task's running occurrences whose lease is live.
 	qCronRunning = "SELECT " + cronOccCols + " FROM `{p}cron_occurrences`\n" +
@@ -180,13 +251,25 @@ func scanCronOcc(r interface{ Scan(dest ...any) error }, o *backends.Occurrence,
 	return nil
 }
 
+// readAuto runs fn's single statement in autocommit on the pool: one round
+// trip, and the statement is its own consistent snapshot (a read-only
+// transaction would add two). A store that was never migrated reads as
+// empty: fn is not run.
+func (s *Store) readAuto(ctx context.Context, fn func(c conn) error) error {
+	ok, err := s.hasSchema(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	return fn(s.on(nil))
+}
+
 // DueTasks lists tasks whose next_exec is at or before backend now, earliest
 // first, up to limit (non-positive: all), and the earliest next_exec of the
 // others (zero when none). Both come from one statement and one instant.
 func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, time.Time, error) {
 	var due []backends.DueTask
 	var nextAt time.Time
-	_, err := s.read(ctx, func(c conn) error {
+	err := s.readAuto(ctx, func(c conn) error {
 		rows, err := c.query(ctx, qCronDue, cronLimit(limit))
 		if err != nil {
 			return err
@@ -213,12 +296,75 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 	return due, nextAt, nil
 }
 
-// ClaimOccurrence inserts the occurrence row in one transaction that holds
-// the task row lock, bumping the task's fencing counter:
+// runScript sends a script (several statements, typically one transaction)
+// in one round trip on a dedicated connection of the session pool, the only
+// one that allows multiple statements, and scans the rows of its last
+// statement with scan. An error part-way leaves the rest of the script
+// unsent and may leave its transaction open, so the connection is then
+// discarded (which rolls the transaction back) instead of reused. Like
+// write, it refuses on a read-only or unmigrated store and runs the script
+// again after a deadlock or a lock wait timeout. RoundTrips counts one per
+// script.
+func (s *Store) runScript(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	ok, err := s.hasSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNoSchema
+	}
+	backoff := txBackoff
+	for attempt := 1; ; attempt++ {
+		err := s.runScriptOnce(ctx, query, args, scan)
+		if err == nil || attempt >= txAttempts || !retryable(err) {
+			return err
+		}
+		d := backoff/2 + mrand.N(backoff)
+		backoff *= 2
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) runScriptOnce(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+	d, err := s.dedicate(ctx)
+	if err != nil {
+		return err
+	}
+	s.trips.Add(1)
+	rows, err := d.conn.QueryContext(ctx, s.q(query), args...)
+	if err == nil {
+		for rows.Next() && err == nil {
+			err = scan(rows)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		d.discard()
+		return err
+	}
+	s.undedicate(d)
+	return nil
+}
+
+// ClaimOccurrence inserts the occurrence row and bumps the task's fencing
+// counter in one transaction:
 //
-//   - attempt 1 of a scheduled run first moves next_exec from ScheduledAt to
-//     Next (a compare-and-swap under the row lock: ErrConflict when it
-//     moved);
+//   - attempt 1 of a scheduled run moves next_exec from ScheduledAt to Next
+//     (a compare-and-swap: ErrConflict when it moved);
 //   - attempt > 1 (of a scheduled or, with Manual, a manual run) requires
 //     attempt-1 of the same ScheduledAt to have ended failed, timeout or lost
 //     (ErrConflict otherwise) and leaves next_exec alone;
@@ -226,9 +372,11 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 //     by a microsecond at a time past any existing attempt 1 or the pending
 //     next_exec it would collide with, and leaves next_exec alone.
 //
-// With Skip the row is recorded as skipped and finished, without a lease.
-// An existing row with the same key is ErrConflict; an absent task is
-// ErrNotFound.
+// Scheduled runs and retries are one script, so one round trip and one
+// commit (see runScript); a manual run, rare, is an ordinary transaction.
+// With Skip the row is recorded as skipped and finished, without a lease,
+// and the task's history is trimmed. An existing row with the same key is
+// ErrConflict; an absent task is ErrNotFound.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
 	occ, err := s.claimCron(ctx, req)
 	if err != nil {
@@ -259,127 +407,131 @@ func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backe
 		Task: req.Task, Attempt: req.Attempt, RunID: newCronRunID(),
 		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
 	}
+	if req.Manual && req.Attempt == 1 {
+		return s.claimManual(ctx, req, occ, status, lease, reason)
+	}
+	sched := req.ScheduledAt.UnixMicro()
+	insert := []any{req.Task, sched, req.Attempt, occ.RunID, req.Manual, req.Owner, req.Host, status, lease, status, reason}
+	var query string
+	var args []any
+	switch {
+	case req.Attempt > 1:
+		query = qCronClaimRetry
+		args = append([]any{req.Task, req.Task, sched, req.Attempt - 1}, insert...)
+		args = append(args, req.Task, req.Task, sched, req.Attempt-1)
+	case req.Skip != "":
+		query = qCronClaimSkipped
+		args = append([]any{cronNullMicros(req.Next), req.Host, req.Task, sched}, insert...)
+		args = append(args, req.Task, req.Task, req.Task, req.Task)
+	default:
+		query = qCronClaimScheduled
+		args = append([]any{cronNullMicros(req.Next), req.Host, req.Task, sched}, insert...)
+		args = append(args, req.Task)
+	}
+	var fencing, inserted, now int64
+	var exists, retryable bool
+	err := s.runScript(ctx, query, args, func(rows *sql.Rows) error {
+		if req.Attempt > 1 {
+			return rows.Scan(&fencing, &inserted, &now, &exists, &retryable)
+		}
+		return rows.Scan(&fencing, &inserted, &now, &exists)
+	})
+	switch {
+	case isDup(err):
+		return backends.Occurrence{}, fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
+	case err != nil:
+		return backends.Occurrence{}, err
+	case fencing != 0 && inserted == 1:
+		// claimed (the task may be deleted by now; the run still is ours)
+	case !exists:
+		return backends.Occurrence{}, backends.ErrNotFound
+	case fencing == 0 && req.Attempt > 1:
+		return backends.Occurrence{}, fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
+	case fencing == 0:
+		return backends.Occurrence{}, fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict)
+	default:
+		return backends.Occurrence{}, fmt.Errorf("claim script bumped fencing to %d but inserted %d rows", fencing, inserted)
+	}
+	occ.Fencing, occ.ScheduledAt = fencing, fromMicros(sched)
+	occ.StartedAt, occ.ExpiresAt = fromMicros(now), fromMicros(now+lease)
+	return occ, nil
+}
+
+// claimManual claims attempt 1 of a manual run: in one transaction it
+// bumps the fencing counter (locking the task row), finds the first free
+// time from backend now on, and inserts the occurrence.
+func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest, occ backends.Occurrence, status string, lease int64, reason sql.NullString) (backends.Occurrence, error) {
 	err := s.write(ctx, func(c conn) error {
-		// lockTask locks the task row and returns the bumped fencing number
-		// and the current next_exec.
-		lockTask := func() (int64, sql.NullInt64, error) {
-			var fencing int64
-			var next sql.NullInt64
-			err := c.row(ctx, qCronLockTask, req.Task).Scan(&fencing, &next)
-			if errors.Is(err, sql.ErrNoRows) {
-				return 0, next, backends.ErrNotFound
-			}
-			return fencing + 1, next, err
+		fencing, err := lastID(c.exec(ctx, qCronBumpFencing, req.Task))
+		if err != nil {
+			return err
 		}
+		occ.Fencing = fencing
 		var sched int64
-		switch {
-		case req.Attempt > 1:
-			sched = req.ScheduledAt.UnixMicro()
-			var retryable bool
-			if err := c.row(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
+		for i := 0; ; i++ {
+			if i == cronMaxManualProbe {
+				return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
+			}
+			var taken bool
+			if err := c.row(ctx, qCronManualTaken, req.Task, req.Task, i).Scan(&sched, &taken); err != nil {
 				return err
 			}
-			if !retryable {
-				return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
+			if !taken {
+				break
 			}
-			fencing, _, err := lockTask()
-			if err != nil {
-				return err
-			}
-			if _, err := c.exec(ctx, qCronSetFencing, fencing, req.Task); err != nil {
-				return err
-			}
-			occ.Fencing = fencing
-		case req.Manual:
-			fencing, _, err := lockTask()
-			if err != nil {
-				return err
-			}
-			if _, err := c.exec(ctx, qCronSetFencing, fencing, req.Task); err != nil {
-				return err
-			}
-			occ.Fencing = fencing
-			if err := c.row(ctx, qCronNowMicros).Scan(&sched); err != nil {
-				return err
-			}
-			for i := 0; ; i, sched = i+1, sched+1 {
-				if i == cronMaxManualProbe {
-					return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
-				}
-				var taken bool
-				if err := c.row(ctx, qCronManualTaken, req.Task, sched, req.Task, sched).Scan(&taken); err != nil {
-					return err
-				}
-				if !taken {
-					break
-				}
-			}
-		default:
-			sched = req.ScheduledAt.UnixMicro()
-			fencing, next, err := lockTask()
-			if err != nil {
-				return err
-			}
-			if !next.Valid || next.Int64 != sched {
-				return fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict)
-			}
-			if _, err := c.exec(ctx, qCronAdvance, cronNullMicros(req.Next), req.Host, fencing, req.Task); err != nil {
-				return err
-			}
-			occ.Fencing = fencing
 		}
-		_, err := c.exec(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
-			req.Owner, req.Host, status, lease, status, reason)
+		started, err := insertID(c.exec(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
+			req.Owner, req.Host, status, lease, status, reason))
 		if isDup(err) {
 			return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
 		} else if err != nil {
 			return err
 		}
-		var started, expires int64
-		if err := c.row(ctx, qCronClaimed, req.Task, sched, req.Attempt).Scan(&started, &expires); err != nil {
-			return err
-		}
-		occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
+		occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(started+lease)
 		if status != backends.RunRunning {
-			return trimCron(ctx, c, req.Task)
+			_, err := c.exec(ctx, qCronTrim, req.Task, req.Task, req.Task)
+			return err
 		}
 		return nil
 	})
-	return occ, err
+	if err != nil {
+		return backends.Occurrence{}, err
+	}
+	return occ, nil
 }
 
-// trimCron deletes task's finished occurrences beyond its history_limit,
-// oldest first; running ones are never deleted.
-func trimCron(ctx context.Context, c conn, task string) error {
-	var n, keep int64
-	if err := c.row(ctx, qCronTrimCount, task, task).Scan(&n, &keep); err != nil {
-		return err
+// lastID returns the value an UPDATE left in LAST_INSERT_ID(expr), or
+// ErrNotFound when it matched no row.
+func lastID(res sql.Result, err error) (int64, error) {
+	n, err := affected(res, err)
+	if err != nil {
+		return 0, err
 	}
-	if n <= keep {
-		return nil
+	if n == 0 {
+		return 0, backends.ErrNotFound
 	}
-	_, err := c.exec(ctx, qCronTrim, task, n-keep)
-	return err
+	return res.LastInsertId()
 }
 
-// ExtendOccurrence renews occ.Owner's run lease to backend now + lease.
+// insertID returns the value an INSERT left in LAST_INSERT_ID(expr).
+func insertID(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+// ExtendOccurrence renews occ.Owner's run lease to backend now + lease in
+// one autocommit statement.
 func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
 	us, err := leaseMicros(lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend cron %q: %w", occ.Task, err)
 	}
-	var exp int64
-	err = s.write(ctx, func(c conn) error {
-		sched := occ.ScheduledAt.UnixMicro()
-		n, err := affected(c.exec(ctx, qCronExtend, us, occ.Task, sched, occ.Attempt, occ.Owner))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return backends.ErrLost
-		}
-		return c.row(ctx, qCronExpiry, occ.Task, sched, occ.Attempt).Scan(&exp)
-	})
+	exp, err := lastID(s.leaseExec(ctx, qCronExtend, us, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner))
+	if errors.Is(err, backends.ErrNotFound) {
+		err = backends.ErrLost
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
@@ -397,7 +549,8 @@ func cronFinal(status string) bool {
 
 // FinishOccurrence records res if occ.Owner still runs occ (ErrLost
 // otherwise), keeping the last 64 KiB of output, and trims the task's
-// finished occurrences to its history_limit in the same transaction.
+// finished occurrences to its history_limit in the same transaction: one
+// script, so one round trip and one commit.
 func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
 	if !cronFinal(res.Status) {
 		return fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
@@ -407,17 +560,13 @@ func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, r
 		out = out[len(out)-cronMaxOutput:]
 	}
 	errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
-	err := s.write(ctx, func(c conn) error {
-		n, err := affected(c.exec(ctx, qCronFinish, res.Status, res.ExitCode, errText, out,
-			occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return backends.ErrLost
-		}
-		return trimCron(ctx, c, occ.Task)
-	})
+	var n int64
+	err := s.runScript(ctx, qCronFinish, []any{res.Status, res.ExitCode, errText, out,
+		occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, occ.Task, occ.Task, occ.Task},
+		func(rows *sql.Rows) error { return rows.Scan(&n) })
+	if err == nil && n == 0 {
+		err = backends.ErrLost
+	}
 	if err != nil {
 		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
@@ -435,18 +584,15 @@ func (s *Store) ExpiredOccurrences(ctx context.Context, limit int) ([]backends.O
 }
 
 // ReapOccurrence marks occ lost if it is still running with an expired
-// lease (ErrConflict otherwise), then trims the task's history.
+// lease (ErrConflict otherwise), and trims the task's history, in one
+// script.
 func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) error {
-	err := s.write(ctx, func(c conn) error {
-		n, err := affected(c.exec(ctx, qCronReap, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
-		}
-		return trimCron(ctx, c, occ.Task)
-	})
+	var n int64
+	err := s.runScript(ctx, qCronReap, []any{occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Task, occ.Task, occ.Task},
+		func(rows *sql.Rows) error { return rows.Scan(&n) })
+	if err == nil && n == 0 {
+		err = fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
+	}
 	if err != nil {
 		return fmt.Errorf("reap cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
@@ -465,7 +611,7 @@ func (s *Store) Running(ctx context.Context, task string) ([]backends.Occurrence
 // listCronOcc runs a query that selects cronOccCols.
 func (s *Store) listCronOcc(ctx context.Context, query string, args ...any) ([]backends.Occurrence, error) {
 	var out []backends.Occurrence
-	_, err := s.read(ctx, func(c conn) error {
+	err := s.readAuto(ctx, func(c conn) error {
 		rows, err := c.query(ctx, query, args...)
 		if err != nil {
 			return err
@@ -487,7 +633,7 @@ func (s *Store) listCronOcc(ctx context.Context, query string, args ...any) ([]b
 // to limit (non-positive: all), with their output.
 func (s *Store) History(ctx context.Context, task string, limit int) ([]backends.Run, error) {
 	var out []backends.Run
-	_, err := s.read(ctx, func(c conn) error {
+	err := s.readAuto(ctx, func(c conn) error {
 		rows, err := c.query(ctx, qCronHistory, task, cronLimit(limit))
 		if err != nil {
 			return err
@@ -515,7 +661,7 @@ func (s *Store) History(ctx context.Context, task string, limit int) ([]backends
 // first, up to limit (non-positive: all), without output.
 func (s *Store) PendingRetries(ctx context.Context, limit int) ([]backends.Run, error) {
 	var out []backends.Run
-	_, err := s.read(ctx, func(c conn) error {
+	err := s.readAuto(ctx, func(c conn) error {
 		rows, err := c.query(ctx, qCronPendingRetries, cronLimit(limit))
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -57,24 +58,74 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 	// qSemLiveCount counts (and locks) live holders.
 	qSemLiveCount = "SELECT count(*) FROM `{p}semaphore_slots` WHERE name = ? AND " + liveSQL + " FOR UPDATE"
 
-	// qSemTakeSlot is the acquire guard: it gives the lowest free or expired
-	// slot to a new holder, leased from backend now. The WHERE re-checks
-	// that the slot is free against the statement's own instant, so a slot
-	// that is live is never overwritten. No row matched: no free slot row.
-	qSemTakeSlot = "UPDATE `{p}semaphore_slots`\n" +
-		`SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = ?, acquired_at = ` + nowSQL + `, expires_at = ` + nowSQL + ` + ?
-WHERE name = ? AND ` + freeSQL + ` ORDER BY slot LIMIT 1`
+	// liveT and freeT are liveSQL and freeSQL for the slot row aliased t in
+	// qSemAcquire's SELECT, which joins semaphores (s) and slots (t).
+	liveT = `(t.state = 'LOCK' AND t.expires_at > ` + nowSQL + `)`
+	freeT = `(t.state = 'FREE' OR t.expires_at <= ` + nowSQL + `)`
 
-	// qSemSetFencing stores the bumped fencing counter.
-	qSemSetFencing = "UPDATE `{p}semaphores` SET fencing = ? WHERE name = ?"
-
-	// qSemGranted reads back the slot a grant took.
-	qSemGranted = "SELECT slot, expires_at FROM `{p}semaphore_slots` WHERE name = ? AND owner = ?"
+	// qSemAcquire is an acquire: a script sent in one round trip on a
+	// dedicated connection (see runScript), one transaction and one commit.
+	// Its SELECT locks the semaphore row and then every slot row of the
+	// semaphore (a locking read of both tables, in that order, as every
+	// writer of the semaphore's slots takes them) and keeps, against one
+	// instant, the limit, the fencing counter, the mode, backend now, the live
+	// holders and the lowest free or expired slot (NULL: none) in session
+	// variables. The UPDATE gives that slot to the new holder only if the
+	// mode is lease and the live holders are below the limit (the guard that
+	// keeps a lowered limit safe), re-checking that the slot is free against
+	// its own instant, so a live slot is never overwritten; it leases the
+	// slot from the SELECT's instant, so the grant's expiry is known without
+	// reading it back. The fencing counter is bumped in the same transaction,
+	// only if the slot was taken. The last row returns the variables; the
+	// caller tells absent, session mode, full and drift apart from them.
+	// Arguments: name, owner, host, pid, lease, name, name.
+	qSemAcquire = "SET @coordd_lim = NULL, @coordd_fencing = NULL, @coordd_mode = NULL, @coordd_now = NULL,\n" +
+		"  @coordd_live = NULL, @coordd_slot = NULL, @coordd_n = 0;\n" +
+		"START TRANSACTION;\n" +
+		"SELECT s.lim, s.fencing, s.mode, " + nowSQL + ",\n" +
+		"  count(CASE WHEN " + liveT + " THEN 1 END), min(CASE WHEN " + freeT + " THEN t.slot END)\n" +
+		"  INTO @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot\n" +
+		"  FROM `{p}semaphores` s LEFT JOIN `{p}semaphore_slots` t ON t.name = s.name\n" +
+		"  WHERE s.name = ? GROUP BY s.name FOR UPDATE;\n" +
+		"UPDATE `{p}semaphore_slots` SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = @coordd_fencing + 1,\n" +
+		"    acquired_at = @coordd_now, expires_at = @coordd_now + ?\n" +
+		"  WHERE name = ? AND slot = @coordd_slot AND @coordd_mode <> 'session' AND @coordd_live < @coordd_lim\n" +
+		"    AND " + freeSQL + ";\n" +
+		"SET @coordd_n = ROW_COUNT();\n" +
+		"UPDATE `{p}semaphores` SET fencing = fencing + 1 WHERE name = ? AND @coordd_n > 0;\n" +
+		"COMMIT;\n" +
+		"SELECT @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot, @coordd_n"
 
 	// qSemExtend renews a lease, only for its owner and only while it has
-	// not expired.
-	qSemExtend = "UPDATE `{p}semaphore_slots` SET expires_at = " + nowSQL + ` + ?
-WHERE name = ? AND owner = ? AND ` + liveSQL
+	// not expired, in one autocommit statement. The new expiry comes back in
+	// the OK packet (LAST_INSERT_ID(expr) sets it), so nothing is read back.
+	// It does not lock the semaphore row: a deadlock with a concurrent
+	// acquire (possible on the owner index) rolls it back and leaseExec
+	// sends it again. Arguments: lease, name, owner.
+	qSemExtend = "UPDATE `{p}semaphore_slots` SET expires_at = LAST_INSERT_ID(" + nowSQL + " + ?)\n" +
+		"WHERE name = ? AND owner = ? AND " + liveSQL
+
+	// qSemReleaseFast frees owner's live slot when nothing is left to
+	// retire, in one script (one round trip, one commit): it share-locks the
+	// semaphore row first (so that it queues behind an acquire, a
+	// PutSemaphore or a retirement instead of deadlocking with them, and so
+	// that neither the limit nor the slots at or above it can grow until it
+	// commits), then checks that the semaphore is not in mode session and has
+	// no slot numbered at or above its limit (a semaphore with more slots
+	// than its limit always has one, since slot numbers are distinct), and
+	// only then frees the slot. The last row says whether it did; when it
+	// did not (not the owner, lease expired, slots to retire, session mode,
+	// no semaphore row) leaseRelease takes the transactional path.
+	// Arguments: name, name, name, owner.
+	qSemReleaseFast = "SET @coordd_lim = NULL, @coordd_mode = NULL, @coordd_hi = 1, @coordd_n = 0;\n" +
+		"START TRANSACTION;\n" +
+		"SELECT lim, mode INTO @coordd_lim, @coordd_mode FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE;\n" +
+		"SELECT EXISTS (SELECT 1 FROM `{p}semaphore_slots` WHERE name = ? AND slot >= @coordd_lim) INTO @coordd_hi;\n" +
+		"UPDATE `{p}semaphore_slots` SET state = 'FREE', owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0\n" +
+		"  WHERE name = ? AND owner = ? AND " + liveSQL + " AND @coordd_mode <> 'session' AND @coordd_hi = 0;\n" +
+		"SET @coordd_n = ROW_COUNT();\n" +
+		"COMMIT;\n" +
+		"SELECT @coordd_n"
 
 	// qSemOwned finds (and locks) owner's slot and whether its lease is
 	// still live.
@@ -218,7 +269,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 			_, err := c.exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
-		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSessDeleteRecords, qSemDelete} {
+		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
 			if _, err := c.exec(ctx, q, name); err != nil {
 				return err
 			}
@@ -254,7 +305,8 @@ var errSessionMode = errors.New("semaphore is in mode session")
 
 // leaseAcquire takes the lowest free or expired slot, unless the live
 // holders already reach the limit (the guard that keeps a lowered limit
-// safe). It runs in one transaction holding the semaphore row lock.
+// safe): one transaction holding the semaphore row lock, sent as one
+// script (qSemAcquire).
 func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	var g backends.Grant
 	if req.Owner == "" {
@@ -264,51 +316,34 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 	if err != nil {
 		return g, fmt.Errorf("acquire %q: %w", name, err)
 	}
-	err = s.write(ctx, func(c conn) error {
-		g = backends.Grant{}
-		var limit, maxWaiting, live int
-		var fencing int64
-		var mode string
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
-		if errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		s.sess.setMode(name, mode)
-		if mode == spec.ModeSession {
-			return errSessionMode
-		}
-		if err := c.row(ctx, qSemLiveCount, name).Scan(&live); err != nil {
-			return err
-		}
-		if live >= limit {
-			return fmt.Errorf("%d of %d held: %w", live, limit, backends.ErrNoSlot)
-		}
-		g.Fencing = fencing + 1
-		n, err := affected(c.exec(ctx, qSemTakeSlot, req.Owner, req.Host, req.PID, g.Fencing, lease, name))
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
-			return fmt.Errorf("%d of %d held, no free slot row: %w", live, limit, backends.ErrNoSlot)
-		}
-		if _, err := c.exec(ctx, qSemSetFencing, g.Fencing, name); err != nil {
-			return err
-		}
-		var exp int64
-		if err := c.row(ctx, qSemGranted, name, req.Owner).Scan(&g.Slot, &exp); err != nil {
-			return err
-		}
-		g.ExpiresAt = fromMicros(exp)
-		return nil
+	var limit, fencing, now, live, slot sql.NullInt64
+	var mode sql.NullString
+	var n int64
+	err = s.runScript(ctx, qSemAcquire, []any{name, req.Owner, req.Host, req.PID, lease, name, name}, func(rows *sql.Rows) error {
+		return rows.Scan(&limit, &fencing, &mode, &now, &live, &slot, &n)
 	})
+	if err == nil && mode.Valid {
+		s.sess.setMode(name, mode.String)
+	}
+	switch {
+	case err != nil:
+	case !limit.Valid:
+		err = backends.ErrNotFound
+	case mode.String == spec.ModeSession:
+		err = errSessionMode
+	case live.Int64 >= limit.Int64:
+		err = fmt.Errorf("%d of %d held: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
+	case !slot.Valid:
+		// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
+		err = fmt.Errorf("%d of %d held, no free slot row: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
+	case n == 0:
+		// Cannot happen while the slot rows are locked; never overwrite.
+		err = fmt.Errorf("slot %d is no longer free: %w", slot.Int64, backends.ErrNoSlot)
+	}
 	if err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
 	}
-	return g, nil
+	return backends.Grant{Slot: int(slot.Int64), Fencing: fencing.Int64 + 1, ExpiresAt: fromMicros(now.Int64 + lease)}, nil
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
@@ -321,23 +356,23 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	return s.leaseExtend(ctx, name, owner, lease)
 }
 
+// leaseExtend renews owner's lease in one autocommit statement.
 func (s *Store) leaseExtend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
 	us, err := leaseMicros(lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
 	}
+	res, err := s.leaseExec(ctx, qSemExtend, us, name, owner)
 	var exp int64
-	err = s.write(ctx, func(c conn) error {
-		n, err := affected(c.exec(ctx, qSemExtend, us, name, owner))
-		if err != nil {
-			return err
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n == 0 {
+			err = backends.ErrLost
 		}
-		if n == 0 {
-			return backends.ErrLost
-		}
-		var slot int
-		return c.row(ctx, qSemGranted, name, owner).Scan(&slot, &exp)
-	})
+	}
+	if err == nil {
+		exp, err = res.LastInsertId()
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
 	}
@@ -357,15 +392,32 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 // more slots than max(limit, live holders). A slot whose lease had expired
 // is still cleared, but the call returns ErrLost: the caller's hold was not
 // exclusive to the end.
+//
+// The common case, a live slot of a semaphore with nothing to retire, is
+// one script (qSemReleaseFast): one round trip. Everything else (not the
+// owner, an expired lease, slots to retire, a lease holder left in a
+// session-mode semaphore) takes one transaction that holds the semaphore
+// row lock, frees the slot and repairs the slot count.
 func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
+	var n int64
+	err := s.runScript(ctx, qSemReleaseFast, []any{name, name, name, owner}, func(rows *sql.Rows) error { return rows.Scan(&n) })
+	if err != nil {
+		return fmt.Errorf("release %q: %w", name, err)
+	}
+	if n > 0 {
+		return nil
+	}
 	wasLive := false
-	err := s.write(ctx, func(c conn) error {
+	err = s.write(ctx, func(c conn) error {
 		var limit, maxWaiting int
 		var fencing int64
 		var mode string
 		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
+		}
+		if mode == spec.ModeSession {
+			limit = 0 // slot rows remain only for lease holders from before the mode changed
 		}
 		var slot int
 		err = c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
@@ -387,6 +439,38 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		return fmt.Errorf("release %q: %w", name, err)
 	}
 	return nil
+}
+
+// leaseExec sends one autocommit statement of the lease path (extend, the
+// fast release), with write's rules: refused on a read-only or unmigrated
+// store, sent again after a deadlock or a lock wait timeout.
+func (s *Store) leaseExec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	ok, err := s.hasSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errNoSchema
+	}
+	backoff := txBackoff
+	for attempt := 1; ; attempt++ {
+		res, err := s.on(nil).exec(ctx, query, args...)
+		if err == nil || attempt >= txAttempts || !retryable(err) {
+			return res, err
+		}
+		d := backoff/2 + rand.N(backoff)
+		backoff *= 2
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 // Holders lists live holders by slot, lease rows and session locks alike;

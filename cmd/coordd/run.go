@@ -36,7 +36,7 @@ finish within --shutdown-grace; a second signal kills them.
 		logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 		logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 		grace := fs.Duration("shutdown-grace", 30*time.Second, "how long running commands may finish after SIGTERM")
-		resync := fs.Duration("resync", 30*time.Second, "how often the leader repairs drift")
+		resync := fs.Duration("resync", time.Minute, "how often the leader repairs drift")
 		pos, _, err := parseArgs(fs, args)
 		if err != nil {
 			return flagExit(err)
