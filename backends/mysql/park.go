@@ -53,22 +53,34 @@ import (
 // parkPrefix starts every parked statement's tag.
 const parkPrefix = "coordd-park:"
 
-// qParked lists the connections parked on one channel, oldest ticket first.
-// The argument is the LIKE pattern "SELECT 'coordd-park:<channel>:%"; the
-// scan's own text starts differently, so it never matches itself.
-const qParked = `SELECT id FROM information_schema.processlist
+// qParked lists the connections parked on one channel, oldest ticket first,
+// with the id of the statement each runs (0 on MySQL, which has none). The
+// argument is the LIKE pattern "SELECT 'coordd-park:<channel>:%"; the scan's
+// own text starts differently, so it never matches itself.
+const (
+	qParked = `SELECT id, 0 FROM information_schema.processlist
 WHERE command = 'Query' AND info LIKE ? ORDER BY info LIMIT ?`
+	qParkedMariaDB = `SELECT id, query_id FROM information_schema.processlist
+WHERE command = 'Query' AND info LIKE ? ORDER BY info LIMIT ?`
+)
 
 // qKillQuery ends the statement running on a connection (a parked SLEEP),
-// leaving the connection open.
-const qKillQuery = `KILL QUERY ?`
+// leaving the connection open. qKillQueryID (MariaDB) ends one statement by
+// its id: a waker whose parked statement ended meanwhile cannot hit the
+// connection's next statement by mistake, as KILL QUERY of the connection
+// can on MySQL (where such a spurious interruption is retried).
+const (
+	qKillQuery   = `KILL QUERY ?`
+	qKillQueryID = `KILL QUERY ID ?`
+)
 
 // qConnID reads the connection's processlist id.
 const qConnID = `SELECT CONNECTION_ID()`
 
 // ErrKillDenied is returned by a wake-up that found a parked waiter but may
-// not kill it (error 1095: another user's connection without CONNECTION
-// ADMIN or SUPER). The waiter wakes at the end of its SLEEP instead.
+// not kill it (error 1095, or 1979 for KILL QUERY ID on MariaDB: another
+// user's connection without CONNECTION ADMIN or SUPER). The waiter wakes at
+// the end of its SLEEP instead.
 var ErrKillDenied = errors.New("KILL QUERY denied: waiters wake at the end of their SLEEP")
 
 // channel names what parked connections wait for, unique per database,
@@ -221,27 +233,44 @@ func (ss *sessions) closeAll() {
 
 // interruptible runs fn, a statement on d, and makes ctx's end interrupt it
 // with KILL QUERY (sent through the statement pool) instead of closing the
-// connection as the driver would: the named locks d holds survive. fn runs
-// with a context that ctx's cancellation does not reach, bounded by limit so
+// connection as the driver would: the named locks d holds survive. The KILL
+// is repeated every killRepeat until fn returns, since one that reaches the
+// server before the statement has started finds the connection idle and
+// does nothing; interruptible returns only after its last KILL was taken,
+// so none can land on d's next statement. fn runs with a context that
+// ctx's cancellation does not reach, bounded by limit (when positive) so
 // that a server that stops answering does not hold it forever (the driver
 // then closes the connection). fn's error 1317 (the KILL) is returned as
 // ctx's error when ctx ended, and as errInterruptedStmt otherwise.
 func (s *Store) interruptible(ctx context.Context, d *dedicated, limit time.Duration, fn func(ctx context.Context) error) error {
-	killed := make(chan struct{})
+	returned := make(chan struct{})
+	killer := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		defer close(killed)
-		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.trips.Add(1)
-		_, _ = s.db.ExecContext(kctx, qKillQuery, d.id)
+		defer close(killer)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-returned:
+				return
+			case <-t.C:
+			}
+			kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+			s.trips.Add(1)
+			_, _ = s.db.ExecContext(kctx, qKillQuery, d.id)
+			cancel()
+			t.Reset(killRepeat)
+		}
 	})
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if limit > 0 {
+		rctx, cancel = context.WithTimeout(rctx, limit)
+	}
 	err := fn(rctx)
 	cancel()
+	close(returned)
 	if !stop() {
-		// The KILL was sent or is on its way: wait until the server has
-		// taken it, so that it cannot land on d's next statement.
-		<-killed
+		<-killer
 		if err == nil || isInterrupted(err) {
 			return ctx.Err()
 		}
@@ -251,6 +280,13 @@ func (s *Store) interruptible(ctx context.Context, d *dedicated, limit time.Dura
 	}
 	return err
 }
+
+// killRepeat is how often interruptible repeats its KILL QUERY until the
+// statement returns; killTimeout bounds one KILL.
+const (
+	killRepeat  = 50 * time.Millisecond
+	killTimeout = 5 * time.Second
+)
 
 // errInterruptedStmt: somebody else's KILL QUERY ended the statement (a
 // wake-up, for a parked one).
@@ -325,32 +361,43 @@ func (s *Store) parkedChannels(ctx context.Context) (map[string]bool, error) {
 // the meantime (error 1094) is skipped; ErrKillDenied reports a missing
 // privilege.
 func (s *Store) wakeParked(ctx context.Context, channel string, n int) (int, error) {
-	var ids []int64
-	rows, err := s.on(nil).query(ctx, qParked, parkPattern(channel), n)
+	type parked struct{ id, query int64 }
+	var ps []parked
+	q := qParked
+	if s.mariadb {
+		q = qParkedMariaDB
+	}
+	rows, err := s.on(nil).query(ctx, q, parkPattern(channel), n)
 	if err != nil {
 		return 0, fmt.Errorf("list parked waiters: %w", err)
 	}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var p parked
+		if err := rows.Scan(&p.id, &p.query); err != nil {
 			rows.Close()
 			return 0, err
 		}
-		ids = append(ids, id)
+		ps = append(ps, p)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	woken := 0
-	for _, id := range ids {
-		_, err := s.on(nil).exec(ctx, qKillQuery, id)
+	for _, p := range ps {
+		var err error
+		if p.query != 0 {
+			_, err = s.on(nil).exec(ctx, qKillQueryID, p.query)
+		} else {
+			_, err = s.on(nil).exec(ctx, qKillQuery, p.id)
+		}
+		id := p.id
 		var me *driver.MySQLError
 		switch {
 		case err == nil:
 			woken++
-		case errors.As(err, &me) && me.Number == errUnknownThread:
-		case errors.As(err, &me) && me.Number == errKillDenied:
+		case errors.As(err, &me) && (me.Number == errUnknownThread || me.Number == errUnknownQuery):
+		case errors.As(err, &me) && (me.Number == errKillDenied || me.Number == errKillQueryDenied):
 			return woken, fmt.Errorf("wake connection %d: %w", id, ErrKillDenied)
 		default:
 			return woken, fmt.Errorf("wake connection %d: %w", id, err)

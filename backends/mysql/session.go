@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,11 +31,11 @@ import (
 // semaphore row under a shared lock, so a concurrent limit change waits for
 // it, and, when the limit it was built for still holds, tries the slot
 // locks in one CASE whose first successful GET_LOCK(…, 0) ends it. Then
-// qSessGrant bumps the fencing counter and records who holds the slot in
-// semaphore_sessions (host, pid, fencing, the connection id), in one
-// transaction. Because it runs on the holder's connection, a holder whose
-// session died in between cannot finish: no later holder of its slot can
-// have a lower number. Release is one RELEASE_LOCK.
+// qSessGrant, one UPDATE of the semaphore row, bumps the fencing counter and
+// records who holds the slot (host, pid, fencing, the connection id) in the
+// row's session_holders. Because it runs on the holder's connection, a
+// holder whose session died in between cannot finish: no later holder of
+// its slot can have a lower number. Release is one RELEASE_LOCK.
 //
 // The limit: session_slots (the number of slot names that may be held) is
 // max(lim, highest held slot + 1). While it equals lim, every holder holds a
@@ -76,6 +77,18 @@ const sessionSleepMax = 10 * time.Second
 // for a statement or two.
 const helperLockWait = 5 * time.Second
 
+// noDeadline runs a short statement on a dedicated connection without a
+// deadline of its own (as the statement pool runs the caller's): a context
+// with a deadline makes the driver watch each statement from a second
+// goroutine, which costs more than the statement on a busy host. ctx's end
+// still interrupts it (interruptible). Statements that block on purpose, and
+// the holder's ping, have deadlines.
+const noDeadline = 0
+
+// pingDeadline bounds a holder's ping: a server that stops answering must
+// not keep the holder from learning that its slot may be gone.
+const pingDeadline = 30 * time.Second
+
 // caseChunk is how many slot locks one CASE tries.
 const caseChunk = 128
 
@@ -93,23 +106,19 @@ const (
 	qSessConfig = "SELECT CONNECTION_ID(), mode, lim, session_slots, wake, " + nowSQL + "\n" +
 		"FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE"
 
-	// qSessGrant is a script sent in one round trip on a holder's
-	// connection (the session pool allows multiple statements; nothing else
-	// does): it bumps the fencing counter and records the holder in one
-	// transaction, then returns the new number (0: the semaphore is gone).
-	// LAST_INSERT_ID(expr) keeps the number for the session, so the record
-	// and the final SELECT read it back; it is reset first so that a gone
-	// semaphore cannot return an earlier statement's value. Arguments:
-	// name; then name, slot, owner, host, pid.
-	qSessGrant = "DO LAST_INSERT_ID(0);\n" +
-		"START TRANSACTION;\n" +
-		"UPDATE `{p}semaphores` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?;\n" +
-		"INSERT INTO `{p}semaphore_sessions` (name, slot, conn_id, owner, host, pid, fencing, acquired_at)\n" +
-		"  SELECT ?, ?, CONNECTION_ID(), ?, ?, ?, LAST_INSERT_ID(), " + nowSQL + " FROM DUAL WHERE LAST_INSERT_ID() > 0\n" +
-		"  ON DUPLICATE KEY UPDATE conn_id = VALUES(conn_id), owner = VALUES(owner), host = VALUES(host),\n" +
-		"  pid = VALUES(pid), fencing = VALUES(fencing), acquired_at = VALUES(acquired_at);\n" +
-		"COMMIT;\n" +
-		"SELECT LAST_INSERT_ID()"
+	// qSessGrant bumps the fencing counter, returning the new number in
+	// the OK packet (LAST_INSERT_ID(expr)), and records the holder under its
+	// slot in session_holders: one statement on one row, so one round trip
+	// and one commit. The record is assigned first and computes the number
+	// as fencing + 1 itself, so the statement means the same whether the
+	// server assigns left to right (MySQL, MariaDB) or simultaneously
+	// (MariaDB's SIMULTANEOUS_ASSIGNMENT). No row: the semaphore is gone.
+	// Arguments: slot, owner, host, pid, name.
+	qSessGrant = "UPDATE `{p}semaphores` SET\n" +
+		"  session_holders = JSON_SET(COALESCE(session_holders, '{}'), CONCAT('$.\"', ?, '\"'),\n" +
+		"    JSON_OBJECT('fencing', fencing + 1, 'conn', CONNECTION_ID(), 'owner', ?, 'host', ?, 'pid', ?, 'at', " + nowSQL + ")),\n" +
+		"  fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"WHERE name = ?"
 
 	// qSessPing checks that the connection still holds its slot lock.
 	qSessPing = "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), " + nowSQL
@@ -141,11 +150,8 @@ const (
 	// qSessSetSlots stores session_slots (PutSemaphore).
 	qSessSetSlots = "UPDATE `{p}semaphores` SET session_slots = ? WHERE name = ?"
 
-	// qSessRecords lists the holder records of a semaphore.
-	qSessRecords = "SELECT slot, conn_id, owner, host, pid, fencing, acquired_at FROM `{p}semaphore_sessions` WHERE name = ?"
-
-	// qSessDeleteRecords removes them with the semaphore.
-	qSessDeleteRecords = "DELETE FROM `{p}semaphore_sessions` WHERE name = ?"
+	// qSessRecords reads the holder records of a semaphore.
+	qSessRecords = "SELECT session_holders FROM `{p}semaphores` WHERE name = ?"
 
 	// qSessSlotsOf reads session_slots and lim of one semaphore.
 	qSessSlotsOf = "SELECT lim, session_slots FROM `{p}semaphores` WHERE name = ?"
@@ -158,8 +164,8 @@ func (s *Store) lockBase(name string) string {
 }
 
 func (s *Store) slotLock(name string, i int) string { return s.lockBase(name) + ":" + strconv.Itoa(i) }
-func (s *Store) waitLock(name string) string       { return s.lockBase(name) + ":wait" }
-func (s *Store) checkLock(name string) string      { return s.lockBase(name) + ":check" }
+func (s *Store) waitLock(name string) string        { return s.lockBase(name) + ":wait" }
+func (s *Store) checkLock(name string) string       { return s.lockBase(name) + ":check" }
 
 // session is one session-mode holder or waiter: its dedicated connection
 // and the named locks it holds.
@@ -290,7 +296,7 @@ func (s *Store) trySlots(ctx context.Context, d *dedicated, name string, limit, 
 	args = append(args, name)
 	var got sql.NullInt64
 	s.trips.Add(1)
-	err := s.interruptible(ctx, d, time.Minute, func(rctx context.Context) error {
+	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		return d.conn.QueryRowContext(rctx, s.q(b.String()), args...).Scan(&r.connID, &r.mode, &r.limit, &r.slots, &r.wake, &r.now, &got)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -311,7 +317,7 @@ func (s *Store) trySlots(ctx context.Context, d *dedicated, name string, limit, 
 func (s *Store) readConfig(ctx context.Context, d *dedicated, name string) (sessionTry, error) {
 	r := sessionTry{slot: -1}
 	s.trips.Add(1)
-	err := s.interruptible(ctx, d, time.Minute, func(rctx context.Context) error {
+	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		return d.conn.QueryRowContext(rctx, s.q(qSessConfig), name).Scan(&r.connID, &r.mode, &r.limit, &r.slots, &r.wake, &r.now)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -329,7 +335,7 @@ func (s *Store) readConfig(ctx context.Context, d *dedicated, name string) (sess
 func (s *Store) dexec(ctx context.Context, d *dedicated, query string, args ...any) (sql.Result, error) {
 	s.trips.Add(1)
 	var res sql.Result
-	err := s.interruptible(ctx, d, time.Minute, func(rctx context.Context) error {
+	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		var err error
 		res, err = d.conn.ExecContext(rctx, s.q(query), args...)
 		return err
@@ -396,6 +402,16 @@ func (s *Store) sessionAcquire(ctx context.Context, name string, req backends.Ac
 		w.d = d
 	}
 	g, err := s.sessionAcquireOn(ctx, w, req)
+	if errors.Is(err, errInterruptedStmt) && !waiting {
+		// A stray wake-up (see sessionExtend) ended a statement: whatever
+		// it left is freed with the connection; try once more on another.
+		s.dropSession(w)
+		if w.d, err = s.dedicate(ctx); err != nil {
+			return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
+		}
+		w.slot = -1
+		g, err = s.sessionAcquireOn(ctx, w, req)
+	}
 	switch {
 	case err == nil:
 		s.sess.mu.Lock()
@@ -471,7 +487,7 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 	}
 	w.slot = r.slot
 	if w.waitLock {
-		if _, err := s.dint(ctx, w.d, time.Minute, qSessRelease, s.waitLock(w.name)); err != nil {
+		if _, err := s.dint(ctx, w.d, noDeadline, qSessRelease, s.waitLock(w.name)); err != nil {
 			return backends.Grant{}, err
 		}
 		w.waitLock = false
@@ -489,32 +505,20 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 	return backends.Grant{Slot: w.slot, Fencing: fencing, ExpiresAt: fromMicros(r.now + req.Lease.Microseconds())}, nil
 }
 
-// recordGrant bumps the fencing counter and records the holder with
-// qSessGrant: one round trip and one commit (one log flush) for both, on
-// the holder's connection, so nothing is written for a holder whose session
-// died after taking the slot. ErrNotFound: the semaphore row is gone. On
-// any other error the caller drops the connection, which also ends the
-// transaction the script may have left open.
+// recordGrant bumps the fencing counter and records the holder
+// (qSessGrant), on the holder's connection: nothing is written for a holder
+// whose session died after taking the slot. ErrNotFound: the semaphore row
+// is gone.
 func (s *Store) recordGrant(ctx context.Context, w *session, req backends.AcquireRequest) (int64, error) {
-	var fencing int64
-	s.trips.Add(1)
-	err := s.interruptible(ctx, w.d, time.Minute, func(rctx context.Context) error {
-		rows, err := w.d.conn.QueryContext(rctx, s.q(qSessGrant), w.name, w.name, w.slot, req.Owner, req.Host, req.PID)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := rows.Scan(&fencing); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
-	if err == nil && fencing == 0 {
+	res, err := s.dexec(ctx, w.d, qSessGrant, w.slot, req.Owner, req.Host, req.PID, w.name)
+	n, err := affected(res, err)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
 		return 0, backends.ErrNotFound
 	}
-	return fencing, err
+	return res.LastInsertId()
 }
 
 // acquireDraining is acquire while holders admitted under a higher limit
@@ -552,7 +556,7 @@ func (s *Store) acquireDraining(ctx context.Context, w *session) (sessionTry, er
 			}
 		}
 	}
-	if _, rerr := s.dint(ctx, w.d, time.Minute, qSessRelease, check); rerr != nil && err == nil {
+	if _, rerr := s.dint(ctx, w.d, noDeadline, qSessRelease, check); rerr != nil && err == nil {
 		err = rerr
 	}
 	return r, err
@@ -571,7 +575,7 @@ func (s *Store) trySlotsPlain(ctx context.Context, d *dedicated, name string, li
 			args = append(args, s.slotLock(name, i))
 		}
 		b.WriteString(" ELSE -1 END")
-		v, err := s.dint(ctx, d, time.Minute, b.String(), args...)
+		v, err := s.dint(ctx, d, noDeadline, b.String(), args...)
 		if err != nil {
 			return r, err
 		}
@@ -622,7 +626,7 @@ func (s *Store) slotHolders(ctx context.Context, c conn, d *dedicated, name stri
 		var err error
 		if d != nil {
 			s.trips.Add(1)
-			err = s.interruptible(ctx, d, time.Minute, func(rctx context.Context) error {
+			err = s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 				return d.conn.QueryRowContext(rctx, b.String(), args...).Scan(dest...)
 			})
 		} else {
@@ -639,7 +643,7 @@ func (s *Store) slotHolders(ctx context.Context, c conn, d *dedicated, name stri
 // releaseSlot frees w's slot lock (ErrLost when the connection no longer
 // held it).
 func (s *Store) releaseSlot(ctx context.Context, w *session) error {
-	v, err := s.dint(ctx, w.d, time.Minute, qSessRelease, s.slotLock(w.name, w.slot))
+	v, err := s.dint(ctx, w.d, noDeadline, qSessRelease, s.slotLock(w.name, w.slot))
 	if err != nil {
 		return err
 	}
@@ -670,10 +674,20 @@ func (s *Store) sessionExtend(ctx context.Context, h *session, lease time.Durati
 	}
 	var ok sql.NullBool
 	var now int64
-	s.trips.Add(1)
-	err := s.interruptible(ctx, h.d, time.Minute, func(rctx context.Context) error {
-		return h.d.conn.QueryRowContext(rctx, qSessPing, s.slotLock(h.name, h.slot)).Scan(&ok, &now)
-	})
+	var err error
+	// A KILL QUERY meant for a statement this connection ran while it was
+	// parked (a waker that read the processlist just before the park ended;
+	// possible on MySQL, which has no KILL QUERY ID) can end the ping. It
+	// frees no lock, so the ping is simply sent again.
+	for try := 0; try < 3; try++ {
+		s.trips.Add(1)
+		err = s.interruptible(ctx, h.d, pingDeadline, func(rctx context.Context) error {
+			return h.d.conn.QueryRowContext(rctx, qSessPing, s.slotLock(h.name, h.slot)).Scan(&ok, &now)
+		})
+		if !errors.Is(err, errInterruptedStmt) {
+			break
+		}
+	}
 	if ctx.Err() != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", h.name, ctx.Err())
 	}
@@ -727,10 +741,10 @@ func (s *Store) sessionRelease(ctx context.Context, h *session) error {
 		if err == nil && got.Int64 == 1 {
 			// A failed wake-up leaves the waiter to its SLEEP's end.
 			_, _ = s.wakeParked(ctx, s.channel("semaphore", h.name), 1)
-			_, err = s.dint(ctx, h.d, time.Minute, qSessRelease, check)
+			_, err = s.dint(ctx, h.d, noDeadline, qSessRelease, check)
 		}
 	} else {
-		released, err = s.dint(ctx, h.d, time.Minute, qSessRelease, slot)
+		released, err = s.dint(ctx, h.d, noDeadline, qSessRelease, slot)
 	}
 	h.slot = -1
 	if err != nil {
@@ -812,7 +826,7 @@ func (s *Store) sessionWaitOn(ctx context.Context, w *session, maxWait time.Dura
 		}
 		if r.slot >= 0 || !r.tried || r.notFound || r.mode != spec.ModeSession {
 			w.slot = r.slot
-			_, err := s.dint(ctx, w.d, time.Minute, qSessRelease, check)
+			_, err := s.dint(ctx, w.d, noDeadline, qSessRelease, check)
 			return err
 		}
 		sleep := min(max(time.Until(deadline), 0), sessionSleepMax)
@@ -835,7 +849,7 @@ func (s *Store) sessionWaitOn(ctx context.Context, w *session, maxWait time.Dura
 			if r.slot >= 0 || !r.tried || r.notFound || r.mode != spec.ModeSession || r.wake != spec.WakePoll {
 				w.slot = r.slot
 				if w.slot >= 0 {
-					if _, err := s.dint(ctx, w.d, time.Minute, qSessRelease, s.waitLock(w.name)); err != nil {
+					if _, err := s.dint(ctx, w.d, noDeadline, qSessRelease, s.waitLock(w.name)); err != nil {
 						return err
 					}
 					w.waitLock = false
@@ -892,7 +906,7 @@ func (s *Store) sessionLeave(ctx context.Context, owner string) {
 		s.undedicate(w.d)
 		return
 	}
-	if _, err := s.dint(ctx, w.d, time.Minute, qSessReleaseAll); err != nil {
+	if _, err := s.dint(ctx, w.d, noDeadline, qSessReleaseAll); err != nil {
 		s.dropSession(w)
 		return
 	}
@@ -909,28 +923,23 @@ func (s *Store) sessionState(ctx context.Context, c conn, st *backends.Semaphore
 	if err != nil {
 		return 0, err
 	}
-	rows, err := c.query(ctx, qSessRecords, name)
-	if err != nil {
+	var doc sql.NullString
+	if err := c.row(ctx, qSessRecords, name).Scan(&doc); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, err
 	}
 	type record struct {
-		connID int64
-		h      backends.Holder
+		Fencing int64  `json:"fencing"`
+		Conn    int64  `json:"conn"`
+		Owner   string `json:"owner"`
+		Host    string `json:"host"`
+		PID     int    `json:"pid"`
+		At      int64  `json:"at"`
 	}
-	recs := map[int]record{}
-	for rows.Next() {
-		var r record
-		var acq int64
-		if err := rows.Scan(&r.h.Slot, &r.connID, &r.h.Owner, &r.h.Host, &r.h.PID, &r.h.Fencing, &acq); err != nil {
-			rows.Close()
-			return 0, err
+	recs := map[string]record{}
+	if doc.Valid {
+		if err := json.Unmarshal([]byte(doc.String), &recs); err != nil {
+			return 0, fmt.Errorf("session_holders of %q: %w", name, err)
 		}
-		r.h.AcquiredAt = fromMicros(acq)
-		recs[r.h.Slot] = r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
 	}
 	want := st.Config.Limit
 	for i, id := range ids {
@@ -938,9 +947,8 @@ func (s *Store) sessionState(ctx context.Context, c conn, st *backends.Semaphore
 			continue
 		}
 		h := backends.Holder{Slot: i, Host: "?", Session: id.Int64}
-		if r, ok := recs[i]; ok && r.connID == id.Int64 {
-			h = r.h
-			h.Session = id.Int64
+		if r, ok := recs[strconv.Itoa(i)]; ok && r.Conn == id.Int64 {
+			h = backends.Holder{Slot: i, Owner: r.Owner, Host: r.Host, PID: r.PID, Fencing: r.Fencing, AcquiredAt: fromMicros(r.At), Session: id.Int64}
 		}
 		st.Holders = append(st.Holders, h)
 		want = max(want, i+1)

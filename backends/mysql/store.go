@@ -51,6 +51,10 @@ const (
 // within a statement sees the same instant.
 const nowSQL = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
+// qVersion reads the server's version; Open sends it to check that the
+// server answers and to tell MariaDB from MySQL.
+const qVersion = `SELECT VERSION()`
+
 // qNow reads the backend clock as a DATETIME(6) in UTC.
 const qNow = `SELECT UTC_TIMESTAMP(6)`
 
@@ -76,6 +80,8 @@ type Store struct {
 	schema atomic.Bool
 	// queries caches each query constant with {p} replaced by the prefix.
 	queries sync.Map
+	// mariadb: the server is MariaDB (KILL QUERY ID, see park.go).
+	mariadb bool
 	// sess holds the dedicated connections of session-mode holders and
 	// waiters and of parked queue workers (session.go, park.go).
 	sess *sessions
@@ -117,9 +123,9 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
-	// Dedicated connections may send scripts (qSessGrant); the statement
-	// pool may not.
-	// Their statements block for seconds on purpose (parked waiters,
+	// Dedicated connections may send scripts (several statements in one
+	// round trip, runScript); the statement pool may not. They also run
+	// statements that block for seconds on purpose (parked waiters,
 	// GET_LOCK), bounded by their own deadlines (interruptible), so the
 	// DSN's readTimeout applies to the statement pool only.
 	sessCfg := cfg.Clone()
@@ -131,11 +137,13 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 		return nil, fmt.Errorf("mysql %q: %w", name, err)
 	}
 	s.sess = newSessions(sql.OpenDB(sessConn), pool)
+	var version string
 	s.trips.Add(1)
-	if err := db.PingContext(ctx); err != nil {
+	if err := db.QueryRowContext(ctx, qVersion).Scan(&version); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("mysql %q at %s/%s: %w", name, cfg.Addr, cfg.DBName, err)
 	}
+	s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
 	return s, nil
 }
 
@@ -288,6 +296,8 @@ const (
 	errInterrupted     = 1317 // a KILL QUERY ended the statement
 	errUnknownThread   = 1094 // KILL of a connection that is gone
 	errKillDenied      = 1095 // KILL of another user's connection without the privilege
+	errUnknownQuery    = 1957 // KILL QUERY ID of a statement that ended (MariaDB)
+	errKillQueryDenied = 1979 // KILL QUERY ID of another user's statement without the privilege (MariaDB)
 )
 
 // retryable reports whether err rolled the transaction back in a way that

@@ -94,7 +94,7 @@ func TestSemRunSessionLost(t *testing.T) {
 	go func() { done <- holder.Wait() }()
 	childPid, _ := strconv.Atoi(waitFile(t, pidFile, 20*time.Second))
 	var conn int64
-	if err := db.QueryRow("SELECT conn_id FROM sess_semaphore_sessions WHERE name = 's'").Scan(&conn); err != nil {
+	if err := db.QueryRow("SELECT JSON_VALUE(session_holders, '$.\"0\".conn') FROM sess_semaphores WHERE name = 's'").Scan(&conn); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec("KILL CONNECTION ?", conn); err != nil {
