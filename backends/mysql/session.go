@@ -510,15 +510,7 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 // whose session died after taking the slot. ErrNotFound: the semaphore row
 // is gone.
 func (s *Store) recordGrant(ctx context.Context, w *session, req backends.AcquireRequest) (int64, error) {
-	res, err := s.dexec(ctx, w.d, qSessGrant, w.slot, req.Owner, req.Host, req.PID, w.name)
-	n, err := affected(res, err)
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 {
-		return 0, backends.ErrNotFound
-	}
-	return res.LastInsertId()
+	return lastID(s.dexec(ctx, w.d, qSessGrant, w.slot, req.Owner, req.Host, req.PID, w.name))
 }
 
 // acquireDraining is acquire while holders admitted under a higher limit

@@ -10,7 +10,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -107,58 +106,6 @@ func (h *mysqlHosts) stop(t *testing.T) {
 	}
 }
 
-// killWitness is proctest.Witness with one more move: a holder killed with
-// kill -9 inside the witness never runs its own exit, so the test takes it
-// out (leaveFor) once it has seen the command die. Counting it until then
-// can only raise the peak, never hide an excess.
-type killWitness struct {
-	lock, cur, peaks string
-}
-
-func newKillWitness(t *testing.T) *killWitness {
-	t.Helper()
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Fatal("flock(1) is needed by the witness: install util-linux")
-	}
-	d := t.TempDir()
-	w := &killWitness{lock: filepath.Join(d, "lock"), cur: filepath.Join(d, "cur"), peaks: filepath.Join(d, "peaks")}
-	if err := os.WriteFile(w.cur, []byte("0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// script enters the witness, runs body, leaves, and exits with body's code.
-func (w *killWitness) script(body string) string {
-	return fmt.Sprintf(`flock %[1]s sh -c 'n=$(($(cat %[2]s)+1)); echo $n > %[2]s; echo $n >> %[3]s'
-%[4]s
-rc=$?
-flock %[1]s sh -c 'echo $(($(cat %[2]s)-1)) > %[2]s'
-exit $rc`, w.lock, w.cur, w.peaks, body)
-}
-
-// leaveFor takes a dead holder out of the witness.
-func (w *killWitness) leaveFor(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command("flock", w.lock, "sh", "-c", fmt.Sprintf(`echo $(($(cat %[1]s)-1)) > %[1]s`, w.cur)).CombinedOutput(); err != nil {
-		t.Fatalf("witness leave: %v\n%s", err, out)
-	}
-}
-
-// peak returns how many runs entered and the most inside at once.
-func (w *killWitness) peak(t *testing.T) (runs, peak int) {
-	t.Helper()
-	b, err := os.ReadFile(w.peaks)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	for _, f := range strings.Fields(string(b)) {
-		n, _ := strconv.Atoi(f)
-		runs++
-		peak = max(peak, n)
-	}
-	return runs, peak
-}
 
 // TestMySQLHostsSemWitnessKill9: with three daemons up, twelve `sem run`
 // clients spread over h1-h3 share limit 3 (lease 2s); three of them, one per
@@ -171,7 +118,7 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 	const limit, clients = 3, 12
 	c := newCLI(t)
 	h := startMySQLHosts(t, c, fmt.Sprintf("semaphores:\n  s: {limit: %d, lease: 2s}\n", limit))
-	w := newKillWitness(t)
+	w := proctest.NewWitness(t)
 	dir := t.TempDir()
 
 	type client struct {
@@ -186,7 +133,7 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 			body = "echo $$ > " + cs[i].pidFile + "; exec sleep 60"
 		}
 		cs[i].p = h.env.Start(t, fmt.Sprintf("c%d", i), "sem", "run", "s", "-f", h.spec,
-			"--host-id", h.hosts[i%len(h.hosts)], "--wait", "2m", "--", "sh", "-c", w.script(body))
+			"--host-id", h.hosts[i%len(h.hosts)], "--wait", "2m", "--", "sh", "-c", w.Script(body))
 	}
 	for i, cl := range cs {
 		if cl.pidFile == "" {
@@ -198,7 +145,7 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 		}
 		cl.p.Kill9()
 		proctest.Eventually(t, 10*time.Second, fmt.Sprintf("c%d's command to die with it", i), func() bool { return !alive(child) })
-		w.leaveFor(t)
+		w.Leave(t)
 		t.Logf("killed c%d (%s) mid-hold", i, h.hosts[i%len(h.hosts)])
 	}
 	for i, cl := range cs {
@@ -216,12 +163,12 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 		var st []semStatusJSON
 		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && len(st) == 1 && len(st[0].Holders) == 0
 	})
-	last := newKillWitness(t)
+	last := proctest.NewWitness(t)
 	var wg sync.WaitGroup
 	codes := make([]int, limit)
 	for i := range codes {
 		wg.Add(1)
-		cmd := h.env.Command("sem", "run", "s", "-f", h.spec, "--host-id", h.hosts[i], "--no-wait", "--", "sh", "-c", last.script("sleep 1"))
+		cmd := h.env.Command("sem", "run", "s", "-f", h.spec, "--host-id", h.hosts[i], "--no-wait", "--", "sh", "-c", last.Script("sleep 1"))
 		go func() {
 			defer wg.Done()
 			codes[i] = -1
@@ -233,11 +180,11 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, peak := last.peak(t); peak != limit || slices.ContainsFunc(codes, func(c int) bool { return c != 0 }) {
+	if _, peak := last.Peak(t); peak != limit || slices.ContainsFunc(codes, func(c int) bool { return c != 0 }) {
 		t.Errorf("after the leases: --no-wait exits %v, peak %d; want all %d slots free", codes, peak, limit)
 	}
 
-	runs, peak := w.peak(t)
+	runs, peak := w.Peak(t)
 	if runs != clients || peak > limit || peak < 1 {
 		t.Errorf("witness: %d runs (want %d), peak %d holders (limit %d)", runs, clients, peak, limit)
 	}
