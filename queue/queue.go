@@ -29,6 +29,9 @@ const (
 	finishTimeout = 10 * time.Second
 	// maxReason bounds the error text recorded with a retried job.
 	maxReason = 2048
+	// gatherWait bounds how long a claim waits for more handler slots to
+	// free up while the queue has a backlog (see Work).
+	gatherWait = 2 * time.Millisecond
 )
 
 // Client pushes to and works the queues held by one backend.
@@ -143,7 +146,10 @@ type WorkerOptions struct {
 	Concurrency int
 	// Batch is the most jobs one claim takes; default 1, at most
 	// Concurrency. A claim never takes more jobs than there are free
-	// handler slots.
+	// handler slots. While the queue has a backlog (the last claim got all
+	// it asked for), a claim waits up to 2 ms for more slots to free up,
+	// so that claims take whole batches rather than a job per freed slot;
+	// an idle worker claims at once.
 	Batch int
 	// Drain makes Work return nil once the queue holds no job that is
 	// ready, delayed or in flight (dead jobs do not count).
@@ -257,9 +263,12 @@ type worker struct {
 // Work claims jobs of queue and runs h on each, Concurrency at a time,
 // until ctx ends (it returns ctx's error), opts.Stop is closed (nil), or,
 // with Drain, the queue holds no ready, delayed or in-flight job (nil). It
-// always waits for the running handlers before returning. It fails when the
-// queue is absent or the backend keeps failing in a way that will not pass
-// (the queue was deleted).
+// always waits for the running handlers, and their acks and retries,
+// before returning. A handler's slot is free again once the handler has
+// returned, while its ack or retry is still on its way (at most
+// Concurrency of those are), so that the next claim and the ack's commit
+// overlap. It fails when the queue is absent or the backend keeps failing
+// in a way that will not pass (the queue was deleted).
 func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h Handler) error {
 	if h == nil {
 		return errors.New("work: nil handler")
@@ -282,13 +291,15 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 	}
 	stop := opts.Stop // nil blocks for ever
 
-	slots := make(chan struct{}, conc) // one token per running handler
+	slots := make(chan struct{}, conc)     // one token per running handler
+	finishing := make(chan struct{}, conc) // one token per ack or retry in flight
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
 	errWait := time.Duration(0)
 	backendReady := false // the last idle wait ended because the backend saw a job
 	streak := 0           // empty claims in a row right after backendReady
+	full := false         // the last claim got every job it asked for: a backlog
 	for {
 		select {
 		case <-stop:
@@ -306,20 +317,15 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 		case <-stop:
 			return nil
 		}
-		n := 1
-	more:
-		for n < batch {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
+		n := 1 + takeFree(slots, batch-1)
+		if full && n < batch {
+			n += gather(ctx, stop, slots, batch-n)
 		}
 
 		wake := c.wakeChan(queue) // before the claim: a push after it closes this channel
 		sentAt := time.Now()
 		jobs, err := c.q.Claim(ctx, queue, newOwner(opts.Owner), n)
+		full = err == nil && len(jobs) == n
 		for range n - len(jobs) {
 			<-slots
 		}
@@ -341,8 +347,7 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.run(ctx, j, sentAt)
-				<-slots
+				w.run(ctx, j, sentAt, slots, finishing)
 				select {
 				case w.finish <- struct{}{}:
 				default:
@@ -380,6 +385,44 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 		}
 		backendReady = w.idle(ctx, stop, wake, maxWait)
 	}
+}
+
+// takeFree takes up to n more slots that are free now, without waiting,
+// and returns how many it took.
+func takeFree(slots chan<- struct{}, n int) int {
+	for k := 0; k < n; k++ {
+		select {
+		case slots <- struct{}{}:
+		default:
+			return k
+		}
+	}
+	return n
+}
+
+// gather waits, at most gatherWait, for up to n more slots, and returns
+// how many it took. Work calls it when the queue has a backlog (the last
+// claim was full) and fewer slots than a batch are free: the handlers of
+// one claim tend to finish together, and one claim of a whole batch costs
+// the backend about what a claim of one job does (a transaction and its
+// commit), so a claim as soon as one slot frees would split the batches
+// into ever smaller claims. An idle worker does not get here: its slots
+// are all free, and its first claim takes them at once.
+func gather(ctx context.Context, stop <-chan struct{}, slots chan<- struct{}, n int) int {
+	t := time.NewTimer(gatherWait)
+	defer t.Stop()
+	for k := 0; k < n; k++ {
+		select {
+		case slots <- struct{}{}:
+		case <-t.C:
+			return k
+		case <-ctx.Done():
+			return k
+		case <-stop:
+			return k
+		}
+	}
+	return n
 }
 
 // sleep waits d, or until ctx ends, stop or wake is closed; it reports
@@ -429,8 +472,14 @@ func (w *worker) idle(ctx context.Context, stop, wake <-chan struct{}, maxWait t
 }
 
 // run works one claimed job: it runs the handler while renewing the lease,
-// then acks or retries the job unless the lease was lost.
-func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
+// then acks or retries the job unless the lease was lost. It gives the
+// job's handler slot (a token of slots) back as soon as the handler has
+// returned and it holds a token of finishing for the ack or retry, so that
+// the worker claims the next jobs while the backend records this one (an
+// ack waits for a commit, which the backend's group commit then shares
+// with the next claim's). The finishing tokens bound the acks and retries
+// in flight to the concurrency.
+func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time, slots, finishing chan struct{}) {
 	l := &Lease{Job: j, ClaimedAt: sentAt, Visibility: w.vis, deadline: sentAt.Add(w.vis - Margin(w.vis))}
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	defer cancel(nil)
@@ -449,10 +498,19 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
 	<-keepDone
 
 	if l.Lost() {
+		<-slots
 		w.stats.Lost.Add(1)
 		w.logf("queue %s: job %d: lease lost while working it; left to its next owner", w.queue, j.ID)
 		return
 	}
+	finishing <- struct{}{}
+	<-slots
+	defer func() { <-finishing }()
+	w.record(ctx, j, err)
+}
+
+// record acks j (the handler returned nil) or retries it (err).
+func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer fcancel()
 	if err == nil {

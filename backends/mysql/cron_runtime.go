@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -296,70 +295,6 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 	return due, nextAt, nil
 }
 
-// runScript sends a script (several statements, typically one transaction)
-// in one round trip on a dedicated connection of the session pool, the only
-// one that allows multiple statements, and scans the rows of its last
-// statement with scan. An error part-way leaves the rest of the script
-// unsent and may leave its transaction open, so the connection is then
-// discarded (which rolls the transaction back) instead of reused. Like
-// write, it refuses on a read-only or unmigrated store and runs the script
-// again after a deadlock or a lock wait timeout. RoundTrips counts one per
-// script.
-func (s *Store) runScript(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
-	if s.opts.ReadOnly {
-		return ErrReadOnly
-	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errNoSchema
-	}
-	backoff := txBackoff
-	for attempt := 1; ; attempt++ {
-		err := s.runScriptOnce(ctx, query, args, scan)
-		if err == nil || attempt >= txAttempts || !retryable(err) {
-			return err
-		}
-		d := backoff/2 + mrand.N(backoff)
-		backoff *= 2
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-}
-
-func (s *Store) runScriptOnce(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
-	d, err := s.dedicate(ctx)
-	if err != nil {
-		return err
-	}
-	s.trips.Add(1)
-	rows, err := d.conn.QueryContext(ctx, s.q(query), args...)
-	if err == nil {
-		for rows.Next() && err == nil {
-			err = scan(rows)
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-		if cerr := rows.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		d.discard()
-		return err
-	}
-	s.undedicate(d)
-	return nil
-}
-
 // ClaimOccurrence inserts the occurrence row and bumps the task's fencing
 // counter in one transaction:
 //
@@ -430,7 +365,7 @@ func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backe
 	}
 	var fencing, inserted, now int64
 	var exists, retryable bool
-	err := s.runScript(ctx, query, args, func(rows *sql.Rows) error {
+	err := s.runScript(ctx, query, args, func(_ int, rows *sql.Rows) error {
 		if req.Attempt > 1 {
 			return rows.Scan(&fencing, &inserted, &now, &exists, &retryable)
 		}
@@ -528,7 +463,7 @@ func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, l
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend cron %q: %w", occ.Task, err)
 	}
-	exp, err := lastID(s.leaseExec(ctx, qCronExtend, us, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner))
+	exp, err := lastID(s.autocommit(ctx, qCronExtend, us, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner))
 	if errors.Is(err, backends.ErrNotFound) {
 		err = backends.ErrLost
 	}
@@ -563,7 +498,7 @@ func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, r
 	var n int64
 	err := s.runScript(ctx, qCronFinish, []any{res.Status, res.ExitCode, errText, out,
 		occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, occ.Task, occ.Task, occ.Task},
-		func(rows *sql.Rows) error { return rows.Scan(&n) })
+		func(_ int, rows *sql.Rows) error { return rows.Scan(&n) })
 	if err == nil && n == 0 {
 		err = backends.ErrLost
 	}
@@ -589,7 +524,7 @@ func (s *Store) ExpiredOccurrences(ctx context.Context, limit int) ([]backends.O
 func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) error {
 	var n int64
 	err := s.runScript(ctx, qCronReap, []any{occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Task, occ.Task, occ.Task},
-		func(rows *sql.Rows) error { return rows.Scan(&n) })
+		func(_ int, rows *sql.Rows) error { return rows.Scan(&n) })
 	if err == nil && n == 0 {
 		err = fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
 	}

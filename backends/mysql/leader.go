@@ -86,7 +86,7 @@ func (s *Store) ElectLeader(ctx context.Context, holder string, lease time.Durat
 
 func (s *Store) electOnce(ctx context.Context, holder string, us int64) (backends.Term, error) {
 	var t backends.Term
-	exp, err := lastID(s.leaseExec(ctx, qLeaderTake, holder, holder, us, holder))
+	exp, err := lastID(s.autocommit(ctx, qLeaderTake, holder, holder, us, holder))
 	switch {
 	case err == nil:
 		var rowExp int64
@@ -154,7 +154,7 @@ func (s *Store) RenewLeader(ctx context.Context, t backends.Term, lease time.Dur
 	if err != nil {
 		return backends.Term{}, fmt.Errorf("renew leader: %w", err)
 	}
-	exp, err := lastID(s.leaseExec(ctx, qLeaderRenew, us, t.Holder, t.Term))
+	exp, err := lastID(s.autocommit(ctx, qLeaderRenew, us, t.Holder, t.Term))
 	if errors.Is(err, backends.ErrNotFound) {
 		err = backends.ErrNotLeader
 	}
@@ -167,7 +167,7 @@ func (s *Store) RenewLeader(ctx context.Context, t backends.Term, lease time.Dur
 // ResignLeader ends t at once if t's holder still holds t's term, so that
 // the next ElectLeader, by anyone, succeeds. Not holding is not an error.
 func (s *Store) ResignLeader(ctx context.Context, t backends.Term) error {
-	if _, err := s.leaseExec(ctx, qLeaderResign, t.Holder, t.Term); err != nil {
+	if _, err := s.autocommit(ctx, qLeaderResign, t.Holder, t.Term); err != nil {
 		return fmt.Errorf("resign leader %q term %d: %w", t.Holder, t.Term, err)
 	}
 	return nil

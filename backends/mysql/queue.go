@@ -75,7 +75,7 @@ const (
 
 // PutQueue creates or updates the queue, its partition lock rows, and moves
 // jobs of removed partitions into the remaining ones, all in one
-// transaction.
+// transaction; then it wakes parked workers for the jobs it moved.
 func (s *Store) PutQueue(ctx context.Context, cfg backends.QueueConfig) (int64, error) {
 	if cfg.Name == "" {
 		return 0, errors.New("put queue: empty name")
@@ -117,6 +117,11 @@ func (s *Store) PutQueue(ctx context.Context, cfg backends.QueueConfig) (int64, 
 	})
 	if err != nil {
 		return 0, fmt.Errorf("put queue %q: %w", cfg.Name, err)
+	}
+	if moved > 0 {
+		// Jobs of removed partitions were not claimable (claim partition
+		// takes only partitions below the count); now they are.
+		s.wakeQueue(ctx, cfg.Name, int(min(moved, maxWake)))
 	}
 	return moved, nil
 }

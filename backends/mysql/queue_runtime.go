@@ -8,6 +8,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -26,20 +31,64 @@ var _ backends.Queues = (*Store)(nil)
 // The column unique_key holds the job's key (NULL when it has none) whether
 // or not the queue is unique: the key also picks the partition.
 //
-// Push and Claim read the queue row LOCK IN SHARE MODE, so they never run
-// against a partition count that a concurrent PutQueue is changing (PutQueue
-// takes the row exclusively). Claim serialises per partition: it locks the
-// partition's lock row with FOR UPDATE SKIP LOCKED (a point lookup on the
-// primary key, so exactly one row), so claimers of one queue spread over its
-// partitions instead of queueing behind each other, and then reads the
-// partition's claimable jobs with a locking (current) read. A unique push
-// locks the key's index range with a locking read before inserting, so two
-// pushes of one key serialise (or deadlock, and the store's retry runs the
-// loser again, which then finds the winner's job). Every time comparison is
-// made in SQL against nowSQL.
+// Push reads the queue row LOCK IN SHARE MODE, and so does a claim in
+// mode partition, so that they never run against a partition count that a
+// concurrent PutQueue is changing (PutQueue takes the row exclusively). A
+// unique push locks the key's index range with a locking read before
+// inserting, so two pushes of one key serialise (or deadlock, and the
+// store's retry runs the loser again, which then finds the winner's job).
+// Every time comparison is made in SQL against nowSQL.
+//
+// Claim has two modes, the queue's claim field:
+//
+//   - partition (seed 001's partitioned design): Claim serialises per
+//     partition. It picks the least recently claimed partition that has a
+//     claimable job, then locks the first partition from there (in number
+//     order, wrapping around) that has one and whose lock row no other
+//     claimer holds (FOR UPDATE SKIP LOCKED), and leases up to max of its
+//     claimable jobs in id (insert) order. Jobs of one key are claimed in
+//     order: only one claimer claims from a partition at a time. At most
+//     `partitions` claims run at once; a claimer that finds every partition
+//     with work held gets nothing (and queue.Client backs off).
+//   - skip_locked: no partition lock rows. Claim locks up to max claimable
+//     jobs of the whole queue with SELECT ... FOR UPDATE SKIP LOCKED, in
+//     the order they became available (available_at, then id: insert order
+//     for jobs pushed without a delay), and leases them. Claimers skip each
+//     other's rows instead of waiting, so any number claim at once; jobs of
+//     one key may then start out of order. The order is (available_at, id)
+//     rather than id because that is the order of the queue_jobs_state
+//     index (queue, state, available_at, and the primary key): the scan
+//     stops after max rows and locks only those. Ordering by id would
+//     either walk the primary key, locking every running, dead, delayed or
+//     other queue's row it passes, or sort the ready rows, which locks all
+//     of them and leaves concurrent claimers with nothing.
+//
+// Either way a claim is one script (qClaimHeadFast and what follows it):
+// several statements sent in one round trip on a dedicated connection,
+// one transaction, one commit. Concurrent claims of one Store on one
+// queue go together in one script (claimBatcher), each caller's jobs
+// leased to its own owner token. Claims run at READ COMMITTED, and
+// locking statements name their index (FORCE INDEX): on a small table the
+// optimizer would rather scan the whole table, and a locking scan locks,
+// or waits for, every row it reads, whether or not it matches. At
+// REPEATABLE READ a claim's locking reads would lock every index entry
+// they pass, including the delete-marked entries of jobs that other claims
+// moved or acks deleted (kept until purge catches up) and the gap at the
+// end of the ready range, so that concurrent claimers, and pushes
+// inserting at the end of the range, would wait for each other and
+// deadlock. Nothing in a claim needs a repeatable snapshot.
+//
+// Acks are group-committed: one autocommit DELETE for all the acks that
+// arrive while one is running (Ack).
+// WaitQueue parks an idle worker on a dedicated connection and pushes wake
+// it (queue_park.go).
 
-// jobColumns are the columns scanJob reads, in order.
-const jobColumns = "id, `partition`, payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error"
+// jobColumns are the columns scanJob reads, in order; jobColumnsJ the same
+// of the table aliased j.
+const (
+	jobColumns  = "id, `partition`, payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error"
+	jobColumnsJ = "j.id, j.`partition`, j.payload, j.unique_key, j.attempt, j.enqueued_at, j.available_at, j.owner, j.expires_at, j.last_error"
+)
 
 const (
 	// qQueueConfig reads a queue's partition count and config under a
@@ -49,7 +98,7 @@ const (
 	// qJobDuplicate finds (and locks, with the key's index range) the oldest
 	// job of a queue with a key that is ready, or (third argument true)
 	// running: the job a unique push collides with.
-	qJobDuplicate = "SELECT " + jobColumns + " FROM `{p}queue_jobs`\n" +
+	qJobDuplicate = "SELECT " + jobColumns + " FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_unique)\n" +
 		"WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? AND state = 'running'))\n" +
 		"ORDER BY id LIMIT 1 FOR UPDATE"
 
@@ -65,58 +114,189 @@ const (
 	// qJobByID reads one job back.
 	qJobByID = "SELECT " + jobColumns + " FROM `{p}queue_jobs` WHERE id = ?"
 
-	// qJobAnyExpired is the cheap, non-locking check Claim makes before the
-	// visibility sweep, so that the sweep's locking UPDATE runs only when a
-	// lease expired.
-	qJobAnyExpired = "SELECT EXISTS (SELECT 1 FROM `{p}queue_jobs`\n" +
-		"  WHERE queue = ? AND state = 'running' AND expires_at <= " + nowSQL + ")"
+	// The claim scripts. A claim is one script (several statements sent
+	// in one round trip on a dedicated connection, runScript): one
+	// transaction at READ COMMITTED (see Claim for why), one commit. A
+	// script cannot branch on what it reads, so each step passes what it
+	// found to the next in session variables (@coordd_*), and a step that
+	// has nothing to do finds no row: a NULL variable in an index lookup
+	// matches nothing. The head sets every variable, since they outlive
+	// the script on the connection. Variables are set by SELECT
+	// ... INTO, never by SET with a subquery: InnoDB reads the tables of a
+	// SET statement's subqueries with shared locks even at READ COMMITTED,
+	// which made claims and acks deadlock on the running jobs' rows.
+	//
+	// The queue's config comes from the Store's cache (claimConfig): the
+	// script names the config text the cache holds and acts only if the
+	// stored config is still that text (@coordd_q is the queue's name
+	// then, NULL otherwise); the first row it returns says whether it
+	// was (claimIDsOf). The lease
+	// length, max_attempts and the partition count bound in the script are
+	// the cached config's.
+	//
+	// A script is claimStart, claimBegin (or claimBeginLongIDs), a head
+	// (qClaimHeadFast or qClaimHeadCheck), claimPlain or claimShared,
+	// qClaimSweep after qClaimHeadCheck, a lock (qClaimLockSkip or
+	// qClaimLockPartition), qClaimLeaseHead, a qClaimLeaseOwner per
+	// caller, qClaimLeaseTail and qClaimTail (Store.claimGroup). Arguments,
+	// in that order.
 
-	// qJobExpire returns running jobs whose visibility deadline passed to
-	// the queue: ready again (the attempt they used stays counted), or dead
-	// once they used max_attempts attempts (<= 0: unlimited). Arguments:
-	// max_attempts, max_attempts, queue.
-	qJobExpire = "UPDATE `{p}queue_jobs`\n" +
+	// claimStart sets the transaction's isolation level.
+	claimStart = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n"
+	// claimBegin starts the transaction. claimBeginLongIDs raises first
+	// the length limit of GROUP_CONCAT, which builds @coordd_ids (MySQL's
+	// default, 1024 bytes, holds 48 ids of any length; MariaDB's is 1 MB):
+	// claims of more than claimShortIDs jobs send it.
+	claimBegin        = "START TRANSACTION;\n"
+	claimBeginLongIDs = "SET SESSION group_concat_max_len = 1048576;\n" + claimBegin
+	claimShortIDs     = 40
+
+	// qClaimHeadFast is the head of most claims: it checks the config, and
+	// takes the backend time the whole claim uses (@coordd_now: the lease
+	// runs from it, so nothing is read back to learn the deadline). One
+	// row whatever it finds (an aggregate). It reads the queue row with a
+	// plain read, so that the row stays free for PutQueue (claim
+	// skip_locked does not care about the partition count); claim
+	// partition appends claimShared, which locks it in share mode (a
+	// concurrent PutQueue may be changing the count and moving jobs
+	// between partitions). Arguments: queue, config text.
+	qClaimHeadFast = "SELECT MAX(q.name), " + nowSQL + ", NULL, NULL, NULL, NULL, NULL\n" +
+		"  INTO @coordd_q, @coordd_now, @coordd_min, @coordd_start, @coordd_p, @coordd_ids, @coordd_n\n" +
+		"FROM `{p}queues` q WHERE q.name = ? AND q.config = ?"
+	// qClaimHeadCheck is qClaimHeadFast for a claim that must look for
+	// expired leases (claimConfig.sweepDue): it also reads the earliest
+	// visibility deadline of the queue's running jobs (@coordd_min, NULL:
+	// none; a plain read, which scans the queue's running jobs). Arguments:
+	// queue, queue, config text.
+	qClaimHeadCheck = "SELECT MAX(q.name), " + nowSQL + ",\n" +
+		"  (SELECT MIN(j.expires_at) FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_state) WHERE j.queue = ? AND j.state = 'running'),\n" +
+		"  NULL, NULL, NULL, NULL\n" +
+		"  INTO @coordd_q, @coordd_now, @coordd_min, @coordd_start, @coordd_p, @coordd_ids, @coordd_n\n" +
+		"FROM `{p}queues` q WHERE q.name = ? AND q.config = ?"
+	claimPlain  = ";\n"
+	claimShared = " LOCK IN SHARE MODE;\n"
+
+	// qClaimSweep follows qClaimHeadCheck: when a running job's visibility
+	// deadline passed, it returns such jobs to the queue: ready again (the
+	// attempt they used stays counted), or dead once they used
+	// max_attempts attempts (<= 0: unlimited). Arguments: max_attempts,
+	// max_attempts.
+	qClaimSweep = "UPDATE `{p}queue_jobs` FORCE INDEX (queue_jobs_state)\n" +
 		"SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,\n" +
 		"  owner = NULL, expires_at = 0, last_error = 'visibility timeout'\n" +
-		"WHERE queue = ? AND state = 'running' AND expires_at <= " + nowSQL
+		"WHERE queue = IF(@coordd_min <= @coordd_now, @coordd_q, NULL) AND state = 'running' AND expires_at <= @coordd_now;\n"
 
-	// qJobCandidates lists the partitions that have a job claimable now,
-	// least recently claimed first (ties: the lowest number), so that no
-	// partition starves. It is a plain snapshot read; Claim then locks them
-	// one at a time. Arguments: queue, partition count.
-	qJobCandidates = "SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
-		"WHERE p.queue = ? AND p.`partition` < ? AND EXISTS (SELECT 1 FROM `{p}queue_jobs` j\n" +
-		"  WHERE j.queue = p.queue AND j.`partition` = p.`partition` AND j.state = 'ready' AND j.available_at <= " + nowSQL + ")\n" +
-		"ORDER BY p.claimed_at, p.`partition`"
+	// claimIDsOf builds @coordd_ids from the locked jobs x (column id):
+	// a JSON array of their ids in claim order, after a first element that
+	// is the status: -1 when the config matched, 0 when it did not. It is
+	// built with GROUP_CONCAT, whose ORDER BY both servers take (MySQL's
+	// JSON_ARRAYAGG has none); @coordd_n is the number of jobs.
+	claimIDsOf = "SELECT CONCAT('[', CONCAT_WS(',', IF(@coordd_q IS NULL, 0, -1), GROUP_CONCAT(x.id ORDER BY "
+	claimIDsTo = ")), ']'), COUNT(*) INTO @coordd_ids, @coordd_n FROM (\n"
 
-	// qJobLockPartition locks one partition's lock row unless another
-	// claimer holds it (no row: skip to the next partition).
-	qJobLockPartition = "SELECT `partition` FROM `{p}queue_partitions` WHERE queue = ? AND `partition` = ? FOR UPDATE SKIP LOCKED"
+	// qClaimLockSkip (claim skip_locked) locks up to a number of claimable
+	// jobs of the queue that no other claimer holds, in the order of the
+	// queue_jobs_state index (available_at, then id), into @coordd_ids.
+	// The locking read is a derived table, which locks exactly the rows it
+	// returns. Argument: the limit.
+	qClaimLockSkip = claimIDsOf + "x.available_at, x.id" + claimIDsTo +
+		"  SELECT id, available_at FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_state)\n" +
+		"  WHERE queue = @coordd_q AND state = 'ready' AND available_at <= @coordd_now\n" +
+		"  ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
 
-	// qJobClaimable lists (and locks) up to a number of jobs of one
-	// partition that are claimable now, in id (insert) order. Arguments:
-	// queue, partition, limit.
-	qJobClaimable = "SELECT id FROM `{p}queue_jobs`\n" +
-		"WHERE queue = ? AND `partition` = ? AND state = 'ready' AND available_at <= " + nowSQL + "\n" +
-		"ORDER BY id LIMIT ? FOR UPDATE"
+	// claimReady is the test that partition p (a queue_partitions row)
+	// has a job claimable now: a scalar subquery with LIMIT 1, not EXISTS,
+	// which MariaDB turns into a semi-join that materialises every ready
+	// job of the queue.
+	claimReady = "(SELECT j.id FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_claim)\n" +
+		"    WHERE j.queue = p.queue AND j.`partition` = p.`partition` AND j.state = 'ready' AND j.available_at <= @coordd_now\n" +
+		"    LIMIT 1) IS NOT NULL"
 
-	// qJobPartitionClaimed records when Claim last served a partition.
-	qJobPartitionClaimed = "UPDATE `{p}queue_partitions` SET claimed_at = " + nowSQL + " WHERE queue = ? AND `partition` = ?"
+	// qClaimLockPartition (claim partition) picks and locks a partition,
+	// then locks up to a number of its claimable jobs in id (insert) order
+	// into @coordd_ids, and stamps the partition's claimed_at if it got
+	// any. The partition: @coordd_start is the least recently claimed
+	// partition that has a claimable job (a plain read; ties: the lowest
+	// number), so that no partition starves; then the first partition from
+	// @coordd_start on, in number order and wrapping around, that has a
+	// claimable job and whose lock row no other claimer holds (FOR UPDATE
+	// SKIP LOCKED, scanning the primary key: at READ COMMITTED a row that
+	// does not match is unlocked at once, so only the row returned stays
+	// locked). Jobs of one partition are claimed by one claimer at a time.
+	// Arguments: partition count, partition count, partition count, limit.
+	qClaimLockPartition = "SELECT MIN(x.`partition`) INTO @coordd_start FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
+		"  WHERE p.queue = @coordd_q AND p.`partition` < ? AND " + claimReady + "\n" +
+		"  ORDER BY p.claimed_at, p.`partition` LIMIT 1) x;\n" +
+		"SELECT MIN(x.`partition`) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
+		"  WHERE p.queue = @coordd_q AND p.`partition` >= @coordd_start AND p.`partition` < ? AND " + claimReady + "\n" +
+		"  ORDER BY p.`partition` LIMIT 1 FOR UPDATE SKIP LOCKED) x;\n" +
+		"SELECT COALESCE(@coordd_p, MIN(x.`partition`)) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
+		"  WHERE p.queue = IF(@coordd_p IS NULL, @coordd_q, NULL) AND p.`partition` < LEAST(@coordd_start, ?) AND " + claimReady + "\n" +
+		"  ORDER BY p.`partition` LIMIT 1 FOR UPDATE SKIP LOCKED) x;\n" +
+		claimIDsOf + "x.id" + claimIDsTo +
+		"  SELECT id FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_claim)\n" +
+		"  WHERE queue = @coordd_q AND `partition` = @coordd_p AND state = 'ready' AND available_at <= @coordd_now\n" +
+		"  ORDER BY id LIMIT ? FOR UPDATE) x;\n" +
+		"UPDATE `{p}queue_partitions` SET claimed_at = @coordd_now\n" +
+		"WHERE queue = IF(@coordd_n > 0, @coordd_q, NULL) AND `partition` = @coordd_p;\n"
 
-	// qJobClaimHead leases the listed jobs (ids bound in IN (...)) to an
-	// owner until now + the visibility timeout in microseconds, counting an
-	// attempt. Arguments: owner, visibility, queue, then the ids.
-	qJobClaimHead = "UPDATE `{p}queue_jobs`\n" +
-		"SET state = 'running', owner = ?, attempt = attempt + 1, expires_at = " + nowSQL + " + ?\n" +
-		"WHERE queue = ? AND state = 'ready' AND id IN ("
+	// claimIDs is @coordd_ids as a table: id, and ord, its place from 1
+	// (the status element's is 1, the jobs' from 2).
+	claimIDs = "JSON_TABLE(@coordd_ids, '$[*]' COLUMNS (ord FOR ORDINALITY, id BIGINT PATH '$')) x"
 
-	// qJobClaimedHead reads the claimed jobs back in id order (MariaDB has
-	// no UPDATE ... RETURNING); arguments: queue, owner, then the ids.
-	qJobClaimedHead = "SELECT " + jobColumns + " FROM `{p}queue_jobs` WHERE queue = ? AND owner = ? AND id IN ("
-	qJobClaimedTail = ") ORDER BY id"
+	// qClaimLeaseHead leases the jobs of @coordd_ids, which the
+	// transaction holds locked, until @coordd_now + the visibility timeout
+	// in microseconds, counting an attempt. One claim may serve several
+	// callers (claimBatcher): each gets the next jobs in claim order, up
+	// to its max. The owner is a CASE over ord: qClaimLeaseHead, then
+	// qClaimLeaseOwner per caller (arguments: 1 + the running total of the
+	// callers' max up to this one, its owner), then qClaimLeaseTail
+	// (argument: visibility). STRAIGHT_JOIN: one primary-key lookup per
+	// job; the status element matches no job.
+	qClaimLeaseHead = "UPDATE " + claimIDs + " STRAIGHT_JOIN `{p}queue_jobs` j ON j.id = x.id\n" +
+		"SET j.state = 'running', j.owner = CASE"
+	qClaimLeaseOwner = " WHEN x.ord <= ? THEN ?"
+	qClaimLeaseTail  = " END,\n  j.attempt = j.attempt + 1, j.expires_at = @coordd_now + ?;\n"
+
+	// qClaimTail reads the status and the leased jobs back in claim order,
+	// the status first (its job columns NULL), each row with @coordd_now
+	// and @coordd_min (claimRow), and commits.
+	qClaimTail = "SELECT x.id, @coordd_now, @coordd_min, " + jobColumnsJ + "\n" +
+		"FROM " + claimIDs + " LEFT JOIN `{p}queue_jobs` j ON j.id = x.id\n" +
+		"ORDER BY x.ord;\n" +
+		"COMMIT"
+
+	// qQueueClaimConfig reads a queue's partition count and config, when a
+	// claim found that its cached config is not the stored one.
+	qQueueClaimConfig = "SELECT partitions, config FROM `{p}queues` WHERE name = ?"
 
 	// qJobAck deletes a job, only while owner holds it.
 	qJobAck = "DELETE FROM `{p}queue_jobs` WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'"
+
+	// qJobAckBatchHead deletes a batch of jobs, each only while its owner
+	// holds it, in one autocommit statement: the head, the batch as a
+	// derived table (qJobAckRow, then qJobAckRowMore per further job, then
+	// qJobAckRowsTail; arguments id, queue, owner per job), then
+	// qJobAckBatchTail. It joins from the derived table into queue_jobs
+	// (STRAIGHT_JOIN: one primary-key lookup per job, whatever the
+	// optimizer thinks of the table's size; an IN list may be run as a scan
+	// of a small table, which in REPEATABLE READ locks, or waits for, every
+	// row; and single-table DELETE takes no index hint).
+	qJobAckBatchHead = "DELETE j FROM "
+	qJobAckRow       = "(SELECT ? AS id, ? AS q, ? AS o"
+	qJobAckRowMore   = " UNION ALL SELECT ?, ?, ?"
+	qJobAckRowsTail  = ") a"
+	qJobAckBatchTail = " STRAIGHT_JOIN `{p}queue_jobs` j ON j.id = a.id\n" +
+		"WHERE j.queue = a.q AND j.owner = a.o AND j.state = 'running'"
+
+	// qJobAckPresentHead lists which jobs of a batch still exist after the
+	// batch DELETE matched fewer than all (qJobAckID, qJobAckIDMore per
+	// further id, qJobAckRowsTail, then qJobAckPresentTail): those were
+	// not deleted, so their acks are lost.
+	qJobAckPresentHead = "SELECT STRAIGHT_JOIN j.id FROM "
+	qJobAckID          = "(SELECT ? AS id"
+	qJobAckIDMore      = " UNION ALL SELECT ?"
+	qJobAckPresentTail = " JOIN `{p}queue_jobs` j ON j.id = a.id"
 
 	// qJobRetry returns a job owner holds to the queue, available after the
 	// backoff in microseconds, or moves it to the dead set once it used
@@ -137,33 +317,16 @@ const (
 	// qJobExpiry reads back the renewed deadline in the same transaction.
 	qJobExpiry = "SELECT expires_at FROM `{p}queue_jobs` WHERE id = ? AND owner = ?"
 
-	// qJobMayClaim is WaitQueue's poll: true when a job is claimable now or
-	// a running job's visibility expired (Claim makes it ready again). No
-	// row: the queue is absent.
-	qJobMayClaim = "SELECT EXISTS (SELECT 1 FROM `{p}queue_jobs`\n" +
-		"  WHERE queue = q.name AND state = 'ready' AND available_at <= " + nowSQL + ")\n" +
-		"  OR EXISTS (SELECT 1 FROM `{p}queue_jobs`\n" +
-		"  WHERE queue = q.name AND state = 'running' AND expires_at <= " + nowSQL + ")\n" +
-		"FROM `{p}queues` q WHERE q.name = ?"
-
 	// qJobDead lists dead jobs, oldest (lowest id) first, up to a limit.
 	qJobDead = "SELECT " + jobColumns + " FROM `{p}queue_jobs` WHERE queue = ? AND state = 'dead' ORDER BY id LIMIT ?"
 
 	// qJobRequeueDead makes every dead job ready now with attempts reset;
 	// last_error is kept as a record of why it died.
-	qJobRequeueDead = "UPDATE `{p}queue_jobs` SET state = 'ready', attempt = 0, owner = NULL, expires_at = 0,\n" +
+	qJobRequeueDead = "UPDATE `{p}queue_jobs` FORCE INDEX (queue_jobs_state) SET state = 'ready', attempt = 0, owner = NULL, expires_at = 0,\n" +
 		"  available_at = " + nowSQL + " WHERE queue = ? AND state = 'dead'"
 
 	// qJobPurgeDead deletes every dead job.
 	qJobPurgeDead = "DELETE FROM `{p}queue_jobs` WHERE queue = ? AND state = 'dead'"
-)
-
-// Poll backoff of WaitQueue: until the push wake-up arrives, WaitQueue
-// polls qJobMayClaim, doubling the interval from queueWaitMin up to
-// queueWaitMax.
-const (
-	queueWaitMin = 5 * time.Millisecond
-	queueWaitMax = 100 * time.Millisecond
 )
 
 // loadQueueConfig reads a queue's config with its stored partition count
@@ -221,9 +384,10 @@ func keyPartition(key string, partitions int) int {
 // nonNegMicros converts a delay or backoff to microseconds, negative as 0.
 func nonNegMicros(d time.Duration) int64 { return max(d, 0).Microseconds() }
 
-// Push enqueues a job. With unique set on the queue and a key, a job with
-// the same key that is ready (or, under pending_or_running, running) is
-// returned with ErrDuplicate instead.
+// Push enqueues a job and wakes one worker parked on the queue. With
+// unique set on the queue and a key, a job with the same key that is ready
+// (or, under pending_or_running, running) is returned with ErrDuplicate
+// instead.
 func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
 	var job backends.Job
 	err := s.write(ctx, func(c conn) error {
@@ -277,13 +441,34 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 		}
 		return job, fmt.Errorf("push to queue %q: %w", queue, err)
 	}
+	// A job ready now wakes a parked worker; a delayed one too, so that
+	// the worker re-parks with the job's available_at as its bound.
+	s.wakeQueue(ctx, queue, 1)
 	return job, nil
 }
 
 // Claim first returns running jobs whose visibility expired to the queue
-// (or the dead set), then leases up to max claimable jobs of the least
-// recently claimed partition that has one and that no other claimer holds,
-// in insert order, all in one transaction.
+// (or the dead set), then leases up to max claimable jobs, all in one
+// transaction: with claim partition, those of the least recently claimed
+// partition that has one and that no other claimer holds, in insert order;
+// with claim skip_locked, those of the whole queue that no other claimer
+// holds, in the order they became available.
+//
+// A claim is one script in one round trip (see qClaimHeadFast and what
+// follows it): one transaction and one commit. It runs with the config
+// this Store last read (queueState.configs); when the stored config
+// changed, or on the first claim of a queue, the script changes nothing,
+// and the claim reads the config and runs again with it: two more round
+// trips. It looks for expired leases only when one may have expired
+// (claimConfig.sweepAt): the look scans the queue's running jobs.
+//
+// Claims are grouped per Store and queue, as acks are (claimBatcher): a
+// Claim that finds none of the queue's claims running runs at once; claims
+// that arrive while one runs wait for it, then go together in one script,
+// which leases each of them its own jobs under its own owner token, in one
+// transaction and one commit. Once its group is sent, a Claim waits for
+// it even if ctx ends (the group stops only when every member's ctx has
+// ended), so that no job is leased to a caller that left.
 func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
@@ -291,113 +476,390 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	if max < 1 {
 		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
 	}
-	var jobs []backends.Job
-	err := s.write(ctx, func(c conn) error {
-		jobs = nil
-		cfg, err := loadQueueConfig(ctx, c, queue)
-		if err != nil {
-			return err
-		}
-		vis, err := leaseMicros(cfg.VisibilityTimeout)
-		if err != nil {
-			return fmt.Errorf("visibility_timeout: %w", err)
-		}
-		var expired bool
-		if err := c.row(ctx, qJobAnyExpired, queue).Scan(&expired); err != nil {
-			return err
-		}
-		if expired {
-			if _, err := c.exec(ctx, qJobExpire, cfg.MaxAttempts, cfg.MaxAttempts, queue); err != nil {
-				return err
-			}
-		}
-		candidates, err := claimCandidates(ctx, c, queue, cfg.Partitions)
-		if err != nil {
-			return err
-		}
-		for _, partition := range candidates {
-			var got int
-			err := c.row(ctx, qJobLockPartition, queue, partition).Scan(&got)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // another claimer holds it
-			}
-			if err != nil {
-				return err
-			}
-			ids, err := claimableIDs(ctx, c, queue, partition, max)
-			if err != nil {
-				return err
-			}
-			if len(ids) == 0 {
-				continue // claimed since the snapshot
-			}
-			if _, err := c.exec(ctx, qJobPartitionClaimed, queue, partition); err != nil {
-				return err
-			}
-			in := placeholders(len(ids))
-			if _, err := c.exec(ctx, qJobClaimHead+in+")", anys(ids, owner, vis, queue)...); err != nil {
-				return err
-			}
-			rows, err := c.query(ctx, qJobClaimedHead+in+qJobClaimedTail, anys(ids, queue, owner)...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				j, err := scanJob(rows, queue)
-				if err != nil {
-					return err
-				}
-				jobs = append(jobs, j)
-			}
-			return rows.Err()
-		}
-		return nil // nothing claimable
-	})
+	jobs, err := s.queues.claims.claim(ctx, s, queue, owner, max)
 	if err != nil {
 		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
-	}
-	if jobs == nil {
-		jobs = []backends.Job{}
 	}
 	return jobs, nil
 }
 
-// claimCandidates lists the partitions with a job claimable now, least
-// recently claimed first.
-func claimCandidates(ctx context.Context, c conn, queue string, partitions int) ([]int, error) {
-	rows, err := c.query(ctx, qJobCandidates, queue, partitions)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var p int
-		if err := rows.Scan(&p); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+// maxClaimGroup bounds the jobs one grouped claim asks for (the members'
+// max summed); a claim asking for more goes alone.
+const maxClaimGroup = 256
+
+// claimBatcher groups the concurrent claims of one Store, per queue.
+type claimBatcher struct {
+	mu     sync.Mutex
+	queues map[string]*claimQueue
 }
 
-// claimableIDs locks and lists up to max claimable jobs of a partition.
-func claimableIDs(ctx context.Context, c conn, queue string, partition, max int) ([]int64, error) {
-	rows, err := c.query(ctx, qJobClaimable, queue, partition, max)
-	if err != nil {
-		return nil, err
+// claimQueue is one queue's claims waiting for the next group.
+type claimQueue struct {
+	pending []*claimReq
+	running bool // a group is running; pending waits for the next one
+	shared  bool // the last group had several members: gather the next
+}
+
+// claimReq is one Claim.
+type claimReq struct {
+	ctx   context.Context
+	owner string
+	max   int
+	sent  bool             // under claimBatcher.mu: its group was taken
+	done  chan claimResult // buffered: the group never blocks on a caller
+}
+
+type claimResult struct {
+	jobs []backends.Job
+	err  error
+}
+
+// claim queues a claim and waits for its result. The caller that finds no
+// group of the queue running runs one itself (with its own claim in it),
+// and if more claims arrived meanwhile, leaves the next groups to a
+// goroutine that runs them until none is pending.
+func (b *claimBatcher) claim(ctx context.Context, s *Store, queue, owner string, max int) ([]backends.Job, error) {
+	r := &claimReq{ctx: ctx, owner: owner, max: max, done: make(chan claimResult, 1)}
+	b.mu.Lock()
+	if b.queues == nil {
+		b.queues = map[string]*claimQueue{}
 	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+	cq := b.queues[queue]
+	if cq == nil {
+		cq = &claimQueue{}
+		b.queues[queue] = cq
+	}
+	cq.pending = append(cq.pending, r)
+	lead := !cq.running
+	cq.running = true
+	b.mu.Unlock()
+	if lead && b.round(s, queue, cq) {
+		go func() {
+			for b.round(s, queue, cq) {
+			}
+		}()
+	}
+	select {
+	case res := <-r.done:
+		return res.jobs, res.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	sent := r.sent
+	if !sent {
+		cq.pending = slices.DeleteFunc(cq.pending, func(p *claimReq) bool { return p == r })
+	}
+	b.mu.Unlock()
+	if !sent {
+		return nil, ctx.Err()
+	}
+	res := <-r.done // the group runs until every member's ctx ended
+	return res.jobs, res.err
+}
+
+// round runs one group of the queue's pending claims and reports whether
+// more are pending; when none is, it marks the queue idle.
+func (b *claimBatcher) round(s *Store, queue string, cq *claimQueue) bool {
+	b.mu.Lock()
+	shared := cq.shared
+	b.mu.Unlock()
+	if shared {
+		b.gather(cq)
+	}
+	b.mu.Lock()
+	var group []*claimReq
+	total := 0
+	for len(cq.pending) > 0 {
+		r := cq.pending[0]
+		if len(group) > 0 && total+r.max > maxClaimGroup {
+			break
+		}
+		cq.pending = cq.pending[1:]
+		r.sent = true
+		group = append(group, r)
+		total += r.max
+	}
+	cq.shared = len(group) > 1
+	b.mu.Unlock()
+	if len(group) > 0 {
+		ctx, stop := groupContext(group)
+		jobs, err := s.claimGroup(ctx, queue, group)
+		stop()
+		for i, r := range group {
+			res := claimResult{err: err}
+			if err == nil {
+				res.jobs = jobs[i]
+			} else if r.ctx.Err() != nil {
+				res.err = r.ctx.Err()
+			}
+			r.done <- res
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(cq.pending) == 0 {
+		cq.running = false
+		delete(b.queues, queue) // the next claim starts a new claimQueue
+		return false
+	}
+	return true
+}
+
+// gather lets the claims that are on their way join the next group, when
+// the last group had several members (several workers claim from this
+// Store): their jobs were claimed together, so their handlers finish, and
+// the workers claim again, at about the same time. It yields the processor
+// until no claim arrived for gatherQuiet, at most gatherMax, as the ack
+// batcher does; a lone claimer does not pay it.
+func (b *claimBatcher) gather(cq *claimQueue) {
+	start := time.Now()
+	last := start
+	b.mu.Lock()
+	n := len(cq.pending)
+	b.mu.Unlock()
+	for {
+		runtime.Gosched()
+		now := time.Now()
+		b.mu.Lock()
+		m := len(cq.pending)
+		b.mu.Unlock()
+		switch {
+		case m > n:
+			n, last = m, now
+		case now.Sub(last) >= gatherQuiet || now.Sub(start) >= gatherMax:
+			return
+		}
+	}
+}
+
+// groupContext returns a context that ends when every member's context has
+// ended, and a function that releases it.
+func groupContext(group []*claimReq) (context.Context, func()) {
+	if len(group) == 1 {
+		return group[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(group)))
+	stops := make([]func() bool, len(group))
+	for i, r := range group {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// claimConfig is a queue's config as a claim uses it: the stored text,
+// which the claim script checks, what it says, and when the next claim
+// must look for expired leases.
+type claimConfig struct {
+	text string
+	cfg  backends.QueueConfig
+	vis  int64 // the visibility timeout in microseconds
+	// sweepAt is when (host monotonic time, as a duration since monoBase)
+	// a lease may expire next: claims from then on look for expired leases
+	// (qClaimHeadCheck, qClaimSweep). 0: at once.
+	sweepAt atomic.Int64
+}
+
+// monoBase anchors claimConfig.sweepAt on the monotonic clock.
+var monoBase = time.Now()
+
+// sweepDue reports whether a claim sent now must look for expired leases.
+func (cc *claimConfig) sweepDue() bool {
+	return time.Duration(cc.sweepAt.Load()) <= time.Since(monoBase)
+}
+
+// checked records what a claim sent at sent that looked for expired
+// leases found: the claim's backend time now and earliest, the earliest
+// visibility deadline of the queue's running jobs then (invalid: none),
+// both in microseconds. No lease can expire before earliest, nor before
+// now + vis/2: a lease taken afterwards, by any claimer, runs the
+// visibility timeout from its claim's instant, which is at least now -
+// vis/2 even for a claim that was already running (claims last
+// milliseconds; a config change, which may shorten the timeout, makes
+// every claimer read the config again and start over). When earliest had
+// passed (this claim swept), the next claim looks again. The host waits
+// from sent, before the claim ran: it looks again no later than needed.
+func (cc *claimConfig) checked(sent time.Time, now int64, earliest sql.NullInt64) {
+	next := now + cc.vis/2
+	if earliest.Valid {
+		next = min(next, earliest.Int64)
+	}
+	wait := time.Duration(max(next-now, 0)) * time.Microsecond
+	cc.sweepAt.Store(int64(sent.Sub(monoBase) + wait))
+}
+
+// maxConfigRefresh bounds the claims in a row that find the config
+// changed: it would have to change between every two round trips.
+const maxConfigRefresh = 3
+
+// claimGroup runs one claim script for group and returns each member's
+// jobs.
+func (s *Store) claimGroup(ctx context.Context, queue string, group []*claimReq) ([][]backends.Job, error) {
+	qs := &s.queues
+	total := 0
+	for _, r := range group {
+		total += r.max
+	}
+	for range maxConfigRefresh {
+		var cc *claimConfig
+		if v, ok := qs.configs.Load(queue); ok {
+			cc = v.(*claimConfig)
+		} else {
+			cc = &claimConfig{cfg: backends.QueueConfig{Claim: spec.ClaimSkipLocked}} // its text "" matches no stored config
+		}
+		var sb strings.Builder
+		var args []any
+		sb.WriteString(claimStart)
+		if total > claimShortIDs {
+			sb.WriteString(claimBeginLongIDs)
+		} else {
+			sb.WriteString(claimBegin)
+		}
+		check := cc.sweepDue()
+		if check {
+			sb.WriteString(qClaimHeadCheck)
+			args = append(args, queue, queue, cc.text)
+		} else {
+			sb.WriteString(qClaimHeadFast)
+			args = append(args, queue, cc.text)
+		}
+		partition := cc.cfg.Claim != spec.ClaimSkipLocked
+		if partition {
+			sb.WriteString(claimShared)
+		} else {
+			sb.WriteString(claimPlain)
+		}
+		if check {
+			sb.WriteString(qClaimSweep)
+			args = append(args, cc.cfg.MaxAttempts, cc.cfg.MaxAttempts)
+		}
+		if partition {
+			sb.WriteString(qClaimLockPartition)
+			args = append(args, cc.cfg.Partitions, cc.cfg.Partitions, cc.cfg.Partitions, total)
+		} else {
+			sb.WriteString(qClaimLockSkip)
+			args = append(args, total)
+		}
+		sb.WriteString(qClaimLeaseHead)
+		upto := 1 // the status element
+		for _, r := range group {
+			sb.WriteString(qClaimLeaseOwner)
+			upto += r.max
+			args = append(args, upto, r.owner)
+		}
+		sb.WriteString(qClaimLeaseTail + qClaimTail)
+		args = append(args, cc.vis)
+
+		byOwner := make(map[string][]backends.Job, len(group))
+		var status int64 = 1 // none read
+		var now int64
+		var earliest sql.NullInt64
+		sent := time.Now()
+		err := s.runScript(ctx, sb.String(), args, func(_ int, rows *sql.Rows) error {
+			id, j, at, min, err := scanClaimRow(rows, queue)
+			if err != nil {
+				return err
+			}
+			if id <= 0 {
+				status, now, earliest = id, at, min
+				return nil
+			}
+			byOwner[j.Owner] = append(byOwner[j.Owner], j)
+			return nil
+		})
+		if err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		switch status {
+		case -1: // the config matched
+			if check {
+				cc.checked(sent, now, earliest)
+			}
+			out := make([][]backends.Job, len(group))
+			for i, r := range group {
+				out[i] = byOwner[r.owner]
+				if out[i] == nil {
+					out[i] = []backends.Job{}
+				}
+			}
+			return out, nil
+		case 0:
+		default:
+			return nil, fmt.Errorf("claim script: status row %d", status)
+		}
+		if len(byOwner) > 0 {
+			return nil, fmt.Errorf("claim script leased jobs with a stale config")
+		}
+		var partitions int
+		var text string
+		err = s.on(nil).row(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
+		if errors.Is(err, sql.ErrNoRows) {
+			qs.configs.Delete(queue)
+			return nil, backends.ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		fresh, err := newClaimConfig(queue, text, partitions)
+		if err != nil {
+			return nil, err
+		}
+		qs.configs.Store(queue, fresh)
 	}
-	return ids, rows.Err()
+	return nil, fmt.Errorf("the queue's config changed %d times in a row: %w", maxConfigRefresh, errRetry)
+}
+
+// scanClaimRow reads one row of qClaimTail: the id of @coordd_ids (0 or
+// -1 for the status row, then a job's id), @coordd_now, @coordd_min, and
+// the job (jobColumns) when it is one.
+func scanClaimRow(rows *sql.Rows, queue string) (int64, backends.Job, int64, sql.NullInt64, error) {
+	var id, now int64
+	var earliest, jid, part, attempt, enq, avail, exp sql.NullInt64
+	var payload []byte
+	var key, owner, lastErr sql.NullString
+	if err := rows.Scan(&id, &now, &earliest, &jid, &part, &payload, &key, &attempt, &enq, &avail, &owner, &exp, &lastErr); err != nil {
+		return 0, backends.Job{}, 0, earliest, err
+	}
+	if id <= 0 {
+		return id, backends.Job{}, now, earliest, nil
+	}
+	if !jid.Valid {
+		return 0, backends.Job{}, 0, earliest, fmt.Errorf("claim script: job %d vanished", id)
+	}
+	j := backends.Job{
+		ID: jid.Int64, Queue: queue, Partition: int(part.Int64), Payload: payload, Key: key.String,
+		Attempt: int(attempt.Int64), Owner: owner.String, LastError: lastErr.String,
+		EnqueuedAt: fromMicros(enq.Int64), AvailableAt: fromMicros(avail.Int64), ExpiresAt: fromMicros(exp.Int64),
+	}
+	if j.Payload == nil {
+		j.Payload = []byte{}
+	}
+	return id, j, now, earliest, nil
+}
+
+// newClaimConfig parses a stored config for claims.
+func newClaimConfig(queue, text string, partitions int) (*claimConfig, error) {
+	cc := &claimConfig{text: text}
+	if err := json.Unmarshal([]byte(text), &cc.cfg); err != nil {
+		return nil, fmt.Errorf("queue config: %w", err)
+	}
+	cc.cfg.Name, cc.cfg.Partitions = queue, partitions
+	vis, err := leaseMicros(cc.cfg.VisibilityTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("visibility_timeout: %w", err)
+	}
+	cc.vis = vis
+	return cc, nil
 }
 
 // jobAffected returns ErrLost when res matched no row.
@@ -413,19 +875,215 @@ func jobAffected(res sql.Result, err error) error {
 }
 
 // Ack deletes a finished job while j.Owner still holds it (ErrLost).
+//
+// Acks are group-committed per Store: a commit waits for the disk (with
+// innodb_flush_log_at_trx_commit = 1), and it, more than the round trip,
+// is what a queue drain is bound by. An Ack with none in flight runs at
+// once; acks that arrive while one runs wait for it and then go together,
+// up to maxAckBatch, in one autocommit DELETE (qJobAckBatchHead): one
+// round trip and one commit, whatever the number. Each Ack still learns
+// whether its own job was deleted: when the DELETE matched every job, all
+// were; otherwise (a lease in the batch was lost) one more read finds the
+// jobs still present, which were not. Only if some job that the DELETE did
+// not match is gone as well (it was lost, then acked by its next owner)
+// can the read not tell which of the missing jobs the DELETE took: then
+// every missing job's ack returns ErrLost, so an Ack never claims a
+// deletion it cannot prove. An Ack whose ctx ends while it waits returns
+// ctx's error, and its job may be deleted anyway.
 func (s *Store) Ack(ctx context.Context, j backends.Job) error {
-	err := s.write(ctx, func(c conn) error {
-		return jobAffected(c.exec(ctx, qJobAck, j.ID, j.Queue, j.Owner))
-	})
+	err := s.queues.acks.ack(ctx, s, j)
 	if err != nil {
 		return fmt.Errorf("ack job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
 	}
 	return nil
 }
 
+// maxAckBatch bounds the jobs one batch of acks deletes.
+const maxAckBatch = 256
+
+// ackTimeout bounds a batch of acks, which runs for several callers and so
+// follows none of their contexts.
+const ackTimeout = 30 * time.Second
+
+// ackBatcher queues the acks of one Store while a batch runs.
+type ackBatcher struct {
+	mu      sync.Mutex
+	pending []*ackReq
+	running bool // a batch is running; pending waits for the next one
+}
+
+// ackReq is one Ack waiting for its batch.
+type ackReq struct {
+	j    backends.Job
+	done chan error // buffered: the batch never blocks on a caller
+}
+
+// ack queues j and waits for its result. The caller that finds no batch
+// running runs one itself (with its own ack in it), and if more acks
+// arrived meanwhile, leaves the next batches to a goroutine that runs them
+// until none is pending.
+func (b *ackBatcher) ack(ctx context.Context, s *Store, j backends.Job) error {
+	r := &ackReq{j: j, done: make(chan error, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if lead {
+		b.gather()
+	}
+	if lead && b.round(ctx, s) {
+		go func() {
+			for b.round(ctx, s) {
+			}
+		}()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// gather lets the acks that are on their way join the batch: jobs claimed
+// together tend to finish together, and their handlers' goroutines are
+// runnable now, here or on another processor. It yields the processor
+// until no ack arrived for gatherQuiet, and at most for gatherMax: tens of
+// microseconds, where a commit costs a millisecond on a busy server. A
+// lone ack pays gatherQuiet.
+func (b *ackBatcher) gather() {
+	start := time.Now()
+	last := start
+	b.mu.Lock()
+	n := len(b.pending)
+	b.mu.Unlock()
+	for {
+		runtime.Gosched()
+		now := time.Now()
+		b.mu.Lock()
+		m := len(b.pending)
+		b.mu.Unlock()
+		switch {
+		case m >= maxAckBatch:
+			return
+		case m > n:
+			n, last = m, now
+		case now.Sub(last) >= gatherQuiet || now.Sub(start) >= gatherMax:
+			return
+		}
+	}
+}
+
+// gatherQuiet and gatherMax bound gather.
+const (
+	gatherQuiet = 50 * time.Microsecond
+	gatherMax   = 500 * time.Microsecond
+)
+
+// round runs one batch of the pending acks and reports whether more are
+// pending; when none is, it marks the batcher idle.
+func (b *ackBatcher) round(ctx context.Context, s *Store) bool {
+	b.mu.Lock()
+	batch := b.pending[:min(len(b.pending), maxAckBatch)]
+	b.pending = b.pending[len(batch):]
+	b.mu.Unlock()
+	if len(batch) > 0 {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		errs := s.ackBatch(bctx, batch)
+		cancel()
+		for i, r := range batch {
+			r.done <- errs[i]
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) == 0 {
+		b.pending = nil // let the array go
+		b.running = false
+		return false
+	}
+	return true
+}
+
+// ackBatch deletes the jobs of batch that their owners still hold and
+// returns each ack's error: nil, ErrLost, or the batch's own failure.
+func (s *Store) ackBatch(ctx context.Context, batch []*ackReq) []error {
+	errs := make([]error, len(batch))
+	if len(batch) == 1 {
+		j := batch[0].j
+		errs[0] = jobAffected(s.autocommit(ctx, qJobAck, j.ID, j.Queue, j.Owner))
+		return errs
+	}
+	// One job twice in a batch: at most the first ack can delete it.
+	var todo []int // indexes into batch
+	seen := make(map[int64]bool, len(batch))
+	args := make([]any, 0, 3*len(batch))
+	for i, r := range batch {
+		if seen[r.j.ID] {
+			errs[i] = backends.ErrLost
+			continue
+		}
+		seen[r.j.ID] = true
+		todo = append(todo, i)
+		args = append(args, r.j.ID, r.j.Queue, r.j.Owner)
+	}
+	rows := qJobAckRow + strings.Repeat(qJobAckRowMore, len(todo)-1) + qJobAckRowsTail
+	n, err := affected(s.autocommit(ctx, qJobAckBatchHead+rows+qJobAckBatchTail, args...))
+	if err != nil {
+		return fill(errs, todo, err)
+	}
+	if n == int64(len(todo)) {
+		return errs // all deleted
+	}
+	present, err := s.ackPresent(ctx, batch, todo)
+	if err != nil {
+		return fill(errs, todo, fmt.Errorf("ack batch matched %d of %d jobs, and reading which: %w", n, len(todo), err))
+	}
+	missing := int64(len(todo) - len(present))
+	for _, i := range todo {
+		if present[batch[i].j.ID] || n != missing {
+			errs[i] = backends.ErrLost
+		}
+	}
+	return errs
+}
+
+// ackPresent returns which jobs of batch[todo] still exist.
+func (s *Store) ackPresent(ctx context.Context, batch []*ackReq, todo []int) (map[int64]bool, error) {
+	ids := make([]any, len(todo))
+	for k, i := range todo {
+		ids[k] = batch[i].j.ID
+	}
+	q := qJobAckPresentHead + qJobAckID + strings.Repeat(qJobAckIDMore, len(ids)-1) + qJobAckRowsTail + qJobAckPresentTail
+	rows, err := s.on(nil).query(ctx, q, ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	present := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		present[id] = true
+	}
+	return present, rows.Err()
+}
+
+// fill sets errs[i] to err for every i in todo.
+func fill(errs []error, todo []int, err error) []error {
+	for _, i := range todo {
+		errs[i] = err
+	}
+	return errs
+}
+
 // Retry returns a job j.Owner still holds (ErrLost) to the queue after
 // retry_backoff, or to the dead set when it used max_attempts attempts.
 func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error {
+	var ready bool // the job went back to the queue, not to the dead set
 	err := s.write(ctx, func(c conn) error {
 		cfg, err := loadQueueConfig(ctx, c, j.Queue)
 		if errors.Is(err, backends.ErrNotFound) {
@@ -434,10 +1092,16 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 		if err != nil {
 			return err
 		}
+		ready = cfg.MaxAttempts <= 0 || j.Attempt < cfg.MaxAttempts
 		return jobAffected(c.exec(ctx, qJobRetry, cfg.MaxAttempts, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
 		return fmt.Errorf("retry job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
+	}
+	if ready {
+		// Ready now without a backoff; with one, a parked worker re-parks
+		// with the job's available_at as its bound.
+		s.wakeQueue(ctx, j.Queue, 1)
 	}
 	return nil
 }
@@ -467,56 +1131,6 @@ func (s *Store) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error
 		return time.Time{}, fmt.Errorf("extend job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
 	}
 	return fromMicros(exp), nil
-}
-
-// WaitQueue polls, with a backoff from 5 ms to 100 ms, until a job may be
-// claimable (one is ready and available, or a running job's visibility
-// expired), maxWait elapsed or ctx ended. It returns nil in the first two
-// cases and ctx's error in the last. An absent queue (or a store never
-// migrated) returns nil at once, so that Claim reports it.
-func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	waitErr := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("wait queue %q: %w", queue, err)
-	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return waitErr(err)
-	}
-	if !ok {
-		return nil
-	}
-	deadline := time.Now().Add(maxWait)
-	timer := time.NewTimer(queueWaitMax)
-	timer.Stop()
-	defer timer.Stop()
-	for backoff := queueWaitMin; ; backoff = min(2*backoff, queueWaitMax) {
-		var may bool
-		err := s.on(nil).row(ctx, qJobMayClaim, queue).Scan(&may)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return nil
-		case err != nil:
-			return waitErr(err)
-		case may:
-			return nil
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
-		}
-		timer.Reset(min(backoff, left))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
 }
 
 // Dead lists up to limit dead jobs (limit <= 0: all), oldest first.
@@ -554,6 +1168,9 @@ func (s *Store) RequeueDead(ctx context.Context, queue string) (int64, error) {
 	n, err := s.queueWriteCount(ctx, qJobRequeueDead, queue)
 	if err != nil {
 		return 0, fmt.Errorf("requeue dead jobs of queue %q: %w", queue, err)
+	}
+	if n > 0 {
+		s.wakeQueue(ctx, queue, int(min(n, maxWake)))
 	}
 	return n, nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -100,7 +99,7 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 	// not expired, in one autocommit statement. The new expiry comes back in
 	// the OK packet (LAST_INSERT_ID(expr) sets it), so nothing is read back.
 	// It does not lock the semaphore row: a deadlock with a concurrent
-	// acquire (possible on the owner index) rolls it back and leaseExec
+	// acquire (possible on the owner index) rolls it back and autocommit
 	// sends it again. Arguments: lease, name, owner.
 	qSemExtend = "UPDATE `{p}semaphore_slots` SET expires_at = LAST_INSERT_ID(" + nowSQL + " + ?)\n" +
 		"WHERE name = ? AND owner = ? AND " + liveSQL
@@ -319,7 +318,7 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 	var limit, fencing, now, live, slot sql.NullInt64
 	var mode sql.NullString
 	var n int64
-	err = s.runScript(ctx, qSemAcquire, []any{name, req.Owner, req.Host, req.PID, lease, name, name}, func(rows *sql.Rows) error {
+	err = s.runScript(ctx, qSemAcquire, []any{name, req.Owner, req.Host, req.PID, lease, name, name}, func(_ int, rows *sql.Rows) error {
 		return rows.Scan(&limit, &fencing, &mode, &now, &live, &slot, &n)
 	})
 	if err == nil && mode.Valid {
@@ -362,7 +361,7 @@ func (s *Store) leaseExtend(ctx context.Context, name, owner string, lease time.
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
 	}
-	res, err := s.leaseExec(ctx, qSemExtend, us, name, owner)
+	res, err := s.autocommit(ctx, qSemExtend, us, name, owner)
 	var exp int64
 	if err == nil {
 		var n int64
@@ -400,7 +399,7 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 // row lock, frees the slot and repairs the slot count.
 func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 	var n int64
-	err := s.runScript(ctx, qSemReleaseFast, []any{name, name, name, owner}, func(rows *sql.Rows) error { return rows.Scan(&n) })
+	err := s.runScript(ctx, qSemReleaseFast, []any{name, name, name, owner}, func(_ int, rows *sql.Rows) error { return rows.Scan(&n) })
 	if err != nil {
 		return fmt.Errorf("release %q: %w", name, err)
 	}
@@ -439,38 +438,6 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		return fmt.Errorf("release %q: %w", name, err)
 	}
 	return nil
-}
-
-// leaseExec sends one autocommit statement of the lease path (extend, the
-// fast release), with write's rules: refused on a read-only or unmigrated
-// store, sent again after a deadlock or a lock wait timeout.
-func (s *Store) leaseExec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if s.opts.ReadOnly {
-		return nil, ErrReadOnly
-	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, errNoSchema
-	}
-	backoff := txBackoff
-	for attempt := 1; ; attempt++ {
-		res, err := s.on(nil).exec(ctx, query, args...)
-		if err == nil || attempt >= txAttempts || !retryable(err) {
-			return res, err
-		}
-		d := backoff/2 + rand.N(backoff)
-		backoff *= 2
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-	}
 }
 
 // Holders lists live holders by slot, lease rows and session locks alike;

@@ -85,6 +85,9 @@ type Store struct {
 	// sess holds the dedicated connections of session-mode holders and
 	// waiters and of parked queue workers (session.go, park.go).
 	sess *sessions
+	// queues holds the claim and ack batchers and the wake-up state of
+	// the queues (queue_runtime.go, queue_park.go).
+	queues queueState
 }
 
 // Open connects to the database named by dsn (a go-sql-driver/mysql DSN that
@@ -240,11 +243,8 @@ var errNoSchema = errors.New("schema not migrated")
 // inserted the row this one found absent (a duplicate key on insert).
 var errRetry = errors.New("lost a race, retry")
 
-// write runs fn in a read-write transaction (REPEATABLE READ; fn takes its
-// row locks with SELECT ... FOR UPDATE before deciding anything), retrying
-// it after a deadlock, a lock wait timeout or errRetry. fn's error rolls it
-// back.
-func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+// writable refuses a write on a read-only or unmigrated store.
+func (s *Store) writable(ctx context.Context) error {
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
@@ -255,9 +255,18 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 	if !ok {
 		return errNoSchema
 	}
+	return nil
+}
+
+// retry runs fn until it succeeds, fails in a way that running it again
+// will not cure (retryable: a deadlock, a lock wait timeout, errRetry), or
+// ran txAttempts times, with a jittered exponential backoff in between.
+// Every write path goes through it, so a deadlock (1213) is ordinary
+// control flow everywhere.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
 	backoff := txBackoff
 	for attempt := 1; ; attempt++ {
-		err := s.writeOnce(ctx, fn)
+		err := fn()
 		if err == nil || attempt >= txAttempts || !retryable(err) {
 			return err
 		}
@@ -269,6 +278,108 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 			t.Stop()
 			return err
 		case <-t.C:
+		}
+	}
+}
+
+// write runs fn in a read-write transaction (REPEATABLE READ; fn takes its
+// row locks with SELECT ... FOR UPDATE before deciding anything), retrying
+// it after a deadlock, a lock wait timeout or errRetry. fn's error rolls it
+// back.
+func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	return s.retry(ctx, func() error { return s.writeOnce(ctx, fn) })
+}
+
+// autocommit sends one statement on the pool, outside a transaction: the
+// server commits it by itself, one round trip instead of the three of
+// BEGIN, the statement and COMMIT. It has write's rules: refused on a
+// read-only or unmigrated store, sent again after a deadlock or a lock wait
+// timeout.
+func (s *Store) autocommit(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := s.writable(ctx); err != nil {
+		return nil, err
+	}
+	var res sql.Result
+	err := s.retry(ctx, func() error {
+		var err error
+		res, err = s.on(nil).exec(ctx, query, args...)
+		return err
+	})
+	return res, err
+}
+
+// runScript sends script (several statements, typically one transaction
+// ending in COMMIT) in one round trip on a dedicated connection (the
+// statement pool does not allow several statements), and gives the rows of
+// every result that has columns to scan, numbered from 0. A script that
+// fails part-way stops there, possibly with its transaction open, so the
+// connection is then discarded (the server rolls the transaction back)
+// rather than reused. It has write's rules: refused on a read-only or
+// unmigrated store, sent again after a deadlock or a lock wait timeout.
+// RoundTrips counts one per script sent.
+func (s *Store) runScript(ctx context.Context, script string, args []any, scan func(set int, rows *sql.Rows) error) error {
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	return s.retry(ctx, func() error { return s.runScriptOnce(ctx, script, args, scan) })
+}
+
+func (s *Store) runScriptOnce(ctx context.Context, script string, args []any, scan func(set int, rows *sql.Rows) error) error {
+	d, err := s.dedicate(ctx)
+	if err != nil {
+		return err
+	}
+	s.trips.Add(1)
+	rows, err := d.conn.QueryContext(ctx, s.q(script), args...)
+	if err == nil {
+		err = scanResults(rows, scan)
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		d.discard()
+		if isInterrupted(err) && ctx.Err() == nil {
+			// A stray KILL QUERY: on MySQL a wake-up kills by connection,
+			// and the connection may have gone from a parked statement to
+			// this script in between (MariaDB kills by statement id). The
+			// transaction ends with the connection: run the script again.
+			// (Had the KILL hit a COMMIT that went through, what the
+			// script leased waits out its lease, as after any answer that
+			// is lost.)
+			return fmt.Errorf("%w: %w", err, errRetry)
+		}
+		return err
+	}
+	s.undedicate(d)
+	return nil
+}
+
+// scanResults walks every result of a script and scans the rows of those
+// that have columns.
+func scanResults(rows *sql.Rows, scan func(set int, rows *sql.Rows) error) error {
+	set := 0
+	for {
+		cols, err := rows.Columns()
+		if err != nil {
+			return err
+		}
+		if len(cols) > 0 {
+			for rows.Next() {
+				if err := scan(set, rows); err != nil {
+					return err
+				}
+			}
+			set++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !rows.NextResultSet() {
+			return rows.Err()
 		}
 	}
 }

@@ -106,7 +106,6 @@ func (h *mysqlHosts) stop(t *testing.T) {
 	}
 }
 
-
 // TestMySQLHostsSemWitnessKill9: with three daemons up, twelve `sem run`
 // clients spread over h1-h3 share limit 3 (lease 2s); three of them, one per
 // host, are killed with kill -9 while they hold a slot. A witness outside

@@ -1,0 +1,122 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/queue"
+)
+
+// recording is a real SQLite store whose Claim and Ack go through hooks:
+// Claim counts the claims that got jobs and the jobs they got; Ack, when
+// hold is set, waits for it before acking.
+type recording struct {
+	*sqlite.Store
+	claims, claimed atomic.Int64
+	hold            chan struct{} // nil: acks go through at once
+	acking          chan int64    // receives each job id whose ack was called (buffered)
+}
+
+func (r *recording) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
+	js, err := r.Store.Claim(ctx, queue, owner, max)
+	if len(js) > 0 {
+		r.claims.Add(1)
+		r.claimed.Add(int64(len(js)))
+	}
+	return js, err
+}
+
+func (r *recording) Ack(ctx context.Context, j backends.Job) error {
+	if r.acking != nil {
+		r.acking <- j.ID
+	}
+	if r.hold != nil {
+		<-r.hold
+	}
+	return r.Store.Ack(ctx, j)
+}
+
+// TestAckDoesNotHoldTheSlot: a handler's slot is free once the handler
+// has returned, while its ack is still on its way, so the worker claims
+// and starts the next job meanwhile (the ack's commit and the next claim's
+// overlap); the ack is still done before Work returns.
+func TestAckDoesNotHoldTheSlot(t *testing.T) {
+	st := newStore(t, queueConfig("q"))
+	r := &recording{Store: st, hold: make(chan struct{}), acking: make(chan int64, 4)}
+	c := newClient(t, r)
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan string, 2)
+	var stats queue.Stats
+	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 1, Drain: true, Stats: &stats}, func(_ context.Context, j backends.Job) error {
+		started <- string(j.Payload)
+		return nil
+	})
+	first := <-started
+	<-r.acking // the first job's ack waits on hold
+	select {
+	case second := <-started:
+		if second == first {
+			t.Fatalf("job %s ran twice", first)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second job did not start while the first one's ack was held")
+	}
+	close(r.hold)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if stats.Acked.Load() != 2 {
+		t.Fatalf("acked %d, want 2", stats.Acked.Load())
+	}
+	if st := observe(t, st, "q"); st.Jobs() != 0 {
+		t.Fatalf("queue not empty: %+v", st)
+	}
+}
+
+// TestClaimsGatherABatch: with a backlog, a worker whose handlers finish
+// together claims them a batch at a time, not one job per freed slot.
+func TestClaimsGatherABatch(t *testing.T) {
+	st := newStore(t, queueConfig("q"))
+	r := &recording{Store: st}
+	c := newClient(t, r)
+	ctx := context.Background()
+	const jobs = 400
+	for i := range jobs {
+		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	err := c.Work(ctx, "q", queue.WorkerOptions{Concurrency: 8, Batch: 8, Drain: true}, func(_ context.Context, j backends.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[string(j.Payload)] {
+			return fmt.Errorf("job %s ran twice", j.Payload)
+		}
+		seen[string(j.Payload)] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != jobs {
+		t.Fatalf("ran %d jobs, want %d", len(seen), jobs)
+	}
+	avg := float64(r.claimed.Load()) / float64(r.claims.Load())
+	t.Logf("%d claims, %.1f jobs each", r.claims.Load(), avg)
+	if avg < 5 {
+		t.Fatalf("claims took %.1f jobs each, want batches of about 8", avg)
+	}
+}
