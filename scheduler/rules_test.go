@@ -162,8 +162,10 @@ func TestOverlap(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		for _, r := range history(t, st, "slow") {
-			if r.Status == backends.RunSkipped {
-				t.Fatalf("skipped with overlap allow: %+v", r)
+			// A catch-up skip can happen when the scheduler starts late
+			// under load; only an overlap skip is wrong here.
+			if r.Status == backends.RunSkipped && strings.HasPrefix(r.Error, "overlap") {
+				t.Fatalf("skipped for overlap with overlap allow: %+v", r)
 			}
 		}
 	})
