@@ -46,10 +46,12 @@ lint: ## gofmt check, go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipping (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-bench: ## Run every benchmark once (figures in docs/benchmarks.md; ~10 min; MySQL ones need `make test`'s services)
+bench: ## Run every benchmark once (figures in docs/benchmarks.md; ~10 min; MySQL and Redis ones need `make test`'s services)
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x ./reconcile/ ./semaphore/ ./queue/ ./scheduler/ ./bench/
 	$(GO) test -run '^$$' -bench 'AcquireRelease|CronClaimFinish' -benchtime 2000x ./backends/mysql/
 	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/mysql/
+	$(GO) test -run '^$$' -bench 'Sem|CronClaimFinish' ./backends/redis/
+	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/redis/
 
 fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)

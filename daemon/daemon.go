@@ -74,6 +74,8 @@ type Daemon struct {
 	changes <-chan bool // leadership changes, subscribed before the elector runs
 	sched   *scheduler.Scheduler
 	kick    chan struct{} // leader work: apply check, resync
+	// resyncKick asks the leader for a resync now (a data-loss hold ended).
+	resyncKick chan struct{}
 
 	// checkedHash is the local spec hash that maybeApply last found
 	// applied (or applied, or found superseded), at checkedAt (monotonic):
@@ -113,7 +115,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: time.Now(), kick: make(chan struct{}, 1)}
+	e.Loss = &reconcile.LossMemory{} // markers seen while this daemon runs
+	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: time.Now(), kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1)}
 	cb := e.Backends[s.Cluster.Backend]
 	lb, ok := cb.(backends.Leader)
 	if !ok {
@@ -207,6 +210,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.leaderLoop(runCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.markerLoop(runCtx) }()
 
 	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
@@ -325,6 +330,8 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 		case <-d.kick:
 		case <-resync.C:
 			doResync = true
+		case <-d.resyncKick:
+			doResync = true
 		case <-repair.C:
 			doApply = false
 		}
@@ -338,6 +345,29 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 			d.resync(ctx)
 		}
 		d.repairWakeups(ctx)
+	}
+}
+
+// markerLoop remembers the data-loss markers of the backends that can
+// lose their data, at start and then every resync period, on every host
+// (see reconcile.Engine.RememberMarkers). With no such backend it returns.
+func (d *Daemon) markerLoop(ctx context.Context) {
+	_, e := d.current()
+	if !e.HasLossGuard() {
+		return
+	}
+	t := time.NewTicker(d.cfg.ResyncEvery)
+	defer t.Stop()
+	for {
+		_, e := d.current()
+		if err := e.RememberMarkers(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("reading the data-loss markers", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -416,6 +446,9 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 	res, err := e.Apply(ctx, reconcile.Options{}, "")
 	d.logApply("apply", res, err)
 	d.wakeScheduler(res, err)
+	if res != nil && res.Plan != nil {
+		d.resyncAfterHold(res.Plan)
+	}
 	if err == nil {
 		settled()
 	}
@@ -442,16 +475,38 @@ func (d *Daemon) resync(ctx context.Context) {
 		d.log.Error("resync failed", "error", err)
 		return
 	}
-	if !p.HasChanges() && len(p.Blocked) == 0 {
+	d.resyncAfterHold(p)
+	if !p.NeedsApply() && len(p.Blocked) == 0 {
 		return
 	}
 	res, err := e.Apply(ctx, opts, "")
 	d.logApply("resync", res, err)
 	d.wakeScheduler(res, err)
+	if res != nil && res.Plan != nil {
+		d.resyncAfterHold(res.Plan)
+	}
+}
+
+// resyncAfterHold schedules a resync just after the data-loss holds of p
+// end, so that the semaphores waiting for one come back then rather than
+// at the next periodic resync.
+func (d *Daemon) resyncAfterHold(p *reconcile.Plan) {
+	for _, l := range p.Lost {
+		if l.Recorded && l.Left > 0 {
+			time.AfterFunc(l.Left+100*time.Millisecond, func() {
+				select {
+				case d.resyncKick <- struct{}{}:
+				default:
+				}
+			})
+		}
+	}
 }
 
 func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {
 	switch {
+	case err != nil && errors.Is(err, reconcile.ErrLossHold):
+		d.log.Debug(what+" waits for a data-loss hold", "error", err)
 	case err != nil && res != nil && errors.Is(err, reconcile.ErrBlocked):
 		for _, b := range res.Plan.Blocked {
 			d.log.Error(what+" refused", "reason", b)
@@ -460,6 +515,12 @@ func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {
 		d.log.Error(what+" failed", "error", err)
 	case res != nil && res.Plan.HasChanges():
 		d.log.Info(what+" done", "summary", res.Plan.SummaryLine(), "generation", res.Generation)
+	}
+	if res != nil {
+		for _, l := range res.LossRecorded {
+			d.log.Warn("backend lost its data: its semaphores come back once holders from before the loss have stopped",
+				"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
+		}
 	}
 }
 

@@ -74,6 +74,12 @@ func TestThreeDaemonsEveryOccurrenceOnce(t *testing.T) {
   db: {type: mysql, dsn: %q, table_prefix: "t3_"}
 cluster: {backend: db, leader_lease: 2s}`, dsn))
 	})
+	t.Run("redis", func(t *testing.T) {
+		url, prefix := testenv.RedisURL(t)
+		threeDaemons(t, fmt.Sprintf(`backends:
+  cache: {type: redis, url: %q, key_prefix: %q}
+cluster: {backend: cache, leader_lease: 2s}`, url, prefix))
+	})
 }
 
 // threeDaemons is TestThreeDaemonsEveryOccurrenceOnce on the backend that

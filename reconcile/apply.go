@@ -27,6 +27,9 @@ type Engine struct {
 	LockWait time.Duration
 	// LockTTL is the apply lock's lease; a crashed apply frees it after this.
 	LockTTL time.Duration
+	// Loss, when set, remembers the data-loss markers this process saw
+	// (the daemon keeps one for its life; see loss.go).
+	Loss *LossMemory
 }
 
 func (e *Engine) backend(name string) (backends.Backend, error) {
@@ -47,6 +50,9 @@ type Result struct {
 	Plan       *Plan
 	Generation int64
 	Applied    int
+	// LossRecorded lists the data losses this apply found and recorded:
+	// their semaphores wait for the hold.
+	LossRecorded []LostBackend
 }
 
 // Apply takes the apply lock, plans again under it and applies the plan.
@@ -64,16 +70,23 @@ func (e *Engine) Apply(ctx context.Context, opts Options, approved string) (*Res
 		_ = unlock(uctx)
 	}()
 
+	recorded, err := e.markLoss(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 	p, err := e.plan(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Plan: p}
+	res := &Result{Plan: p, LossRecorded: recorded}
 	if approved != "" && p.Fingerprint() != approved {
 		return res, ErrPlanChanged
 	}
 	if len(p.Blocked) > 0 {
 		return res, ErrBlocked
+	}
+	if p.held > 0 {
+		return res, fmt.Errorf("%w: %d semaphore change(s) wait until holders from before the loss have stopped; apply again then", ErrLossHold, p.held)
 	}
 	if !p.HasChanges() {
 		return res, nil

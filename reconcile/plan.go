@@ -97,14 +97,34 @@ type Plan struct {
 	Waiting []*Change `json:"waiting"`
 	// Blocked lists why apply would refuse; the plan is still shown.
 	Blocked []string `json:"blocked,omitempty"`
+	// Lost lists the backends that lost their data and hold objects that
+	// existed there (see loss.go).
+	Lost []LostBackend `json:"lost,omitempty"`
 
 	SpecHash          string  `json:"spec_hash"`
 	AppliedGeneration int64   `json:"applied_generation"`
 	Summary           Summary `json:"summary"`
+
+	// held counts the changes moved to Waiting by a data-loss hold.
+	held int
 }
 
 // HasChanges reports whether apply would change anything.
 func (p *Plan) HasChanges() bool { return len(p.Changes)+len(p.Drift) > 0 }
+
+// NeedsApply reports whether apply has work: changes, changes held by a
+// data-loss hold, or a data loss to record (which starts its hold).
+func (p *Plan) NeedsApply() bool {
+	if p.HasChanges() || p.held > 0 {
+		return true
+	}
+	for _, l := range p.Lost {
+		if !l.Recorded {
+			return true
+		}
+	}
+	return false
+}
 
 // Fingerprint identifies the plan's effect, so that apply can check that the
 // plan it re-computes under the lock is the one the operator approved.
@@ -236,12 +256,11 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load applied state: %w", err)
 	}
-	var desired []*object
-	if opts.Resync {
-		desired, err = inventoryObjects(st)
-	} else {
-		desired, err = desiredObjects(e.Spec)
+	desired, err := e.desired(st, opts)
+	if err != nil {
+		return nil, err
 	}
+	loss, err := e.lossInfos(ctx, st, desired, true)
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +324,8 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 		return kindOrder(deletes[i].Address.Kind) > kindOrder(deletes[j].Address.Kind)
 	})
 	p.Changes = append(p.Changes, deletes...)
+	holdLost(p, loss)
+	p.Lost = lostBackends(loss)
 
 	if len(desired) == 0 && len(st.Entries) > 0 && !opts.AllowEmpty && !opts.Resync {
 		p.Blocked = append(p.Blocked, fmt.Sprintf(
@@ -334,6 +355,15 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// desired lists the objects the plan aims at: the spec's, or with Resync
+// the applied ones.
+func (e *Engine) desired(st backends.State, opts Options) ([]*object, error) {
+	if opts.Resync {
+		return inventoryObjects(st)
+	}
+	return desiredObjects(e.Spec)
 }
 
 func kindOrder(k spec.Kind) int {

@@ -94,7 +94,7 @@ func (p *Plan) WriteText(w io.Writer) {
 		}
 	}
 	if len(p.Waiting) > 0 {
-		fmt.Fprintln(w, "Waiting for holders (nothing to do yet):")
+		fmt.Fprintln(w, "Waiting (nothing to do yet):")
 		for _, c := range p.Waiting {
 			fmt.Fprintf(w, "  %s: %s\n", c.Address, strings.Join(c.Notes, "; "))
 		}

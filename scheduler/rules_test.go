@@ -304,7 +304,17 @@ func TestSemaphore(t *testing.T) {
 		put(t, st, n, def, now(t, st))
 	}
 	h := start(t, path, "a")
+	// At least 4 s, and until both tasks ran (a loaded machine may need
+	// longer: a run that waits too long for the slot loses its run lease).
+	deadline := time.Now().Add(30 * time.Second)
 	time.Sleep(4 * time.Second)
+	for time.Now().Before(deadline) {
+		got := strings.Join(lines(t, done), " ")
+		if strings.Contains(got, "x") && strings.Contains(got, "y") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	h.stop()
 	if b, _ := os.ReadFile(bad); len(b) > 0 {
 		t.Fatalf("ran at once: %s", b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/mysql"
+	"github.com/coordd/coordd/backends/redis"
 	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/spec"
 )
@@ -33,7 +34,13 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 			return nil, err
 		}
 		return s, nil
-	case spec.TypeRedis, spec.TypeMemcached:
+	case spec.TypeRedis:
+		s, err := redis.Open(ctx, b.Name, b.URL, b.KeyPrefix, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case spec.TypeMemcached:
 		return nil, fmt.Errorf("backend %q: type %s is not in this build yet: %w", b.Name, b.Type, backends.ErrUnsupported)
 	default:
 		return nil, fmt.Errorf("backend %q: unknown type %q", b.Name, b.Type)

@@ -27,7 +27,7 @@ func TestOpenSQLite(t *testing.T) {
 }
 
 func TestOpenNotInBuild(t *testing.T) {
-	for _, typ := range []string{spec.TypeRedis, spec.TypeMemcached} {
+	for _, typ := range []string{spec.TypeMemcached} {
 		b, err := open.Open(t.Context(), &spec.Backend{Name: "x", Type: typ}, backends.Options{})
 		if !errors.Is(err, backends.ErrUnsupported) || b != nil {
 			t.Errorf("open %s = %v, %v; want nil and ErrUnsupported", typ, b, err)
@@ -89,4 +89,19 @@ func TestOpenMySQLError(t *testing.T) {
 func is[T any](b backends.Backend) bool {
 	_, ok := b.(T)
 	return ok
+}
+
+func TestOpenRedis(t *testing.T) {
+	url, prefix := testenv.RedisURL(t)
+	b, err := open.Open(t.Context(), &spec.Backend{Name: "cache", Type: spec.TypeRedis, URL: url, KeyPrefix: prefix}, backends.Options{Version: "0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "cache" || b.Type() != spec.TypeRedis {
+		t.Errorf("opened %s %s, want cache redis", b.Name(), b.Type())
+	}
+	if _, err := b.Now(t.Context()); err != nil {
+		t.Errorf("now: %v", err)
+	}
 }

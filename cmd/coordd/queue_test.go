@@ -126,7 +126,7 @@ func countLines(path string) int {
 // one with kill -9 a quarter of the way. Evidence outside coordd (an
 // append-only log the commands write) shows every job ran, and that every
 // job that ran twice was in the killed worker's hands.
-// TestMySQLHostsQueueWorkKill9 runs the same on MySQL with three daemons.
+// TestHostsQueueWorkKill9 runs the same on MySQL and Redis with three daemons.
 func TestQueueWorkKill9(t *testing.T) {
 	c := newCLI(t)
 	p := queueFixture(t, c, "{partitions: 4, visibility_timeout: 2s, max_attempts: 10, retry_backoff: 0s}")

@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,12 +42,7 @@ type MariaDB struct {
 	// Dir holds data/, tmp/, the socket and server.log.
 	Dir string
 
-	server string
-	args   []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	*server
 }
 
 // StartMariaDB installs a fresh data directory with mariadb-install-db and
@@ -59,7 +52,7 @@ type MariaDB struct {
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
 	installDB := findBinary(t, "mariadb-install-db", "mysql_install_db")
-	server := findBinary(t, "mariadbd", "mysqld")
+	bin := findBinary(t, "mariadbd", "mysqld")
 
 	// Not t.TempDir: its path contains the test name, and a Unix socket path
 	// must fit in 108 bytes.
@@ -67,7 +60,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	if err != nil {
 		t.Fatalf("testenv: mariadbd temp dir: %v", err)
 	}
-	m := &MariaDB{Port: freePort(t), Dir: dir, server: server}
+	m := &MariaDB{Port: freePort(t), Dir: dir, server: &server{name: "mariadbd", bin: bin, dir: dir, stopTimeout: mariadbStopTimeout}}
 	t.Cleanup(func() {
 		m.Stop()
 		if t.Failed() {
@@ -163,108 +156,12 @@ func (m *MariaDB) CreateDatabase(t testing.TB) string {
 // ready within 90 s; the server log is in the message.
 func (m *MariaDB) Start(t testing.TB) {
 	t.Helper()
-	m.mu.Lock()
-	if m.cmd != nil && !exited(m.done) {
-		m.mu.Unlock()
-		t.Fatalf("testenv: the private mariadbd at %s is already running", m.Addr())
-	}
-	logf, err := os.OpenFile(filepath.Join(m.Dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		m.mu.Unlock()
-		t.Fatalf("testenv: %v", err)
-	}
-	cmd := exec.Command(m.server, m.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so that a ^C meant for go test does not reach
-	// it first; SIGKILL if this process dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	logf.Close()
-	if err != nil {
-		m.mu.Unlock()
-		t.Fatalf("testenv: starting %s: %v", m.server, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	m.cmd, m.done = cmd, done
-	m.mu.Unlock()
-
 	db, err := sql.Open("mysql", m.DSN(""))
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(mariadbStartTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if exited(done) {
-			t.Fatalf("testenv: the private mariadbd exited during startup:\n%s", m.LogTail(40))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: the private mariadbd at %s was not ready within %s: %v\n%s", m.Addr(), mariadbStartTimeout, err, m.LogTail(40))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// Kill sends SIGKILL to mariadbd and waits until it has exited: clients see
-// their connections reset and new ones refused. Start brings it back.
-func (m *MariaDB) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.done
-}
-
-// Stop shuts mariadbd down cleanly (SIGTERM), with SIGKILL after 30 s, and
-// waits until it has exited. Stopping a stopped server does nothing.
-func (m *MariaDB) Stop() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil || exited(m.done) {
-		return
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(mariadbStopTimeout):
-		_ = m.cmd.Process.Signal(syscall.SIGKILL)
-		<-m.done
-	}
-}
-
-// Running reports whether mariadbd is running.
-func (m *MariaDB) Running() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cmd != nil && !exited(m.done)
-}
-
-// LogTail returns the last n lines of the server's log.
-func (m *MariaDB) LogTail(n int) string {
-	b, err := os.ReadFile(filepath.Join(m.Dir, "server.log"))
-	if err != nil {
-		return fmt.Sprintf("(no server log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func exited(done chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
+	m.start(t, m.Addr(), mariadbStartTimeout, db.PingContext)
 }
 
 // findBinary returns the first of names found in PATH or in the sbin and
@@ -275,14 +172,14 @@ func findBinary(t testing.TB, names ...string) string {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
-		for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin"} {
+		for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
 			p := filepath.Join(dir, name)
 			if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 				return p
 			}
 		}
 	}
-	t.Fatalf("testenv: none of %s found in PATH, /usr/sbin, /usr/bin or /usr/local/sbin: install mariadb-server", strings.Join(names, ", "))
+	t.Fatalf("testenv: none of %s found in PATH, /usr/sbin, /usr/bin or /usr/local/sbin: install the server's package", strings.Join(names, ", "))
 	return ""
 }
 

@@ -1,11 +1,12 @@
 package main
 
-// Several hosts on one MariaDB (issue 4, "Several hosts"): three `coordd run`
-// daemons with different --host-ids on a fresh database of the shared
-// server, and clients and workers that name those hosts. Exactly-once cron
-// and leader failover are in daemon's TestThreeDaemonsEveryOccurrenceOnce
-// (its mysql subtest); these cover the semaphore limit and the queue under
-// kill -9.
+// Several hosts on one MariaDB or one Redis (issues 4 and 5, "Several
+// hosts"): three `coordd run` daemons with different --host-ids on a fresh
+// database of the shared MariaDB or a fresh key prefix of the shared Redis,
+// and clients and workers that name those hosts. Exactly-once cron and
+// leader failover are in daemon's TestThreeDaemonsEveryOccurrenceOnce (its
+// mysql and redis subtests); these cover the semaphore limit and the queue
+// under kill -9.
 
 import (
 	"encoding/json"
@@ -29,34 +30,50 @@ import (
 // the same time.
 const mysqlHostPool = "maxOpenConns=4"
 
-// mysqlHosts is three daemons, h1 to h3, sharing one MySQL spec.
-type mysqlHosts struct {
+// hosts is three daemons, h1 to h3, sharing one spec.
+type hosts struct {
 	env     *proctest.Env
 	spec    string
 	hosts   []string
 	daemons []*proctest.Proc
 }
 
-// startMySQLHosts writes a spec with objects (YAML for semaphores, cron or
-// queues) on a fresh database of the shared MariaDB, applies it, and starts
+// hostBackends are the cluster backends the several-hosts tests run on.
+var hostBackends = []string{"mysql", "redis"}
+
+// hostsBackend returns the backends section and cluster line of a spec on
+// a fresh database of the shared MariaDB or a fresh key prefix of the
+// shared Redis.
+func hostsBackend(t *testing.T, typ string) string {
+	t.Helper()
+	switch typ {
+	case "mysql":
+		dsn := testenv.MySQLDSN(t)
+		if strings.Contains(dsn, "?") {
+			dsn += "&" + mysqlHostPool
+		} else {
+			dsn += "?" + mysqlHostPool
+		}
+		return fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q, table_prefix: \"mh_\"}\ncluster: {backend: db, leader_lease: 2s}\n", dsn)
+	case "redis":
+		url, prefix := testenv.RedisURL(t)
+		return fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\ncluster: {backend: db, leader_lease: 2s}\n", url, prefix)
+	}
+	t.Fatalf("hosts: unknown backend %q", typ)
+	return ""
+}
+
+// startHosts writes a spec with objects (YAML for semaphores, cron or
+// queues) on a fresh store of backend type typ, applies it, and starts
 // `coordd run --host-id hN` for h1, h2 and h3 (a plain build of coordd, as
 // a server would run it). It returns once one of them leads.
-func startMySQLHosts(t *testing.T, c *cli, objects string) *mysqlHosts {
+func startHosts(t *testing.T, c *cli, typ, objects string) *hosts {
 	t.Helper()
-	dsn := testenv.MySQLDSN(t)
-	if strings.Contains(dsn, "?") {
-		dsn += "&" + mysqlHostPool
-	} else {
-		dsn += "?" + mysqlHostPool
-	}
-	spec := writeSpec(t, fmt.Sprintf(`backends:
-  db: {type: mysql, dsn: %q, table_prefix: "mh_"}
-cluster: {backend: db, leader_lease: 2s}
-`, dsn)+objects)
+	spec := writeSpec(t, hostsBackend(t, typ)+objects)
 	if code, _, errs := c.run("", false, "apply", "-f", spec, "--auto-approve"); code != 0 {
 		t.Fatalf("apply: %s", errs)
 	}
-	h := &mysqlHosts{env: &proctest.Env{Bin: proctest.Binary(t), DataDir: c.dataDir}, spec: spec, hosts: []string{"h1", "h2", "h3"}}
+	h := &hosts{env: &proctest.Env{Bin: proctest.Binary(t), DataDir: c.dataDir}, spec: spec, hosts: []string{"h1", "h2", "h3"}}
 	for _, host := range h.hosts {
 		h.daemons = append(h.daemons, h.env.StartWith(t, host, []string{"COORDD_TEST_HOST=" + host},
 			"run", "-f", spec, "--host-id", host, "--shutdown-grace", "5s"))
@@ -68,7 +85,7 @@ cluster: {backend: db, leader_lease: 2s}
 }
 
 // leader is the host id of the current leader, or "".
-func (h *mysqlHosts) leader(t *testing.T) string {
+func (h *hosts) leader(t *testing.T) string {
 	t.Helper()
 	out, code := h.env.Run(t, "status", "-f", h.spec, "--json")
 	if code != 0 {
@@ -91,7 +108,7 @@ func (h *mysqlHosts) leader(t *testing.T) string {
 
 // stop checks that every daemon is still running, then stops each with
 // SIGTERM and checks that it exits 0.
-func (h *mysqlHosts) stop(t *testing.T) {
+func (h *hosts) stop(t *testing.T) {
 	t.Helper()
 	for _, d := range h.daemons {
 		if !d.Running() {
@@ -106,17 +123,23 @@ func (h *mysqlHosts) stop(t *testing.T) {
 	}
 }
 
-// TestMySQLHostsSemWitnessKill9: with three daemons up, twelve `sem run`
+// TestHostsSemWitnessKill9: on each cluster backend, with three daemons up, twelve `sem run`
 // clients spread over h1-h3 share limit 3 (lease 2s); three of them, one per
 // host, are killed with kill -9 while they hold a slot. A witness outside
 // coordd never sees more than 3 commands at once, the killed clients'
 // commands die with them, every other client gets a slot (so the killed
 // slots came back after their lease), and at the end all three slots are
 // free together.
-func TestMySQLHostsSemWitnessKill9(t *testing.T) {
+func TestHostsSemWitnessKill9(t *testing.T) {
+	for _, typ := range hostBackends {
+		t.Run(typ, func(t *testing.T) { hostsSemWitnessKill9(t, typ) })
+	}
+}
+
+func hostsSemWitnessKill9(t *testing.T, typ string) {
 	const limit, clients = 3, 12
 	c := newCLI(t)
-	h := startMySQLHosts(t, c, fmt.Sprintf("semaphores:\n  s: {limit: %d, lease: 2s}\n", limit))
+	h := startHosts(t, c, typ, fmt.Sprintf("semaphores:\n  s: {limit: %d, lease: 2s}\n", limit))
 	w := proctest.NewWitness(t)
 	dir := t.TempDir()
 
@@ -191,15 +214,21 @@ func TestMySQLHostsSemWitnessKill9(t *testing.T) {
 	h.stop(t)
 }
 
-// TestMySQLHostsQueueWorkKill9 is TestQueueWorkKill9 on MySQL with three
+// TestHostsQueueWorkKill9 is TestQueueWorkKill9 on MySQL and Redis with three
 // daemons up: 1,000 jobs, four workers spread over h1-h3, two of them
 // killed with kill -9 (after 250 and 500 jobs ran). Every job is acked; a
 // job runs twice only when a killed worker had it or a lease loss was
 // reported. (About 30 jobs/s on a busy 2-core machine, where each job's
 // two process starts dominate: hence 1,000, not more.)
-func TestMySQLHostsQueueWorkKill9(t *testing.T) {
+func TestHostsQueueWorkKill9(t *testing.T) {
+	for _, typ := range hostBackends {
+		t.Run(typ, func(t *testing.T) { hostsQueueWorkKill9(t, typ) })
+	}
+}
+
+func hostsQueueWorkKill9(t *testing.T, typ string) {
 	c := newCLI(t)
-	h := startMySQLHosts(t, c, "queues:\n  q: {partitions: 4, visibility_timeout: 2s, max_attempts: 10, retry_backoff: 0s}\n")
+	h := startHosts(t, c, typ, "queues:\n  q: {partitions: 4, visibility_timeout: 2s, max_attempts: 10, retry_backoff: 0s}\n")
 	queueWorkKill9(t, c, h.spec, queueKill9{jobs: 1000, workers: 4, conc: 2, killAt: []int{250, 500}, hosts: h.hosts})
 	h.stop(t)
 }

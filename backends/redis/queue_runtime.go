@@ -1,0 +1,743 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/backends"
+)
+
+var _ backends.Queues = (*Store)(nil)
+
+// The queue runtime. A claim is one script that sweeps (due delayed jobs
+// into the ready sets, expired leases back to them or to the dead list)
+// and leases jobs of one partition per caller (queueClaimScript); Ack,
+// Retry and ExtendJob are one script each and check the owner token
+// recorded with the job, so that a job whose lease expired and that
+// another worker claimed is never touched by its old owner (ErrLost).
+//
+// Concurrent claims of one Store on one queue go in one script
+// (queueClaimBatcher), and concurrent acks of one Store in one script per
+// queue (queueAckBatcher, several queues in one pipeline): a caller that
+// finds none running sends at once, and those that arrive meanwhile go
+// together in the next round trip.
+//
+// Idle workers block in WaitQueue with BLPOP on the queue's wake list, on a
+// connection of their own (queueBlocking).
+
+// queueKeyPartition is the partition of a key: FNV-1a 32 of the key modulo
+// the partition count, the function the SQL stores use, so that a key maps
+// to the same partition whatever the backend.
+func queueKeyPartition(key string, partitions int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(max(partitions, 1)))
+}
+
+// queueJobAt reads the queueJobFields fields of one job from res at i.
+func queueJobAt(queue string, res []any, i int) backends.Job {
+	j := backends.Job{
+		ID: queueInt(res[i]), Queue: queue, Partition: int(queueInt(res[i+1])), Attempt: int(queueInt(res[i+2])),
+		EnqueuedAt: queueTime(queueInt(res[i+3])), AvailableAt: queueTime(queueInt(res[i+4])),
+		Key: queueStr(res[i+5]), LastError: queueStr(res[i+6]), Payload: []byte(queueStr(res[i+7])),
+	}
+	return j
+}
+
+// Push enqueues a job (queuePushScript): ErrNotFound, ErrPayloadTooLarge,
+// or ErrDuplicate with the existing job.
+func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
+	if err := s.writable(); err != nil {
+		return backends.Job{}, err
+	}
+	// The key's partition depends on the partition count: it is computed
+	// for the number of ready sets the script gets, which it checks.
+	res, err := s.runQueueScript(ctx, queuePushScript, queue, func(sets int) []any {
+		part := 0
+		if req.Key != "" {
+			part = queueKeyPartition(req.Key, sets)
+		}
+		return []any{req.Payload, req.Key, part, queueMicros(req.Delay)}
+	})
+	if err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	switch queueInt(res[0]) {
+	case 1:
+		return backends.Job{
+			ID: queueInt(res[1]), Queue: queue, Partition: int(queueInt(res[2])), Payload: req.Payload, Key: req.Key,
+			EnqueuedAt: queueTime(queueInt(res[3])), AvailableAt: queueTime(queueInt(res[4])),
+		}, nil
+	case 0:
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, backends.ErrNotFound)
+	case -2:
+		return backends.Job{}, fmt.Errorf("push to queue %q: payload of %d bytes exceeds max_payload %d: %w",
+			queue, queueInt(res[1]), queueInt(res[2]), backends.ErrPayloadTooLarge)
+	case -3:
+		j := queueJobAt(queue, res, 1)
+		if exp := queueInt(res[1+queueJobFields]); exp > 0 {
+			j.ExpiresAt = queueTime(exp)
+			j.Owner = queueStr(res[2+queueJobFields])
+		}
+		return j, fmt.Errorf("push to queue %q: key %q is pending as job %d: %w", queue, req.Key, j.ID, backends.ErrDuplicate)
+	}
+	return backends.Job{}, fmt.Errorf("push to queue %q: script status %v", queue, res[0])
+}
+
+// Claim sweeps and then leases up to max jobs of one partition to owner,
+// in insert order (queueClaimScript). Concurrent claims of this Store on
+// one queue go together in one script (queueClaimBatcher); once its group
+// is sent, a Claim waits for the reply even if ctx ends, so that no job is
+// leased to a caller that left.
+func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
+	}
+	jobs, err := s.queues.claims.claim(ctx, s, queue, owner, max)
+	if err != nil {
+		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
+	}
+	return jobs, nil
+}
+
+// queueMaxClaimGroup bounds the jobs one grouped claim asks for (the
+// members' max summed); a claim asking for more goes alone.
+const queueMaxClaimGroup = 512
+
+// queueClaimBatcher groups the concurrent claims of one Store, per queue.
+type queueClaimBatcher struct {
+	mu     sync.Mutex
+	queues map[string]*queueClaimQueue
+}
+
+// queueClaimQueue is one queue's claims waiting for the next group.
+type queueClaimQueue struct {
+	pending []*queueClaimReq
+	running bool // a group is running; pending waits for the next one
+}
+
+// queueClaimReq is one Claim.
+type queueClaimReq struct {
+	ctx   context.Context
+	owner string
+	max   int
+	sent  bool                  // under queueClaimBatcher.mu: its group was taken
+	done  chan queueClaimResult // buffered: the group never blocks on a caller
+}
+
+type queueClaimResult struct {
+	jobs []backends.Job
+	err  error
+}
+
+// claim queues a claim and waits for its result. The caller that finds no
+// group of the queue running runs one itself, and if more claims arrived
+// meanwhile, leaves the next groups to a goroutine that runs them until
+// none is pending.
+func (b *queueClaimBatcher) claim(ctx context.Context, s *Store, queue, owner string, max int) ([]backends.Job, error) {
+	r := &queueClaimReq{ctx: ctx, owner: owner, max: max, done: make(chan queueClaimResult, 1)}
+	b.mu.Lock()
+	if b.queues == nil {
+		b.queues = map[string]*queueClaimQueue{}
+	}
+	cq := b.queues[queue]
+	if cq == nil {
+		cq = &queueClaimQueue{}
+		b.queues[queue] = cq
+	}
+	cq.pending = append(cq.pending, r)
+	lead := !cq.running
+	cq.running = true
+	b.mu.Unlock()
+	if lead && b.round(s, queue, cq) {
+		go func() {
+			for b.round(s, queue, cq) {
+			}
+		}()
+	}
+	select {
+	case res := <-r.done:
+		return res.jobs, res.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	sent := r.sent
+	if !sent {
+		cq.pending = slices.DeleteFunc(cq.pending, func(p *queueClaimReq) bool { return p == r })
+	}
+	b.mu.Unlock()
+	if !sent {
+		return nil, ctx.Err()
+	}
+	res := <-r.done
+	return res.jobs, res.err
+}
+
+// round runs one group of the queue's pending claims and reports whether
+// more are pending; when none is, it marks the queue idle.
+func (b *queueClaimBatcher) round(s *Store, queue string, cq *queueClaimQueue) bool {
+	b.mu.Lock()
+	var group []*queueClaimReq
+	total := 0
+	for len(cq.pending) > 0 {
+		r := cq.pending[0]
+		if len(group) > 0 && total+r.max > queueMaxClaimGroup {
+			break
+		}
+		cq.pending = cq.pending[1:]
+		r.sent = true
+		group = append(group, r)
+		total += r.max
+	}
+	b.mu.Unlock()
+	if len(group) > 0 {
+		ctx, stop := queueGroupContext(group)
+		jobs, err := s.claimGroup(ctx, queue, group)
+		stop()
+		for i, r := range group {
+			res := queueClaimResult{err: err}
+			if err == nil {
+				res.jobs = jobs[i]
+			} else if r.ctx.Err() != nil {
+				res.err = r.ctx.Err()
+			}
+			r.done <- res
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(cq.pending) == 0 {
+		cq.running = false
+		delete(b.queues, queue) // the next claim starts a new queueClaimQueue
+		return false
+	}
+	return true
+}
+
+// queueGroupContext returns a context that ends when every member's context
+// has ended, and a function that releases it.
+func queueGroupContext(group []*queueClaimReq) (context.Context, func()) {
+	if len(group) == 1 {
+		return group[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(group)))
+	stops := make([]func() bool, len(group))
+	for i, r := range group {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// claimGroup runs one claim script for group (no member: WaitQueue's look,
+// which only sweeps) and returns each member's jobs. It records what an
+// empty claim learnt for WaitQueue.
+func (s *Store) claimGroup(ctx context.Context, queue string, group []*queueClaimReq) ([][]backends.Job, error) {
+	args := make([]any, 0, 1+2*len(group))
+	args = append(args, len(group))
+	for _, r := range group {
+		args = append(args, r.owner, r.max)
+	}
+	sent := time.Now()
+	res, err := s.runQueueScript(ctx, queueClaimScript, queue, queueArgs(args...))
+	if err != nil {
+		return nil, err
+	}
+	qi := s.queueInfo(queue)
+	if queueInt(res[0]) == 0 {
+		qi.idle.Store(nil)
+		return nil, backends.ErrNotFound
+	}
+	if len(res) < 5 {
+		return nil, errors.New("claim script: short reply")
+	}
+	now, vis := queueInt(res[1]), queueInt(res[2])
+	if queueInt(res[3]) == 1 {
+		qi.idle.Store(&queueIdle{sent: sent, now: now, next: queueInt(res[4])})
+	} else {
+		qi.idle.Store(nil)
+	}
+	out := make([][]backends.Job, len(group))
+	i := 5
+	for k, r := range group {
+		if i >= len(res) {
+			return nil, errors.New("claim script: short reply")
+		}
+		n := int(queueInt(res[i]))
+		i++
+		if i+n*queueJobFields > len(res) {
+			return nil, errors.New("claim script: short reply")
+		}
+		jobs := make([]backends.Job, n)
+		for x := range n {
+			j := queueJobAt(queue, res, i)
+			j.Owner, j.ExpiresAt = r.owner, queueTime(now+vis)
+			jobs[x] = j
+			i += queueJobFields
+		}
+		out[k] = jobs
+	}
+	return out, nil
+}
+
+// Ack deletes a finished job while j.Owner still holds it (ErrLost).
+//
+// Acks are batched per Store: an Ack with none in flight goes at once;
+// acks that arrive while one is in flight wait for it and then go
+// together, up to queueMaxAckBatch, as one script per queue
+// (queueAckScript) and one pipeline for all queues: one round trip. The
+// script answers per job, so each Ack learns whether its own lease was
+// lost. An Ack whose ctx ends while it waits returns ctx's error, and its
+// job may be deleted anyway.
+func (s *Store) Ack(ctx context.Context, j backends.Job) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if err := s.queues.acks.ack(ctx, s, j); err != nil {
+		return fmt.Errorf("ack job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
+	}
+	return nil
+}
+
+// queueMaxAckBatch bounds the acks of one batch.
+const queueMaxAckBatch = 512
+
+// queueAckTimeout bounds a batch of acks, which runs for several callers
+// and so follows none of their contexts.
+const queueAckTimeout = 30 * time.Second
+
+// queueAckBatcher queues the acks of one Store while a batch runs.
+type queueAckBatcher struct {
+	mu      sync.Mutex
+	pending []*queueAckReq
+	running bool // a batch is running; pending waits for the next one
+}
+
+// queueAckReq is one Ack waiting for its batch.
+type queueAckReq struct {
+	j    backends.Job
+	done chan error // buffered: the batch never blocks on a caller
+}
+
+// ack queues j and waits for its result. The caller that finds no batch
+// running runs one itself, and if more acks arrived meanwhile, leaves the
+// next batches to a goroutine that runs them until none is pending.
+func (b *queueAckBatcher) ack(ctx context.Context, s *Store, j backends.Job) error {
+	r := &queueAckReq{j: j, done: make(chan error, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if lead && b.round(ctx, s) {
+		go func() {
+			for b.round(ctx, s) {
+			}
+		}()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// round runs one batch of the pending acks and reports whether more are
+// pending; when none is, it marks the batcher idle.
+func (b *queueAckBatcher) round(ctx context.Context, s *Store) bool {
+	b.mu.Lock()
+	batch := b.pending[:min(len(b.pending), queueMaxAckBatch)]
+	b.pending = b.pending[len(batch):]
+	b.mu.Unlock()
+	if len(batch) > 0 {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueAckTimeout)
+		errs := s.ackBatch(bctx, batch)
+		cancel()
+		for i, r := range batch {
+			r.done <- errs[i]
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) == 0 {
+		b.pending = nil // let the array go
+		b.running = false
+		return false
+	}
+	return true
+}
+
+// ackBatch runs the acks of batch, one script per queue in one pipeline,
+// and returns each ack's error: nil, ErrLost, or the batch's own failure.
+func (s *Store) ackBatch(ctx context.Context, batch []*queueAckReq) []error {
+	errs := make([]error, len(batch))
+	var queues []string
+	byQueue := map[string][]int{}
+	for i, r := range batch {
+		if _, ok := byQueue[r.j.Queue]; !ok {
+			queues = append(queues, r.j.Queue)
+		}
+		byQueue[r.j.Queue] = append(byQueue[r.j.Queue], i)
+	}
+	cmds := make([]*goredis.Cmd, len(queues))
+	err := queueScriptsPipelined(ctx, s.rdb, queueAckScript, len(queues), func(q int) ([]string, []any) {
+		idx := byQueue[queues[q]]
+		args := make([]any, 0, 2*len(idx))
+		for _, i := range idx {
+			args = append(args, strconv.FormatInt(batch[i].j.ID, 10), batch[i].j.Owner)
+		}
+		return s.queueInfo(queues[q]).fixed, args
+	}, func(q int, c *goredis.Cmd) { cmds[q] = c })
+	for q, name := range queues {
+		idx := byQueue[name]
+		if err == nil {
+			var res []any
+			res, err2 := cmds[q].Slice()
+			if err2 == nil && len(res) != len(idx) {
+				err2 = fmt.Errorf("ack script: %d results for %d acks", len(res), len(idx))
+			}
+			for k, i := range idx {
+				switch {
+				case err2 != nil:
+					errs[i] = err2
+				case queueInt(res[k]) != 1:
+					errs[i] = backends.ErrLost
+				}
+			}
+			continue
+		}
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// Retry returns a job j.Owner still holds (ErrLost) to the queue after
+// retry_backoff, or to the dead list when it used max_attempts attempts
+// (queueRetryScript).
+func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	res, err := s.runQueueScript(ctx, queueRetryScript, j.Queue, queueArgs(strconv.FormatInt(j.ID, 10), j.Owner, reason))
+	if err == nil {
+		switch queueInt(res[0]) {
+		case 1, 2:
+		case 3:
+			err = backends.ErrLost
+		default:
+			err = fmt.Errorf("script status %v", res[0])
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("retry job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
+	}
+	return nil
+}
+
+// ExtendJob renews j.Owner's visibility lease to now + visibility_timeout,
+// only while it holds the job and the lease has not expired (ErrLost).
+func (s *Store) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error) {
+	if err := s.writable(); err != nil {
+		return time.Time{}, err
+	}
+	exp, err := queueExtendScript.Run(ctx, s.rdb, s.queueInfo(j.Queue).fixed, strconv.FormatInt(j.ID, 10), j.Owner).Int64()
+	if err == nil && exp == 0 {
+		err = backends.ErrLost
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
+	}
+	return queueTime(exp), nil
+}
+
+// Dead lists up to limit dead jobs (limit <= 0: all), in the order they
+// died.
+func (s *Store) Dead(ctx context.Context, queue string, limit int) ([]backends.Job, error) {
+	res, err := s.queueEval(ctx, queueDeadScript, s.queueInfo(queue).fixed, max(limit, 0))
+	if err != nil {
+		return nil, fmt.Errorf("list dead jobs of queue %q: %w", queue, err)
+	}
+	jobs := make([]backends.Job, 0, len(res)/queueJobFields)
+	for i := 0; i+queueJobFields <= len(res); i += queueJobFields {
+		jobs = append(jobs, queueJobAt(queue, res, i))
+	}
+	return jobs, nil
+}
+
+// RequeueDead makes every dead job of queue ready now with attempts reset,
+// and returns how many.
+func (s *Store) RequeueDead(ctx context.Context, queue string) (int64, error) {
+	if err := s.writable(); err != nil {
+		return 0, err
+	}
+	res, err := s.runQueueScript(ctx, queueRequeueDeadScript, queue, queueArgs())
+	if err != nil {
+		return 0, fmt.Errorf("requeue dead jobs of queue %q: %w", queue, err)
+	}
+	if queueInt(res[0]) == 0 {
+		return 0, nil // absent: nothing dead
+	}
+	return queueInt(res[1]), nil
+}
+
+// PurgeDead deletes every dead job of queue and returns how many.
+func (s *Store) PurgeDead(ctx context.Context, queue string) (int64, error) {
+	if err := s.writable(); err != nil {
+		return 0, err
+	}
+	n, err := queuePurgeDeadScript.Run(ctx, s.rdb, s.queueInfo(queue).fixed).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("purge dead jobs of queue %q: %w", queue, err)
+	}
+	return n, nil
+}
+
+// WaitQueue blocks until a job may be claimable, max elapsed or ctx ended.
+//
+// It blocks with BLPOP on the queue's wake list, to which every push (of a
+// ready or a delayed job), a retry to the queue, RequeueDead and a PutQueue
+// that moved jobs push an element. The claim that found nothing claimable
+// deleted the list in the same script, so an element in it is news: no
+// wake-up is lost between that claim and the BLPOP, and none is stale.
+// The BLPOP's timeout is the least of max and what that claim said about
+// time: the first delayed job's available_at, the first lease deadline,
+// and now + the visibility timeout (so that a lease taken later by another
+// host that expires is noticed). Without such a claim (the last claim
+// found jobs, or none ran), WaitQueue first looks (a claim script without
+// members: one more round trip) and returns at once if a job is claimable.
+// So a worker of queue.Client, whose every wait follows an empty claim,
+// sends nothing but its blocking call while idle.
+//
+// The BLPOP runs on a connection of its own (queueBlocking), so idle
+// workers never hold the connections that claims and acks use. When ctx
+// ends first, CLIENT UNBLOCK ends it at once.
+func (s *Store) WaitQueue(ctx context.Context, queue string, max time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wait := max
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	qi := s.queueInfo(queue)
+	idle := qi.idle.Load()
+	if idle == nil && s.writable() == nil {
+		_, err := s.claimGroup(ctx, queue, nil)
+		if errors.Is(err, backends.ErrNotFound) {
+			// An absent queue: nothing to look at; block until max, a
+			// push after a PutQueue wakes the worker.
+		} else if err != nil {
+			return fmt.Errorf("wait on queue %q: %w", queue, err)
+		}
+		if idle = qi.idle.Load(); idle == nil && err == nil {
+			return nil // a job is claimable
+		}
+	}
+	if idle != nil {
+		until := idle.sent.Add(time.Duration(idle.next-idle.now) * time.Microsecond)
+		wait = min(wait, time.Until(until))
+	}
+	if wait < time.Millisecond {
+		return ctx.Err()
+	}
+	woke, err := s.queues.blk.pop(ctx, s, s.keys.queueWake(queue), wait)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("wait on queue %q: %w", queue, err)
+	}
+	if woke {
+		qi.idle.Store(nil) // something happened; look before the next wait
+	}
+	return nil
+}
+
+// queueBlocking holds the connections of blocking calls: a client of its
+// own, created on first use, with no read timeout (each call carries a
+// deadline), whose connections are taken as sticky connections with their
+// CLIENT ID, so that a call whose ctx ends can be ended with CLIENT
+// UNBLOCK. Idle ones are kept for the next call, up to queueBlockIdle.
+type queueBlocking struct {
+	mu     sync.Mutex
+	client *goredis.Client
+	free   []*queueBlockConn
+	closed bool
+}
+
+// queueBlockConn is one connection for blocking calls.
+type queueBlockConn struct {
+	c  *goredis.Conn
+	id int64
+}
+
+const (
+	// queueBlockIdle bounds the idle blocking connections kept.
+	queueBlockIdle = 64
+	// queueBlockPool bounds the blocking connections open at once: the
+	// workers waiting at once on this Store.
+	queueBlockPool = 1000
+	// queueBlockSlack is added to a blocking call's timeout for its
+	// deadline: the server answers at the timeout, so the deadline only
+	// fires when the server or the network is gone.
+	queueBlockSlack = 5 * time.Second
+)
+
+// get returns an idle blocking connection (reused) or opens one.
+func (b *queueBlocking) get(ctx context.Context, s *Store) (c *queueBlockConn, reused bool, err error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, false, errors.New("store is closed")
+	}
+	if n := len(b.free); n > 0 {
+		c := b.free[n-1]
+		b.free = b.free[:n-1]
+		b.mu.Unlock()
+		return c, true, nil
+	}
+	if b.client == nil {
+		o := *s.rdb.Options()
+		o.ReadTimeout = -1 // none: each call's ctx carries a deadline
+		o.MaxRetries = -1
+		o.PoolSize = queueBlockPool
+		o.MinIdleConns, o.MaxIdleConns = 0, 0
+		b.client = goredis.NewClient(&o)
+		b.client.AddHook(tripCounter{&s.trips})
+	}
+	cl := b.client
+	b.mu.Unlock()
+	conn := cl.Conn()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		conn.Close()
+		return nil, false, err
+	}
+	return &queueBlockConn{c: conn, id: id}, false, nil
+}
+
+// put keeps an idle connection for the next call, or closes it.
+func (b *queueBlocking) put(c *queueBlockConn) {
+	b.mu.Lock()
+	if !b.closed && len(b.free) < queueBlockIdle {
+		b.free = append(b.free, c)
+		c = nil
+	}
+	b.mu.Unlock()
+	if c != nil {
+		c.c.Close()
+	}
+}
+
+// close closes the idle connections and the client; connections in use
+// are closed when their call returns.
+func (b *queueBlocking) close() error {
+	b.mu.Lock()
+	free, cl := b.free, b.client
+	b.free, b.client, b.closed = nil, nil, true
+	b.mu.Unlock()
+	for _, c := range free {
+		c.c.Close()
+	}
+	if cl != nil {
+		return cl.Close()
+	}
+	return nil
+}
+
+// pop runs BLPOP key with timeout d on a blocking connection and reports
+// whether it popped an element. When ctx ends first, CLIENT UNBLOCK (sent
+// on the Store's client) ends the BLPOP; an element it popped all the same
+// is pushed back for another worker. A kept connection that fails (the
+// server closed it while it was idle) is replaced once.
+func (b *queueBlocking) pop(ctx context.Context, s *Store, key string, d time.Duration) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := b.get(ctx, s)
+		if err != nil {
+			return false, err
+		}
+		woke, err := b.popOn(ctx, s, c, key, d)
+		if err != nil {
+			c.c.Close()
+			if reused && attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return false, err
+		}
+		b.put(c)
+		return woke, nil
+	}
+}
+
+// popOn is one BLPOP of pop on c.
+func (b *queueBlocking) popOn(ctx context.Context, s *Store, c *queueBlockConn, key string, d time.Duration) (bool, error) {
+	returned := make(chan struct{})
+	unblocked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(unblocked)
+		for {
+			uctx, cancel := context.WithTimeout(context.Background(), queueBlockSlack)
+			n, err := s.rdb.ClientUnblock(uctx, c.id).Result()
+			cancel()
+			if err != nil || n == 1 {
+				return
+			}
+			// Not blocked yet (the BLPOP is on its way) or any more.
+			select {
+			case <-returned:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	secs := strconv.FormatFloat(math.Ceil(float64(d)/float64(time.Millisecond))/1000, 'f', 3, 64)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+queueBlockSlack)
+	v, err := c.c.Do(bctx, "BLPOP", key, secs).Slice()
+	cancel()
+	close(returned)
+	if !stop() {
+		<-unblocked
+	}
+	if errors.Is(err, goredis.Nil) {
+		return false, nil // timed out, or unblocked
+	}
+	if err != nil {
+		return false, err
+	}
+	woke := len(v) == 2
+	if woke && ctx.Err() != nil {
+		pctx, cancel := context.WithTimeout(context.Background(), queueBlockSlack)
+		_ = s.rdb.LPush(pctx, key, v[1]).Err()
+		cancel()
+	}
+	return woke, nil
+}

@@ -1,0 +1,316 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+)
+
+var (
+	_ backends.SemaphoreAdmin = (*Store)(nil)
+	_ backends.Semaphores     = (*Store)(nil)
+)
+
+// semKeyNames are the parts of a semaphore's keys, in the order of the
+// scripts' KEYS (see semaphore_scripts.go).
+var semKeyNames = [...]string{"cfg", "free", "exp", "holders", "fencing", "wake", "wseq", "wexp"}
+
+// semaphore returns the keys of semaphore name, in the scripts' order.
+func (k keys) semaphore(name string) []string {
+	out := make([]string, len(semKeyNames))
+	for i, part := range semKeyNames {
+		out[i] = k.object("sem", name, part)
+	}
+	return out
+}
+
+// semInterrupt is a waiter's private list: pushing to it ends the waiter's
+// BLPOP (cancellation).
+func (k keys) semInterrupt(name, id string) string {
+	return k.object("sem", name, "int:"+id)
+}
+
+// Positions of keys in keys.semaphore.
+const (
+	semKeyFree    = 1
+	semKeyExp     = 2
+	semKeyHold    = 3
+	semKeyFencing = 4
+	semKeyWake    = 5
+)
+
+// semState is what a Store keeps for its semaphores: the keys of the
+// semaphores it used (building them costs more than a script's server
+// time), and the client for blocking calls (waiters.go), created on first
+// use.
+type semState struct {
+	keys   sync.Map // name -> []string; never modified once stored
+	nkeys  atomic.Int32
+	mu     sync.Mutex
+	block  *goredis.Client
+	turns  chan struct{} // one per blocking connection
+	closed bool
+}
+
+// semKeyCacheMax bounds the key cache (names come from the spec, but the
+// Go API accepts any).
+const semKeyCacheMax = 4096
+
+// semKeys returns the keys of semaphore name, cached. Callers must not
+// modify the slice.
+func (s *Store) semKeys(name string) []string {
+	if v, ok := s.sems.keys.Load(name); ok {
+		return v.([]string)
+	}
+	k := s.keys.semaphore(name)
+	if s.sems.nkeys.Load() < semKeyCacheMax {
+		if _, loaded := s.sems.keys.LoadOrStore(name, k); !loaded {
+			s.sems.nkeys.Add(1)
+		}
+	}
+	return k
+}
+
+// semMicros validates a lease and returns it in µs.
+func semMicros(d time.Duration) (int64, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("lease %v is not positive", d)
+	}
+	return max(d.Microseconds(), 1), nil
+}
+
+// semErr wraps an error of operation op on semaphore name.
+func (s *Store) semErr(op, name string, err error) error {
+	return fmt.Errorf("redis %q: %s semaphore %q: %w", s.name, op, name, err)
+}
+
+// PutSemaphore creates the semaphore or updates its config, and repairs its
+// tokens to max(limit, live holders) in the same script.
+func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	switch {
+	case cfg.Name == "":
+		return errors.New("put semaphore: empty name")
+	case cfg.Limit < 0:
+		return s.semErr("put", cfg.Name, fmt.Errorf("negative limit %d", cfg.Limit))
+	case cfg.Mode != "" && cfg.Mode != spec.ModeLease:
+		return s.semErr("put", cfg.Name, fmt.Errorf("mode %q: %w", cfg.Mode, backends.ErrUnsupported))
+	}
+	err := semPutScript.Run(ctx, s.rdb, s.semKeys(cfg.Name),
+		cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, max(cfg.MaxWaiting, -1), int64(cfg.MaxHold)).Err()
+	if err != nil {
+		return s.semErr("put", cfg.Name, err)
+	}
+	return nil
+}
+
+// DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
+// drains it: limit 0, free tokens gone, ErrHeld; held slots retire on
+// release.
+func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	live, err := semDeleteScript.Run(ctx, s.rdb, s.semKeys(name)).Int64()
+	if err != nil {
+		return s.semErr("delete", name, err)
+	}
+	if live > 0 {
+		return s.semErr("delete", name, fmt.Errorf("%d live holders: %w", live, backends.ErrHeld))
+	}
+	return nil
+}
+
+// TryAcquire takes a free token (or reclaims an expired one) unless the live
+// holders reach the limit.
+func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	if err := s.writable(); err != nil {
+		return backends.Grant{}, err
+	}
+	if req.Owner == "" {
+		return backends.Grant{}, s.semErr("acquire", name, errors.New("empty owner"))
+	}
+	us, err := semMicros(req.Lease)
+	if err != nil {
+		return backends.Grant{}, s.semErr("acquire", name, err)
+	}
+	v, err := semAcquireScript.Run(ctx, s.rdb, s.semKeys(name)[:semAcquireKeys], req.Owner, req.Host, req.PID, us).Int64Slice()
+	if err != nil {
+		return backends.Grant{}, s.semErr("acquire", name, err)
+	}
+	switch code := v[0]; {
+	case code >= 0:
+		return backends.Grant{Slot: int(code), Fencing: v[1], ExpiresAt: fromMicros(v[2])}, nil
+	case code == -1:
+		err = backends.ErrNotFound
+	case code == -2:
+		err = fmt.Errorf("%d of %d held: %w", v[1], v[2], backends.ErrNoSlot)
+	case code == -3:
+		err = fmt.Errorf("%d of %d held, but only %d free tokens (drift until the semaphore is repaired): %w", v[1], v[2], max(v[3], 0), backends.ErrNoSlot)
+	default:
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
+	return backends.Grant{}, s.semErr("acquire", name, err)
+}
+
+// Extend renews owner's lease to now+lease; ErrLost once it has expired.
+func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	if err := s.writable(); err != nil {
+		return time.Time{}, err
+	}
+	us, err := semMicros(lease)
+	if err != nil {
+		return time.Time{}, s.semErr("extend", name, err)
+	}
+	exp, err := semExtendScript.Run(ctx, s.rdb, s.semKeys(name), owner, us).Int64()
+	if err != nil {
+		return time.Time{}, s.semErr("extend", name, err)
+	}
+	if exp < 0 {
+		return time.Time{}, s.semErr("extend", name, backends.ErrLost)
+	}
+	return fromMicros(exp), nil
+}
+
+// Release frees owner's slot, or retires it when the semaphore has more
+// slots than max(limit, live holders). A slot whose lease had expired (and
+// was not yet reclaimed) is cleared too, but the call returns ErrLost: the
+// caller's hold was not exclusive to the end.
+func (s *Store) Release(ctx context.Context, name, owner string) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	v, err := semReleaseScript.Run(ctx, s.rdb, s.semKeys(name)[:semReleaseKeys], owner).Int64Slice()
+	if err != nil {
+		return s.semErr("release", name, err)
+	}
+	switch v[0] {
+	case 1:
+		return nil
+	case 0:
+		return s.semErr("release", name, fmt.Errorf("lease had expired: %w", backends.ErrLost))
+	default:
+		return s.semErr("release", name, backends.ErrLost)
+	}
+}
+
+// Holders lists live holders by slot; an absent semaphore has none.
+func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+	v, err := semObserveScript.Run(ctx, s.rdb, s.semKeys(name)).Slice()
+	if err != nil {
+		return nil, s.semErr("holders", name, err)
+	}
+	st, err := parseSemState(name, v)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	return st.Holders, nil
+}
+
+// ObserveSemaphores reads many semaphores in one pipeline of one script per
+// semaphore (each atomic on its own), so in one round trip.
+func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
+	out := make(map[string]*backends.SemaphoreState, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	run := func() ([]*goredis.Cmd, error) {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*goredis.Cmd, len(names))
+		for i, n := range names {
+			cmds[i] = semObserveScript.EvalSha(ctx, pipe, s.semKeys(n))
+		}
+		_, err := pipe.Exec(ctx)
+		return cmds, err
+	}
+	cmds, err := run()
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The script cache was empty (first use, a restart, SCRIPT FLUSH).
+		if err = semObserveScript.Load(ctx, s.rdb).Err(); err == nil {
+			cmds, err = run()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis %q: observe semaphores: %w", s.name, err)
+	}
+	for i, n := range names {
+		v, err := cmds[i].Slice()
+		if err != nil {
+			return nil, s.semErr("observe", n, err)
+		}
+		st, err := parseSemState(n, v)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			out[n] = st
+		}
+	}
+	return out, nil
+}
+
+// parseSemState reads semObserveScript's reply; nil when absent.
+func parseSemState(name string, v []any) (*backends.SemaphoreState, error) {
+	if len(v) == 0 || toInt(v[0]) == 0 {
+		return nil, nil
+	}
+	if len(v) < 10 || (len(v)-10)%3 != 0 {
+		return nil, fmt.Errorf("observe semaphore %q: malformed reply of %d values", name, len(v))
+	}
+	num := func(i int) int64 {
+		n, _ := strconv.ParseInt(toString(v[i]), 10, 64)
+		return n
+	}
+	st := &backends.SemaphoreState{
+		Config: backends.SemaphoreConfig{
+			Name: name, Limit: int(num(1)), Lease: time.Duration(num(2)), Mode: toString(v[3]),
+			Wake: toString(v[4]), MaxWaiting: int(num(5)), MaxHold: time.Duration(num(6)),
+		},
+		Slots: int(toInt(v[7])), Expired: int(toInt(v[8])), Waiters: int(toInt(v[9])),
+	}
+	for i := 10; i < len(v); i += 3 {
+		h, err := parseHolder(toString(v[i+2]))
+		if err != nil {
+			return nil, fmt.Errorf("observe semaphore %q: slot %d: %w", name, toInt(v[i]), err)
+		}
+		h.Slot, h.ExpiresAt = int(toInt(v[i])), fromMicros(toInt(v[i+1]))
+		st.Holders = append(st.Holders, h)
+	}
+	slices.SortFunc(st.Holders, func(a, b backends.Holder) int { return a.Slot - b.Slot })
+	return st, nil
+}
+
+// parseHolder reads a holder record: "<fencing> <acquired µs> <pid>
+// <len(owner)> <owner><host>".
+func parseHolder(rec string) (backends.Holder, error) {
+	var h backends.Holder
+	var f [4]int64
+	rest := rec
+	for i := range f {
+		field, tail, ok := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(field, 10, 64)
+		if !ok || err != nil {
+			return h, fmt.Errorf("malformed holder record %q", rec)
+		}
+		f[i], rest = n, tail
+	}
+	if f[3] < 0 || f[3] > int64(len(rest)) {
+		return h, fmt.Errorf("malformed holder record %q", rec)
+	}
+	h.Fencing, h.AcquiredAt, h.PID = f[0], fromMicros(f[1]), int(f[2])
+	h.Owner, h.Host = rest[:f[3]], rest[f[3]:]
+	return h, nil
+}

@@ -1,0 +1,118 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+)
+
+// ErrReadOnly is returned by every write on a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("store is opened read-only")
+
+// Store is one handle on a Redis database under one key prefix. It is safe
+// for concurrent use; several Stores (in one process or several) may share
+// one prefix, as the hosts of a cluster do.
+type Store struct {
+	name   string
+	opts   backends.Options
+	keys   keys
+	rdb    *goredis.Client
+	trips  atomic.Uint64
+	closed atomic.Bool
+	// sems and queues hold what the semaphore and queue code keep per
+	// handle (semaphore.go, queue.go).
+	sems   semState
+	queues queueState
+}
+
+// Open connects to the Redis server named by url (redis:// or rediss://,
+// with an optional ACL user and password and a database number) and checks
+// it answers. Every key the store writes starts with keyPrefix.
+func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Options) (*Store, error) {
+	o, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis %q: parse url %s: %w", name, spec.RedactURL(url), err)
+	}
+	// The pool's own retries would send a script twice after a timeout;
+	// every caller here decides itself whether a call may be repeated.
+	o.MaxRetries = -1
+	// Blocking calls (BLPOP) carry their own timeout, and the context ends
+	// the others.
+	o.ContextTimeoutEnabled = true
+	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: goredis.NewClient(o)}
+	s.rdb.AddHook(tripCounter{&s.trips})
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.rdb.Close()
+		return nil, fmt.Errorf("redis %q: connect to %s: %w", name, o.Addr, err)
+	}
+	return s, nil
+}
+
+// Name is the backend's name in the spec.
+func (s *Store) Name() string { return s.name }
+
+// Type is spec.TypeRedis.
+func (s *Store) Type() string { return spec.TypeRedis }
+
+// RoundTrips counts requests sent: one per command, one per pipeline.
+func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+
+// Client is the underlying go-redis client (tests and benchmarks use it to
+// reach behind coordd's back).
+func (s *Store) Client() *goredis.Client { return s.rdb }
+
+// Prefix is the key prefix.
+func (s *Store) Prefix() string { return s.keys.prefix }
+
+// Close closes the connections. It is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	// The blocking clients of waiters and idle workers first.
+	return errors.Join(s.sems.close(), s.queues.close(), s.rdb.Close())
+}
+
+// Now reads the server's clock (TIME).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redis %q: time: %w", s.name, err)
+	}
+	return t.UTC(), nil
+}
+
+// writable refuses writes on a read-only store.
+func (s *Store) writable() error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// tripCounter is a go-redis hook that counts round trips.
+type tripCounter struct{ n *atomic.Uint64 }
+
+func (h tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
