@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/internal/child"
 )
@@ -65,12 +66,13 @@ func main() {
 	// Started as a child shim (see internal/child): run it and exit.
 	child.MaybeRunShim()
 	child.DefaultShim = selfExe()
-	// The MySQL driver prints what it considers critical (a connection that
-	// broke) on stderr by itself; every such error also reaches coordd as
-	// an error it handles and reports. `coordd run` sends these lines to its
-	// log at debug level; the short-lived commands drop them, so that their
-	// stderr stays theirs and a JSON log stays JSON.
+	// The MySQL driver and go-redis print what they consider critical (a
+	// connection that broke) on stderr by themselves; every such error also
+	// reaches coordd as an error it handles and reports. `coordd run` sends
+	// these lines to its log at debug level; the short-lived commands drop
+	// them, so that their stderr stays theirs and a JSON log stays JSON.
 	_ = mysql.SetLogger(&mysql.NopLogger{})
+	goredis.SetLogger(nopRedisLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal()}
 	code := run(ctx, env, os.Args[1:])
@@ -192,3 +194,8 @@ func noPositional(env *cliEnv, name string, pos []string) bool {
 	}
 	return true
 }
+
+// nopRedisLog drops go-redis's own messages (see main).
+type nopRedisLog struct{}
+
+func (nopRedisLog) Printf(context.Context, string, ...any) {}

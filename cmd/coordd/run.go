@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/go-hclog"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/daemon"
 	"github.com/coordd/coordd/internal/version"
@@ -54,6 +55,7 @@ finish within --shutdown-grace; a second signal kills them.
 			Color: hclog.AutoColor, TimeFormat: time.RFC3339Nano,
 		})
 		_ = mysql.SetLogger(driverLog{log.Named("mysql")})
+		goredis.SetLogger(driverLog{log.Named("redis")})
 		d, err := daemon.New(ctx, daemon.Config{
 			SpecPath: *path, HostID: hostID(*host), Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
@@ -84,3 +86,8 @@ finish within --shutdown-grace; a second signal kills them.
 type driverLog struct{ l hclog.Logger }
 
 func (d driverLog) Print(v ...any) { d.l.Debug(strings.TrimSpace(fmt.Sprint(v...))) }
+
+// Printf is go-redis's logger interface.
+func (d driverLog) Printf(_ context.Context, format string, v ...any) {
+	d.l.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
