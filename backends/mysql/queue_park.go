@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -128,8 +130,8 @@ const (
 // queueState is what a Store keeps for its queues: the ack batcher and
 // what it remembers about wake-ups.
 type queueState struct {
-	acks   ackBatcher
-	claims claimBatcher
+	acks   group.Batcher[backends.Job]
+	claims group.Claimer[backends.Job]
 	// configs maps a queue to the config its last claim saw
 	// (*claimConfig), which the next claim script checks (Claim).
 	configs sync.Map

@@ -8,14 +8,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -66,7 +64,7 @@ var _ backends.Queues = (*Store)(nil)
 // Either way a claim is one script (qClaimHeadFast and what follows it):
 // several statements sent in one round trip on a dedicated connection,
 // one transaction, one commit. Concurrent claims of one Store on one
-// queue go together in one script (claimBatcher), each caller's jobs
+// queue go together in one script (group.Claimer), each caller's jobs
 // leased to its own owner token. Claims run at READ COMMITTED, and
 // locking statements name their index (FORCE INDEX): on a small table the
 // optimizer would rather scan the whole table, and a locking scan locks,
@@ -247,7 +245,7 @@ const (
 	// qClaimLeaseHead leases the jobs of @coordd_ids, which the
 	// transaction holds locked, until @coordd_now + the visibility timeout
 	// in microseconds, counting an attempt. One claim may serve several
-	// callers (claimBatcher): each gets the next jobs in claim order, up
+	// callers (group.Claimer): each gets the next jobs in claim order, up
 	// to its max. The owner is a CASE over ord: qClaimLeaseHead, then
 	// qClaimLeaseOwner per caller (arguments: 1 + the running total of the
 	// callers' max up to this one, its owner), then qClaimLeaseTail
@@ -462,7 +460,7 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 // trips. It looks for expired leases only when one may have expired
 // (claimConfig.sweepAt): the look scans the queue's running jobs.
 //
-// Claims are grouped per Store and queue, as acks are (claimBatcher): a
+// Claims are grouped per Store and queue, as acks are (group.Claimer): a
 // Claim that finds none of the queue's claims running runs at once; claims
 // that arrive while one runs wait for it, then go together in one script,
 // which leases each of them its own jobs under its own owner token, in one
@@ -476,185 +474,11 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	if max < 1 {
 		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
 	}
-	jobs, err := s.queues.claims.claim(ctx, s, queue, owner, max)
+	jobs, err := s.queues.claims.Claim(ctx, queue, owner, max, s.claimGroup)
 	if err != nil {
 		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
 	}
 	return jobs, nil
-}
-
-// maxClaimGroup bounds the jobs one grouped claim asks for (the members'
-// max summed); a claim asking for more goes alone.
-const maxClaimGroup = 256
-
-// claimBatcher groups the concurrent claims of one Store, per queue.
-type claimBatcher struct {
-	mu     sync.Mutex
-	queues map[string]*claimQueue
-}
-
-// claimQueue is one queue's claims waiting for the next group.
-type claimQueue struct {
-	pending []*claimReq
-	running bool // a group is running; pending waits for the next one
-	shared  bool // the last group had several members: gather the next
-}
-
-// claimReq is one Claim.
-type claimReq struct {
-	ctx   context.Context
-	owner string
-	max   int
-	sent  bool             // under claimBatcher.mu: its group was taken
-	done  chan claimResult // buffered: the group never blocks on a caller
-}
-
-type claimResult struct {
-	jobs []backends.Job
-	err  error
-}
-
-// claim queues a claim and waits for its result. The caller that finds no
-// group of the queue running runs one itself (with its own claim in it),
-// and if more claims arrived meanwhile, leaves the next groups to a
-// goroutine that runs them until none is pending.
-func (b *claimBatcher) claim(ctx context.Context, s *Store, queue, owner string, max int) ([]backends.Job, error) {
-	r := &claimReq{ctx: ctx, owner: owner, max: max, done: make(chan claimResult, 1)}
-	b.mu.Lock()
-	if b.queues == nil {
-		b.queues = map[string]*claimQueue{}
-	}
-	cq := b.queues[queue]
-	if cq == nil {
-		cq = &claimQueue{}
-		b.queues[queue] = cq
-	}
-	cq.pending = append(cq.pending, r)
-	lead := !cq.running
-	cq.running = true
-	b.mu.Unlock()
-	if lead && b.round(s, queue, cq) {
-		go func() {
-			for b.round(s, queue, cq) {
-			}
-		}()
-	}
-	select {
-	case res := <-r.done:
-		return res.jobs, res.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	sent := r.sent
-	if !sent {
-		cq.pending = slices.DeleteFunc(cq.pending, func(p *claimReq) bool { return p == r })
-	}
-	b.mu.Unlock()
-	if !sent {
-		return nil, ctx.Err()
-	}
-	res := <-r.done // the group runs until every member's ctx ended
-	return res.jobs, res.err
-}
-
-// round runs one group of the queue's pending claims and reports whether
-// more are pending; when none is, it marks the queue idle.
-func (b *claimBatcher) round(s *Store, queue string, cq *claimQueue) bool {
-	b.mu.Lock()
-	shared := cq.shared
-	b.mu.Unlock()
-	if shared {
-		b.gather(cq)
-	}
-	b.mu.Lock()
-	var group []*claimReq
-	total := 0
-	for len(cq.pending) > 0 {
-		r := cq.pending[0]
-		if len(group) > 0 && total+r.max > maxClaimGroup {
-			break
-		}
-		cq.pending = cq.pending[1:]
-		r.sent = true
-		group = append(group, r)
-		total += r.max
-	}
-	cq.shared = len(group) > 1
-	b.mu.Unlock()
-	if len(group) > 0 {
-		ctx, stop := groupContext(group)
-		jobs, err := s.claimGroup(ctx, queue, group)
-		stop()
-		for i, r := range group {
-			res := claimResult{err: err}
-			if err == nil {
-				res.jobs = jobs[i]
-			} else if r.ctx.Err() != nil {
-				res.err = r.ctx.Err()
-			}
-			r.done <- res
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(cq.pending) == 0 {
-		cq.running = false
-		delete(b.queues, queue) // the next claim starts a new claimQueue
-		return false
-	}
-	return true
-}
-
-// gather lets the claims that are on their way join the next group, when
-// the last group had several members (several workers claim from this
-// Store): their jobs were claimed together, so their handlers finish, and
-// the workers claim again, at about the same time. It yields the processor
-// until no claim arrived for gatherQuiet, at most gatherMax, as the ack
-// batcher does; a lone claimer does not pay it.
-func (b *claimBatcher) gather(cq *claimQueue) {
-	start := time.Now()
-	last := start
-	b.mu.Lock()
-	n := len(cq.pending)
-	b.mu.Unlock()
-	for {
-		runtime.Gosched()
-		now := time.Now()
-		b.mu.Lock()
-		m := len(cq.pending)
-		b.mu.Unlock()
-		switch {
-		case m > n:
-			n, last = m, now
-		case now.Sub(last) >= gatherQuiet || now.Sub(start) >= gatherMax:
-			return
-		}
-	}
-}
-
-// groupContext returns a context that ends when every member's context has
-// ended, and a function that releases it.
-func groupContext(group []*claimReq) (context.Context, func()) {
-	if len(group) == 1 {
-		return group[0].ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var left atomic.Int64
-	left.Store(int64(len(group)))
-	stops := make([]func() bool, len(group))
-	for i, r := range group {
-		stops[i] = context.AfterFunc(r.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }
 
 // claimConfig is a queue's config as a claim uses it: the stored text,
@@ -698,17 +522,21 @@ func (cc *claimConfig) checked(sent time.Time, now int64, earliest sql.NullInt64
 	cc.sweepAt.Store(int64(sent.Sub(monoBase) + wait))
 }
 
+// maxClaimGroup bounds the jobs one grouped claim asks for (the members'
+// max summed); a claim asking for more goes alone.
+const maxClaimGroup = 256
+
 // maxConfigRefresh bounds the claims in a row that find the config
 // changed: it would have to change between every two round trips.
 const maxConfigRefresh = 3
 
 // claimGroup runs one claim script for group and returns each member's
 // jobs.
-func (s *Store) claimGroup(ctx context.Context, queue string, group []*claimReq) ([][]backends.Job, error) {
+func (s *Store) claimGroup(ctx context.Context, queue string, group []*group.Claim[backends.Job]) ([][]backends.Job, error) {
 	qs := &s.queues
 	total := 0
 	for _, r := range group {
-		total += r.max
+		total += r.Max
 	}
 	for range maxConfigRefresh {
 		var cc *claimConfig
@@ -754,8 +582,8 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*claimReq)
 		upto := 1 // the status element
 		for _, r := range group {
 			sb.WriteString(qClaimLeaseOwner)
-			upto += r.max
-			args = append(args, upto, r.owner)
+			upto += r.Max
+			args = append(args, upto, r.Owner)
 		}
 		sb.WriteString(qClaimLeaseTail + qClaimTail)
 		args = append(args, cc.vis)
@@ -787,7 +615,7 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*claimReq)
 			}
 			out := make([][]backends.Job, len(group))
 			for i, r := range group {
-				out[i] = byOwner[r.owner]
+				out[i] = byOwner[r.Owner]
 				if out[i] == nil {
 					out[i] = []backends.Job{}
 				}
@@ -891,7 +719,7 @@ func jobAffected(res sql.Result, err error) error {
 // deletion it cannot prove. An Ack whose ctx ends while it waits returns
 // ctx's error, and its job may be deleted anyway.
 func (s *Store) Ack(ctx context.Context, j backends.Job) error {
-	err := s.queues.acks.ack(ctx, s, j)
+	err := s.queues.acks.Do(ctx, j, s.ackBatch)
 	if err != nil {
 		return fmt.Errorf("ack job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
 	}
@@ -905,113 +733,12 @@ const maxAckBatch = 256
 // follows none of their contexts.
 const ackTimeout = 30 * time.Second
 
-// ackBatcher queues the acks of one Store while a batch runs.
-type ackBatcher struct {
-	mu      sync.Mutex
-	pending []*ackReq
-	running bool // a batch is running; pending waits for the next one
-}
-
-// ackReq is one Ack waiting for its batch.
-type ackReq struct {
-	j    backends.Job
-	done chan error // buffered: the batch never blocks on a caller
-}
-
-// ack queues j and waits for its result. The caller that finds no batch
-// running runs one itself (with its own ack in it), and if more acks
-// arrived meanwhile, leaves the next batches to a goroutine that runs them
-// until none is pending.
-func (b *ackBatcher) ack(ctx context.Context, s *Store, j backends.Job) error {
-	r := &ackReq{j: j, done: make(chan error, 1)}
-	b.mu.Lock()
-	b.pending = append(b.pending, r)
-	lead := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if lead {
-		b.gather()
-	}
-	if lead && b.round(ctx, s) {
-		go func() {
-			for b.round(ctx, s) {
-			}
-		}()
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// gather lets the acks that are on their way join the batch: jobs claimed
-// together tend to finish together, and their handlers' goroutines are
-// runnable now, here or on another processor. It yields the processor
-// until no ack arrived for gatherQuiet, and at most for gatherMax: tens of
-// microseconds, where a commit costs a millisecond on a busy server. A
-// lone ack pays gatherQuiet.
-func (b *ackBatcher) gather() {
-	start := time.Now()
-	last := start
-	b.mu.Lock()
-	n := len(b.pending)
-	b.mu.Unlock()
-	for {
-		runtime.Gosched()
-		now := time.Now()
-		b.mu.Lock()
-		m := len(b.pending)
-		b.mu.Unlock()
-		switch {
-		case m >= maxAckBatch:
-			return
-		case m > n:
-			n, last = m, now
-		case now.Sub(last) >= gatherQuiet || now.Sub(start) >= gatherMax:
-			return
-		}
-	}
-}
-
-// gatherQuiet and gatherMax bound gather.
-const (
-	gatherQuiet = 50 * time.Microsecond
-	gatherMax   = 500 * time.Microsecond
-)
-
-// round runs one batch of the pending acks and reports whether more are
-// pending; when none is, it marks the batcher idle.
-func (b *ackBatcher) round(ctx context.Context, s *Store) bool {
-	b.mu.Lock()
-	batch := b.pending[:min(len(b.pending), maxAckBatch)]
-	b.pending = b.pending[len(batch):]
-	b.mu.Unlock()
-	if len(batch) > 0 {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-		errs := s.ackBatch(bctx, batch)
-		cancel()
-		for i, r := range batch {
-			r.done <- errs[i]
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.pending) == 0 {
-		b.pending = nil // let the array go
-		b.running = false
-		return false
-	}
-	return true
-}
-
 // ackBatch deletes the jobs of batch that their owners still hold and
 // returns each ack's error: nil, ErrLost, or the batch's own failure.
-func (s *Store) ackBatch(ctx context.Context, batch []*ackReq) []error {
+func (s *Store) ackBatch(ctx context.Context, batch []backends.Job) []error {
 	errs := make([]error, len(batch))
 	if len(batch) == 1 {
-		j := batch[0].j
+		j := batch[0]
 		errs[0] = jobAffected(s.autocommit(ctx, qJobAck, j.ID, j.Queue, j.Owner))
 		return errs
 	}
@@ -1020,13 +747,13 @@ func (s *Store) ackBatch(ctx context.Context, batch []*ackReq) []error {
 	seen := make(map[int64]bool, len(batch))
 	args := make([]any, 0, 3*len(batch))
 	for i, r := range batch {
-		if seen[r.j.ID] {
+		if seen[r.ID] {
 			errs[i] = backends.ErrLost
 			continue
 		}
-		seen[r.j.ID] = true
+		seen[r.ID] = true
 		todo = append(todo, i)
-		args = append(args, r.j.ID, r.j.Queue, r.j.Owner)
+		args = append(args, r.ID, r.Queue, r.Owner)
 	}
 	rows := qJobAckRow + strings.Repeat(qJobAckRowMore, len(todo)-1) + qJobAckRowsTail
 	n, err := affected(s.autocommit(ctx, qJobAckBatchHead+rows+qJobAckBatchTail, args...))
@@ -1042,7 +769,7 @@ func (s *Store) ackBatch(ctx context.Context, batch []*ackReq) []error {
 	}
 	missing := int64(len(todo) - len(present))
 	for _, i := range todo {
-		if present[batch[i].j.ID] || n != missing {
+		if present[batch[i].ID] || n != missing {
 			errs[i] = backends.ErrLost
 		}
 	}
@@ -1050,10 +777,10 @@ func (s *Store) ackBatch(ctx context.Context, batch []*ackReq) []error {
 }
 
 // ackPresent returns which jobs of batch[todo] still exist.
-func (s *Store) ackPresent(ctx context.Context, batch []*ackReq, todo []int) (map[int64]bool, error) {
+func (s *Store) ackPresent(ctx context.Context, batch []backends.Job, todo []int) (map[int64]bool, error) {
 	ids := make([]any, len(todo))
 	for k, i := range todo {
-		ids[k] = batch[i].j.ID
+		ids[k] = batch[i].ID
 	}
 	q := qJobAckPresentHead + qJobAckID + strings.Repeat(qJobAckIDMore, len(ids)-1) + qJobAckRowsTail + qJobAckPresentTail
 	rows, err := s.on(nil).query(ctx, q, ids...)

@@ -126,6 +126,10 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
+	// Claims of several workers gather (a lone claimer pays nothing).
+	s.queues.claims.Limit, s.queues.claims.Gather = maxClaimGroup, true
+	// Acks gather too: a commit costs far more than the wait.
+	s.queues.acks.Limit, s.queues.acks.Gather, s.queues.acks.Timeout = maxAckBatch, true, ackTimeout
 	// Dedicated connections may send scripts (several statements in one
 	// round trip, runScript); the statement pool may not. They also run
 	// statements that block for seconds on purpose (parked waiters,

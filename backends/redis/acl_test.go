@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -28,11 +29,10 @@ func TestConformanceACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := fmt.Sprintf("redis://coordd:s3cret@127.0.0.1:%d/0", r.Port)
-	n := 0
+	var n atomic.Int64 // subtests run in parallel: each its own prefix
 	h := harness()
 	h.New = func(t *testing.T) func() backends.Backend {
-		n++
-		prefix := fmt.Sprintf("coordd:t%d:", n)
+		prefix := fmt.Sprintf("coordd:t%d:", n.Add(1))
 		return func() backends.Backend { return openStore(t, url, prefix, backends.Options{Version: "0.1.0"}) }
 	}
 	backendtest.Run(t, h)

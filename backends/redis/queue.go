@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -86,8 +87,8 @@ func (q *queueState) close() error { return q.blk.close() }
 // queueState is what a Store keeps for its queues.
 type queueState struct {
 	infos  sync.Map // queue name -> *queueInfo
-	claims queueClaimBatcher
-	acks   queueAckBatcher
+	claims group.Claimer[backends.Job]
+	acks   group.Batcher[backends.Job]
 	blk    queueBlocking
 }
 

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
 )
 
 var _ backends.Queues = (*Store)(nil)
@@ -27,7 +26,7 @@ var _ backends.Queues = (*Store)(nil)
 // another worker claimed is never touched by its old owner (ErrLost).
 //
 // Concurrent claims of one Store on one queue go in one script
-// (queueClaimBatcher), and concurrent acks of one Store in one script per
+// (group.Claimer), and concurrent acks of one Store in one script per
 // queue (queueAckBatcher, several queues in one pipeline): a caller that
 // finds none running sends at once, and those that arrive meanwhile go
 // together in the next round trip.
@@ -96,7 +95,7 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 
 // Claim sweeps and then leases up to max jobs of one partition to owner,
 // in insert order (queueClaimScript). Concurrent claims of this Store on
-// one queue go together in one script (queueClaimBatcher); once its group
+// one queue go together in one script (group.Claimer); once its group
 // is sent, a Claim waits for the reply even if ctx ends, so that no job is
 // leased to a caller that left.
 func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
@@ -109,7 +108,7 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	if max < 1 {
 		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
 	}
-	jobs, err := s.queues.claims.claim(ctx, s, queue, owner, max)
+	jobs, err := s.queues.claims.Claim(ctx, queue, owner, max, s.claimGroup)
 	if err != nil {
 		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
 	}
@@ -120,149 +119,14 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 // members' max summed); a claim asking for more goes alone.
 const queueMaxClaimGroup = 512
 
-// queueClaimBatcher groups the concurrent claims of one Store, per queue.
-type queueClaimBatcher struct {
-	mu     sync.Mutex
-	queues map[string]*queueClaimQueue
-}
-
-// queueClaimQueue is one queue's claims waiting for the next group.
-type queueClaimQueue struct {
-	pending []*queueClaimReq
-	running bool // a group is running; pending waits for the next one
-}
-
-// queueClaimReq is one Claim.
-type queueClaimReq struct {
-	ctx   context.Context
-	owner string
-	max   int
-	sent  bool                  // under queueClaimBatcher.mu: its group was taken
-	done  chan queueClaimResult // buffered: the group never blocks on a caller
-}
-
-type queueClaimResult struct {
-	jobs []backends.Job
-	err  error
-}
-
-// claim queues a claim and waits for its result. The caller that finds no
-// group of the queue running runs one itself, and if more claims arrived
-// meanwhile, leaves the next groups to a goroutine that runs them until
-// none is pending.
-func (b *queueClaimBatcher) claim(ctx context.Context, s *Store, queue, owner string, max int) ([]backends.Job, error) {
-	r := &queueClaimReq{ctx: ctx, owner: owner, max: max, done: make(chan queueClaimResult, 1)}
-	b.mu.Lock()
-	if b.queues == nil {
-		b.queues = map[string]*queueClaimQueue{}
-	}
-	cq := b.queues[queue]
-	if cq == nil {
-		cq = &queueClaimQueue{}
-		b.queues[queue] = cq
-	}
-	cq.pending = append(cq.pending, r)
-	lead := !cq.running
-	cq.running = true
-	b.mu.Unlock()
-	if lead && b.round(s, queue, cq) {
-		go func() {
-			for b.round(s, queue, cq) {
-			}
-		}()
-	}
-	select {
-	case res := <-r.done:
-		return res.jobs, res.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	sent := r.sent
-	if !sent {
-		cq.pending = slices.DeleteFunc(cq.pending, func(p *queueClaimReq) bool { return p == r })
-	}
-	b.mu.Unlock()
-	if !sent {
-		return nil, ctx.Err()
-	}
-	res := <-r.done
-	return res.jobs, res.err
-}
-
-// round runs one group of the queue's pending claims and reports whether
-// more are pending; when none is, it marks the queue idle.
-func (b *queueClaimBatcher) round(s *Store, queue string, cq *queueClaimQueue) bool {
-	b.mu.Lock()
-	var group []*queueClaimReq
-	total := 0
-	for len(cq.pending) > 0 {
-		r := cq.pending[0]
-		if len(group) > 0 && total+r.max > queueMaxClaimGroup {
-			break
-		}
-		cq.pending = cq.pending[1:]
-		r.sent = true
-		group = append(group, r)
-		total += r.max
-	}
-	b.mu.Unlock()
-	if len(group) > 0 {
-		ctx, stop := queueGroupContext(group)
-		jobs, err := s.claimGroup(ctx, queue, group)
-		stop()
-		for i, r := range group {
-			res := queueClaimResult{err: err}
-			if err == nil {
-				res.jobs = jobs[i]
-			} else if r.ctx.Err() != nil {
-				res.err = r.ctx.Err()
-			}
-			r.done <- res
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(cq.pending) == 0 {
-		cq.running = false
-		delete(b.queues, queue) // the next claim starts a new queueClaimQueue
-		return false
-	}
-	return true
-}
-
-// queueGroupContext returns a context that ends when every member's context
-// has ended, and a function that releases it.
-func queueGroupContext(group []*queueClaimReq) (context.Context, func()) {
-	if len(group) == 1 {
-		return group[0].ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var left atomic.Int64
-	left.Store(int64(len(group)))
-	stops := make([]func() bool, len(group))
-	for i, r := range group {
-		stops[i] = context.AfterFunc(r.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
-}
-
 // claimGroup runs one claim script for group (no member: WaitQueue's look,
 // which only sweeps) and returns each member's jobs. It records what an
 // empty claim learnt for WaitQueue.
-func (s *Store) claimGroup(ctx context.Context, queue string, group []*queueClaimReq) ([][]backends.Job, error) {
+func (s *Store) claimGroup(ctx context.Context, queue string, group []*group.Claim[backends.Job]) ([][]backends.Job, error) {
 	args := make([]any, 0, 1+2*len(group))
 	args = append(args, len(group))
 	for _, r := range group {
-		args = append(args, r.owner, r.max)
+		args = append(args, r.Owner, r.Max)
 	}
 	sent := time.Now()
 	res, err := s.runQueueScript(ctx, queueClaimScript, queue, queueArgs(args...))
@@ -297,7 +161,7 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*queueClai
 		jobs := make([]backends.Job, n)
 		for x := range n {
 			j := queueJobAt(queue, res, i)
-			j.Owner, j.ExpiresAt = r.owner, queueTime(now+vis)
+			j.Owner, j.ExpiresAt = r.Owner, queueTime(now+vis)
 			jobs[x] = j
 			i += queueJobFields
 		}
@@ -319,7 +183,7 @@ func (s *Store) Ack(ctx context.Context, j backends.Job) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if err := s.queues.acks.ack(ctx, s, j); err != nil {
+	if err := s.queues.acks.Do(ctx, j, s.ackBatch); err != nil {
 		return fmt.Errorf("ack job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
 	}
 	return nil
@@ -332,86 +196,24 @@ const queueMaxAckBatch = 512
 // and so follows none of their contexts.
 const queueAckTimeout = 30 * time.Second
 
-// queueAckBatcher queues the acks of one Store while a batch runs.
-type queueAckBatcher struct {
-	mu      sync.Mutex
-	pending []*queueAckReq
-	running bool // a batch is running; pending waits for the next one
-}
-
-// queueAckReq is one Ack waiting for its batch.
-type queueAckReq struct {
-	j    backends.Job
-	done chan error // buffered: the batch never blocks on a caller
-}
-
-// ack queues j and waits for its result. The caller that finds no batch
-// running runs one itself, and if more acks arrived meanwhile, leaves the
-// next batches to a goroutine that runs them until none is pending.
-func (b *queueAckBatcher) ack(ctx context.Context, s *Store, j backends.Job) error {
-	r := &queueAckReq{j: j, done: make(chan error, 1)}
-	b.mu.Lock()
-	b.pending = append(b.pending, r)
-	lead := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if lead && b.round(ctx, s) {
-		go func() {
-			for b.round(ctx, s) {
-			}
-		}()
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// round runs one batch of the pending acks and reports whether more are
-// pending; when none is, it marks the batcher idle.
-func (b *queueAckBatcher) round(ctx context.Context, s *Store) bool {
-	b.mu.Lock()
-	batch := b.pending[:min(len(b.pending), queueMaxAckBatch)]
-	b.pending = b.pending[len(batch):]
-	b.mu.Unlock()
-	if len(batch) > 0 {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueAckTimeout)
-		errs := s.ackBatch(bctx, batch)
-		cancel()
-		for i, r := range batch {
-			r.done <- errs[i]
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.pending) == 0 {
-		b.pending = nil // let the array go
-		b.running = false
-		return false
-	}
-	return true
-}
-
 // ackBatch runs the acks of batch, one script per queue in one pipeline,
 // and returns each ack's error: nil, ErrLost, or the batch's own failure.
-func (s *Store) ackBatch(ctx context.Context, batch []*queueAckReq) []error {
+func (s *Store) ackBatch(ctx context.Context, batch []backends.Job) []error {
 	errs := make([]error, len(batch))
 	var queues []string
 	byQueue := map[string][]int{}
 	for i, r := range batch {
-		if _, ok := byQueue[r.j.Queue]; !ok {
-			queues = append(queues, r.j.Queue)
+		if _, ok := byQueue[r.Queue]; !ok {
+			queues = append(queues, r.Queue)
 		}
-		byQueue[r.j.Queue] = append(byQueue[r.j.Queue], i)
+		byQueue[r.Queue] = append(byQueue[r.Queue], i)
 	}
 	cmds := make([]*goredis.Cmd, len(queues))
 	err := queueScriptsPipelined(ctx, s.rdb, queueAckScript, len(queues), func(q int) ([]string, []any) {
 		idx := byQueue[queues[q]]
 		args := make([]any, 0, 2*len(idx))
 		for _, i := range idx {
-			args = append(args, strconv.FormatInt(batch[i].j.ID, 10), batch[i].j.Owner)
+			args = append(args, strconv.FormatInt(batch[i].ID, 10), batch[i].Owner)
 		}
 		return s.queueInfo(queues[q]).fixed, args
 	}, func(q int, c *goredis.Cmd) { cmds[q] = c })

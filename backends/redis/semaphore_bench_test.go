@@ -79,9 +79,10 @@ func semMeasure(b *testing.B, op, ref func()) {
 // (TryAcquire then Release) against two sequential PINGs measured in the
 // same run. Targets (issue 5): x-two-pings <= 1.25, pairs/s >= 9,000.
 // distlock is the N = 1 alternative the issue names, SET NX PX with an
-// owner-checked release (with its fencing counter and holder record, so
-// that it does the same job), measured to decide whether limit 1 needs its
-// own code path.
+// owner-checked release (with its fencing counter and holder record; its
+// release pushes no wake element and tells no expired lease, so it does a
+// little less than ours), measured to decide whether limit 1 needs its own
+// code path.
 func BenchmarkSemAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	for _, limit := range []int{1, 4} {
@@ -227,7 +228,9 @@ func BenchmarkSemWakeup(b *testing.B) {
 // BenchmarkSemScriptCost runs acquire and release scripts (and the distlock
 // pair) 100 pairs per pipeline, so that the round trip is amortised and
 // ns/op is close to the server's (and the client's encoding) cost of one
-// pair: the part of a pair that is not network.
+// pair: the part of a pair that is not network. nop is two scripts that
+// do nothing; nop-lib the same with the semaphore library defined (what
+// every cold script pays for its helpers).
 func BenchmarkSemScriptCost(b *testing.B) {
 	ctx := context.Background()
 	s := openSemBench(b, 1)[0]
@@ -255,7 +258,7 @@ func BenchmarkSemScriptCost(b *testing.B) {
 		{"nop", func(p goredis.Pipeliner, o string) {
 			benchNopScript.EvalSha(ctx, p, ks[:5], o, "bench", 1, 60000000)
 		}, func(p goredis.Pipeliner, o string) { benchNopScript.EvalSha(ctx, p, ks[:6], o) }},
-		{"nop-prelude", func(p goredis.Pipeliner, o string) {
+		{"nop-lib", func(p goredis.Pipeliner, o string) {
 			benchNopLib.EvalSha(ctx, p, ks[:5], o, "bench", 1, 60000000)
 		}, func(p goredis.Pipeliner, o string) { benchNopLib.EvalSha(ctx, p, ks[:6], o) }},
 	} {
@@ -342,13 +345,6 @@ func BenchmarkSemServerTime(b *testing.B) {
 			return benchNopScript.Run(ctx, s.rdb, ks[:semReleaseKeys], o).Err()
 		}},
 		{"limit=1", tokens("s1")},
-		{"old-limit=1", func(o string) error { // TEMP-OLD
-			k := s.semKeys("s1")
-			if err := benchOldAcquire.Run(ctx, s.rdb, k, o, "bench", 1, 60000000).Err(); err != nil {
-				return err
-			}
-			return benchOldRelease.Run(ctx, s.rdb, k, o).Err()
-		}},
 		{"limit=4", tokens("s4")},
 		{"distlock", func(o string) error {
 			if err := benchLockScript.Run(ctx, s.rdb, lk, o, "bench", 1, 60000).Err(); err != nil {
@@ -388,86 +384,3 @@ func BenchmarkSemServerTime(b *testing.B) {
 		})
 	}
 }
-
-// TEMP-OLD: the scripts before the speed pass, for an A/B in one run.
-var benchOldAcquire = semScript(`
-local limit = redis.call('HGET', K_CFG, 'limit')
-if not limit then return {-1} end
-limit = tonumber(limit)
-local now = now_us()
-local live = redis.call('ZCARD', K_EXP)
-if live >= limit then
-  live = live_count(now)
-  if live >= limit then return {-2, live, limit} end
-end
-local exp = now + tonumber(ARGV[4])
-local sexp = int(exp)
-
--- take pops tokens until one is free to hold (recorded in exp at once).
-local function take()
-  while true do
-    local tok = redis.call('LPOP', K_FREE)
-    if not tok then return nil end
-    if tok == SENTINEL then
-      redis.call('RPUSH', K_FREE, SENTINEL)
-      return nil
-    end
-    if valid(tok) and redis.call('ZADD', K_EXP, 'NX', sexp, tok) == 1 then return tok end
-  end
-end
-
-local slot = take()
-if not slot and redis.call('EXISTS', K_FREE) == 0 then
-  rebuild(limit)
-  slot = take()
-end
-if not slot then
-  local ex = redis.call('ZRANGE', K_EXP, '-inf', int(now), 'BYSCORE')
-  if #ex > 0 then
-    table.sort(ex, function(a, b) return tonumber(a) < tonumber(b) end)
-    for _, e in ipairs(ex) do clear_holder(e) end
-    slot = ex[1]
-    redis.call('ZADD', K_EXP, sexp, slot)
-    local keep = limit - live_count(now)
-    for i = 2, math.min(#ex, keep + 1) do redis.call('LPUSH', K_FREE, ex[i]) end
-  end
-end
-if not slot then return {-3, live, limit, token_count()} end
-
-local fencing = redis.call('INCR', K_FENCE)
-if fencing == 1 then
-  -- The counter was missing: restart above any number it can have held.
-  fencing = now + 1
-  redis.call('SET', K_FENCE, int(fencing))
-end
-redis.call('HSET', K_HOLD, slot,
-  int(fencing) .. ' ' .. int(now) .. ' ' .. ARGV[3] .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2],
-  'o:' .. ARGV[1], slot .. ' ' .. sexp)
-return {tonumber(slot), fencing, exp}
-`)
-var benchOldRelease = semScript(`
-local slot, score = owned(ARGV[1])
-if not slot then return {-1} end
-local now = now_us()
-redis.call('HDEL', K_HOLD, slot, 'o:' .. ARGV[1])
-redis.call('ZREM', K_EXP, slot)
-local limit = tonumber(redis.call('HGET', K_CFG, 'limit') or '0')
-local bound = math.max(limit, 1)
-local records = redis.call('ZCARD', K_EXP)
-local len = redis.call('LPUSH', K_FREE, slot)
-if len == 1 then
-  -- The list was lost: leave it to acquire to rebuild from the holders.
-  redis.call('DEL', K_FREE)
-  wake(1, bound)
-else
-  local present = len - 1 + records -- the sentinel is not a slot
-  if present <= limit then
-    wake(1, bound)
-  else
-    redis.call('LPOP', K_FREE) -- retire the slot
-    if present - 1 > limit then repair(limit, now, false) end
-  end
-end
-if score > now then return {1} end
-return {0}
-`)

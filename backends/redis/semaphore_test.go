@@ -507,3 +507,70 @@ func TestSemRejectsSessionMode(t *testing.T) {
 		t.Fatalf("put mode session: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestSemLimitOneThreeOne: a limit moved 1 -> 3 -> 1 with holders present
+// keeps every guarantee on the one token path (there is no separate N = 1
+// path): the limit guard, retirement on release (the release script's
+// rare path), strictly increasing fencing, no duplicate token on a stale
+// release, and slots = max(limit, live) as stored.
+func TestSemLimitOneThreeOne(t *testing.T) {
+	s := openSemStores(t, 1)[0]
+	ctx := t.Context()
+	mustPut(t, s, semCfg("s", 1, -1))
+	var last int64
+	grant := func(owner string) {
+		t.Helper()
+		g := mustAcquire(t, s, "s", owner, time.Minute)
+		if g.Fencing <= last {
+			t.Fatalf("fencing %d after %d", g.Fencing, last)
+		}
+		last = g.Fencing
+	}
+	release := func(owner string, want error) {
+		t.Helper()
+		if err := s.Release(ctx, "s", owner); !errors.Is(err, want) {
+			t.Fatalf("release %s: %v, want %v", owner, err, want)
+		}
+	}
+	slots := func(wantFree, wantHeld int) {
+		t.Helper()
+		if free, held := semTokens(t, s, "s"); free != wantFree || held != wantHeld {
+			t.Fatalf("free %d held %d, want %d and %d", free, held, wantFree, wantHeld)
+		}
+	}
+	grant("a")
+	wantNoSlot(t, s, "s")
+	mustPut(t, s, semCfg("s", 3, -1))
+	grant("b")
+	grant("c")
+	wantNoSlot(t, s, "s")
+	mustPut(t, s, semCfg("s", 1, -1))
+	slots(0, 3)
+	wantNoSlot(t, s, "s")
+	release("b", nil) // retired: 2 live > limit 1
+	slots(0, 2)
+	release("b", backends.ErrLost) // stale: no duplicate token
+	wantNoSlot(t, s, "s")
+	release("a", nil) // retired
+	slots(0, 1)
+	wantNoSlot(t, s, "s")
+	release("c", nil) // back to the free list: slots = limit
+	slots(1, 0)
+	grant("d")
+	wantNoSlot(t, s, "s")
+	st, err := s.ObserveSemaphores(ctx, []string{"s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := st["s"]; o == nil || o.Slots != 1 || len(o.Holders) != 1 || o.Holders[0].Owner != "d" || o.Holders[0].Fencing != last {
+		t.Fatalf("observe: %+v", o)
+	}
+	mustPut(t, s, semCfg("s", 3, -1))
+	grant("e")
+	grant("f")
+	wantNoSlot(t, s, "s")
+	release("d", nil)
+	release("e", nil)
+	release("f", nil)
+	slots(3, 0)
+}

@@ -48,6 +48,8 @@ func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Option
 	// the others.
 	o.ContextTimeoutEnabled = true
 	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: goredis.NewClient(o)}
+	s.queues.claims.Limit = queueMaxClaimGroup
+	s.queues.acks.Limit, s.queues.acks.Timeout = queueMaxAckBatch, queueAckTimeout
 	s.rdb.AddHook(tripCounter{&s.trips})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		s.rdb.Close()
