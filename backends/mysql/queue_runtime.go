@@ -593,7 +593,7 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*group.Cla
 		var now int64
 		var earliest sql.NullInt64
 		sent := time.Now()
-		err := s.runScript(ctx, sb.String(), args, func(_ int, rows *sql.Rows) error {
+		err := s.runScriptN(ctx, claimAttempts, sb.String(), args, func(_ int, rows *sql.Rows) error {
 			id, j, at, min, err := scanClaimRow(rows, queue)
 			if err != nil {
 				return err

@@ -41,6 +41,14 @@ var (
 const (
 	txAttempts = 6
 	txBackoff  = 2 * time.Millisecond
+	// txBackoffMax caps the backoff of retryN.
+	txBackoffMax = 50 * time.Millisecond
+	// claimAttempts is how often a queue claim is tried: claims of many
+	// workers deadlock with each other and with pushes and acks on the
+	// jobs' indexes (InnoDB rolls the whole claim back), and a claim is
+	// always safe to run again, so it keeps trying for about a second
+	// rather than handing the worker an error.
+	claimAttempts = 25
 )
 
 // nowSQL is the backend clock as BIGINT microseconds since the Unix epoch,
@@ -268,14 +276,20 @@ func (s *Store) writable(ctx context.Context) error {
 // Every write path goes through it, so a deadlock (1213) is ordinary
 // control flow everywhere.
 func (s *Store) retry(ctx context.Context, fn func() error) error {
+	return s.retryN(ctx, txAttempts, fn)
+}
+
+// retryN is retry with its own number of attempts; the backoff stops
+// doubling at txBackoffMax.
+func (s *Store) retryN(ctx context.Context, attempts int, fn func() error) error {
 	backoff := txBackoff
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || attempt >= txAttempts || !retryable(err) {
+		if err == nil || attempt >= attempts || !retryable(err) {
 			return err
 		}
 		d := backoff/2 + rand.N(backoff)
-		backoff *= 2
+		backoff = min(2*backoff, txBackoffMax)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -325,10 +339,15 @@ func (s *Store) autocommit(ctx context.Context, query string, args ...any) (sql.
 // unmigrated store, sent again after a deadlock or a lock wait timeout.
 // RoundTrips counts one per script sent.
 func (s *Store) runScript(ctx context.Context, script string, args []any, scan func(set int, rows *sql.Rows) error) error {
+	return s.runScriptN(ctx, txAttempts, script, args, scan)
+}
+
+// runScriptN is runScript with its own number of attempts (retryN).
+func (s *Store) runScriptN(ctx context.Context, attempts int, script string, args []any, scan func(set int, rows *sql.Rows) error) error {
 	if err := s.writable(ctx); err != nil {
 		return err
 	}
-	return s.retry(ctx, func() error { return s.runScriptOnce(ctx, script, args, scan) })
+	return s.retryN(ctx, attempts, func() error { return s.runScriptOnce(ctx, script, args, scan) })
 }
 
 func (s *Store) runScriptOnce(ctx context.Context, script string, args []any, scan func(set int, rows *sql.Rows) error) error {
