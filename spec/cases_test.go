@@ -137,6 +137,8 @@ var badCases = []badCase{
 		pos: "a.yaml:4:23", msg: `semaphore.x.mode: mode counter needs a memcached backend; backend "r" is redis`},
 	{name: "counter with limit 2", files: one(mcHeader + "semaphores:\n  x: {backend: mc, limit: 2, mode: counter}\n"),
 		pos: "a.yaml:6:27", msg: "semaphore.x.limit: mode counter allows only limit 1, got 2"},
+	{name: "max_waiting on memcached", files: one(mcHeader + "semaphores:\n  x: {backend: mc, limit: 2, max_waiting: 1}\n"),
+		pos: "a.yaml:6:43", msg: `semaphore.x.max_waiting: memcached keeps no line of waiters`},
 	{name: "wake on lease mode", files: one("semaphores:\n  x: {limit: 1, wake: kill}\n"),
 		pos: "a.yaml:2:23", msg: "semaphore.x.wake: wake applies only to mode session"},
 	{name: "unknown mode", files: one("semaphores:\n  x: {limit: 1, mode: leese}\n"),

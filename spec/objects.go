@@ -435,6 +435,9 @@ func (l *loader) decodeSemaphores(s *Spec) {
 		if fs.has("max_waiting") {
 			if v, ok := fs.intRange("max_waiting", 0, 0, 0); ok {
 				o.MaxWaiting = &v
+				if typ == TypeMemcached {
+					fs.errf("max_waiting", "memcached keeps no line of waiters, so it cannot bound them; backend %s is memcached (drop max_waiting, or put the semaphore on sqlite, mysql or redis)", quote(o.Backend))
+				}
 			}
 		}
 		o.MaxHold, _ = fs.duration("max_hold", 0, 0)

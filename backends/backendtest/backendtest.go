@@ -45,6 +45,16 @@ type Harness struct {
 	// KillSession ends the backend session (MySQL: KILL CONNECTION) whose
 	// id a session-mode holder reports, behind coordd's back.
 	KillSession func(t *testing.T, b backends.Backend, id int64)
+	// HeldSlotsOnly says that slots exist only while held (memcached: a
+	// slot is a key taken with add and expiring with the lease). An expired
+	// lease then leaves no trace (Expired is always 0), and a free slot
+	// cannot be deleted: the drift tests check instead that deleting a free
+	// slot changes nothing and that deleting a held one frees it.
+	HeldSlotsOnly bool
+	// NoMaxWaiting says that the backend keeps no waiter line: PutSemaphore
+	// refuses max_waiting >= 0 with ErrUnsupported (checked), and the
+	// suite's configs use -1 (unbounded).
+	NoMaxWaiting bool
 
 	// mode and wakeMode are the semaphore mode under test (set by Run).
 	mode, wakeMode string

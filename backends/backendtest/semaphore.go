@@ -40,10 +40,23 @@ func (h Harness) semConfig(name string, limit int) backends.SemaphoreConfig {
 	if mode == "" {
 		mode = spec.ModeLease
 	}
+	maxWaiting := 7
+	if h.NoMaxWaiting {
+		maxWaiting = -1
+	}
 	return backends.SemaphoreConfig{
 		Name: name, Limit: limit, Lease: 30 * time.Second, Mode: mode,
-		Wake: h.wake(), MaxWaiting: 7, MaxHold: time.Hour,
+		Wake: h.wake(), MaxWaiting: maxWaiting, MaxHold: time.Hour,
 	}
+}
+
+// expired is how many expired slots a backend shows for n expired leases
+// (none when slots exist only while held).
+func (h Harness) expired(n int) int {
+	if h.HeldSlotsOnly {
+		return 0
+	}
+	return n
 }
 
 // wake is the wake strategy under test: poll unless Run is checking a
@@ -152,11 +165,15 @@ func testSemaphores(t *testing.T, h Harness) {
 		{"Concurrent", testSemConcurrent, false},
 		{"SessionEnds", testSemSessionEnds, false},
 		{"LimitDownSessionEnds", testSemLimitDownSessionEnds, false},
+		{"MaxWaitingRefused", testSemMaxWaitingRefused, false},
 	} {
 		if c.lease && !h.leased() {
 			continue
 		}
 		if (c.name == "SessionEnds" || c.name == "LimitDownSessionEnds") && h.leased() {
+			continue
+		}
+		if c.name == "MaxWaitingRefused" && !h.NoMaxWaiting {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
@@ -299,8 +316,8 @@ func testSemLeaseExpiry(t *testing.T, h Harness) {
 
 	waitPast(t, s.b, ga.ExpiresAt)
 	st := s.wantSlots("s", 1, 0)
-	if st.Expired != 1 {
-		t.Errorf("after expiry: Expired = %d, want 1", st.Expired)
+	if st.Expired != h.expired(1) {
+		t.Errorf("after expiry: Expired = %d, want %d", st.Expired, h.expired(1))
 	}
 	b := newOwner("b")
 	gb := other.acquire("s", b, time.Minute)
@@ -324,8 +341,8 @@ func testSemReleaseExpired(t *testing.T, h Harness) {
 	waitPast(t, s.b, ga.ExpiresAt)
 	_, err := s.Extend(t.Context(), "s", a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend after expiry")
-	if st := s.wantSlots("s", 2, 0); st.Expired != 1 {
-		t.Fatalf("extend after expiry changed the slot: Expired = %d, want 1", st.Expired)
+	if st := s.wantSlots("s", 2, 0); st.Expired != h.expired(1) {
+		t.Fatalf("extend after expiry changed the slot: Expired = %d, want %d", st.Expired, h.expired(1))
 	}
 	wantErr(t, s.Release(t.Context(), "s", a), backends.ErrLost, "release after expiry")
 	st := s.wantSlots("s", 2, 0)
@@ -478,6 +495,10 @@ func needDeleteSlot(t *testing.T, h Harness) {
 
 func testSemDrift(t *testing.T, h Harness) {
 	needDeleteSlot(t, h)
+	if h.HeldSlotsOnly {
+		testSemDriftHeldSlotsOnly(t, h)
+		return
+	}
 	s, _ := freshSem(t, h)
 	s.put(h.semConfig("s", 3))
 	h.DeleteSlot(t, s.b, "s", 1)
@@ -724,4 +745,48 @@ func testSemLimitDownSessionEnds(t *testing.T, h Harness) {
 	s.full("s")
 	s.full("s")
 	s.wantSlots("s", 2, 2)
+}
+
+// testSemDriftHeldSlotsOnly is Drift for backends whose slots exist only
+// while held: deleting a free slot changes nothing (every slot stays
+// available, nothing needs repair), and deleting a held slot (an eviction)
+// frees it for the next acquirer, with a higher fencing number, while the
+// limit still holds.
+func testSemDriftHeldSlotsOnly(t *testing.T, h Harness) {
+	s, _ := freshSem(t, h)
+	s.put(h.semConfig("s", 3))
+	h.DeleteSlot(t, s.b, "s", 1)
+	s.wantSlots("s", 3, 0)
+	got := map[int]bool{}
+	var last backends.Grant
+	for range 3 {
+		last = s.acquire("s", newOwner("a"), time.Minute)
+		got[last.Slot] = true
+	}
+	if len(got) != 3 || !got[0] || !got[1] || !got[2] {
+		t.Errorf("after deleting a free slot, grants took slots %v, want 0, 1 and 2", got)
+	}
+	s.full("s")
+	h.DeleteSlot(t, s.b, "s", last.Slot)
+	s.wantSlots("s", 3, 2)
+	g := s.acquire("s", newOwner("b"), time.Minute)
+	if g.Slot != last.Slot || g.Fencing <= last.Fencing {
+		t.Errorf("grant after a held slot vanished: %+v, want slot %d and fencing above %d", g, last.Slot, last.Fencing)
+	}
+	s.full("s")
+	s.wantSlots("s", 3, 3)
+}
+
+// testSemMaxWaitingRefused: a backend without a waiter line refuses a
+// bounded max_waiting instead of ignoring it.
+func testSemMaxWaitingRefused(t *testing.T, h Harness) {
+	s, _ := freshSem(t, h)
+	for _, mw := range []int{0, 1, 7} {
+		cfg := h.semConfig("s", 1)
+		cfg.MaxWaiting = mw
+		wantErr(t, s.PutSemaphore(t.Context(), cfg), backends.ErrUnsupported, fmt.Sprintf("put with max_waiting %d", mw))
+	}
+	if st := s.observe("s"); st != nil {
+		t.Errorf("refused semaphore observed as %+v", st)
+	}
 }

@@ -9,14 +9,14 @@ import (
 	"fmt"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/memcached"
 	"github.com/coordd/coordd/backends/mysql"
 	"github.com/coordd/coordd/backends/redis"
 	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/spec"
 )
 
-// Open opens b. Types this build does not include yet fail with an error
-// wrapping backends.ErrUnsupported; unknown types fail too.
+// Open opens b; unknown types fail.
 func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends.Backend, error) {
 	if b == nil {
 		return nil, errors.New("open backend: nil")
@@ -41,7 +41,11 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypeMemcached:
-		return nil, fmt.Errorf("backend %q: type %s is not in this build yet: %w", b.Name, b.Type, backends.ErrUnsupported)
+		s, err := memcached.Open(ctx, b.Name, b.Servers, b.KeyPrefix, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("backend %q: unknown type %q", b.Name, b.Type)
 	}

@@ -26,15 +26,6 @@ func TestOpenSQLite(t *testing.T) {
 	}
 }
 
-func TestOpenNotInBuild(t *testing.T) {
-	for _, typ := range []string{spec.TypeMemcached} {
-		b, err := open.Open(t.Context(), &spec.Backend{Name: "x", Type: typ}, backends.Options{})
-		if !errors.Is(err, backends.ErrUnsupported) || b != nil {
-			t.Errorf("open %s = %v, %v; want nil and ErrUnsupported", typ, b, err)
-		}
-	}
-}
-
 func TestOpenUnknown(t *testing.T) {
 	for _, sb := range []*spec.Backend{nil, {Name: "x", Type: "etcd"}, {Name: "x"}} {
 		b, err := open.Open(t.Context(), sb, backends.Options{})
@@ -103,5 +94,20 @@ func TestOpenRedis(t *testing.T) {
 	}
 	if _, err := b.Now(t.Context()); err != nil {
 		t.Errorf("now: %v", err)
+	}
+}
+
+func TestOpenMemcached(t *testing.T) {
+	addr, prefix := testenv.MemcachedAddr(t)
+	b, err := open.Open(t.Context(), &spec.Backend{Name: "mc", Type: spec.TypeMemcached, Servers: []string{addr}, KeyPrefix: prefix}, backends.Options{Version: "0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "mc" || b.Type() != spec.TypeMemcached {
+		t.Errorf("opened %s %s, want mc memcached", b.Name(), b.Type())
+	}
+	if _, ok := b.(backends.StateStore); ok {
+		t.Error("memcached must not be a StateStore")
 	}
 }

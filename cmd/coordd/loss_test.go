@@ -1,10 +1,9 @@
 package main
 
-// Redis losing its data (issue 5, "Redis lost its data"): a semaphore lives
-// on a private redis-server that the test kills and restarts empty, or
-// flushes, while a `sem run` holder runs. The cluster backend is the
-// embedded store, so the inventory survives and the daemon knows the
-// semaphore existed.
+// A backend losing its data (issue 5, "Redis lost its data"; issue 6,
+// "Eviction and restart"): a semaphore lives on a private redis-server or
+// memcached that the test kills and restarts empty, or flushes, while a
+// `sem run` holder runs.
 
 import (
 	"context"
@@ -26,35 +25,49 @@ import (
 // an old holder may run on without a renewal.
 const lossLease = 3 * time.Second
 
-// TestRedisLossHolderStops: after Redis lost its data (a kill -9 and a
-// start without persistence, or FLUSHDB), the running holder's next
-// renewal finds its token gone: sem run stops the command and exits 122.
+// TestBackendLossHolderStops: after the backend lost its data (a kill -9
+// and a start without persistence, or FLUSHDB), the running holder's next
+// renewal finds its slot gone: sem run stops the command and exits 122.
 // The daemon (resync every second) records the loss and re-creates the
 // semaphore only after the lease; a contender that tries all along gets
 // the slot only after the old holder's command has died.
 //
-// restart keeps the cluster state in the embedded store (the inventory
-// survives); flushdb keeps it on the same Redis, where only the daemon's
-// memory of the marker tells a loss from a first use.
-func TestRedisLossHolderStops(t *testing.T) {
-	for _, how := range []string{"restart", "flushdb"} {
-		t.Run(how, func(t *testing.T) { redisLoss(t, how) })
+// redis/restart and memcached/restart keep the cluster state in the
+// embedded store (the inventory survives); redis/flushdb keeps it on the
+// same Redis, where only the daemon's memory of the marker tells a loss
+// from a first use.
+func TestBackendLossHolderStops(t *testing.T) {
+	for _, c := range []string{"redis/restart", "redis/flushdb", "memcached/restart"} {
+		t.Run(c, func(t *testing.T) {
+			typ, how, _ := strings.Cut(c, "/")
+			backendLoss(t, typ, how)
+		})
 	}
 }
 
-func redisLoss(t *testing.T, how string) {
+func backendLoss(t *testing.T, typ, how string) {
 	cluster := "  local: {type: sqlite}\ncluster: {backend: local}\n"
 	if how == "flushdb" {
 		cluster = "cluster: {backend: cache, leader_lease: 2s}\n"
 	}
-	r := testenv.StartRedis(t)
+	var decl string
+	var r *testenv.Redis
+	var m *testenv.Memcached
+	switch typ {
+	case "redis":
+		r = testenv.StartRedis(t)
+		decl = fmt.Sprintf("{type: redis, url: %q, key_prefix: \"loss:\"}", r.URL())
+	case "memcached":
+		m = testenv.StartMemcached(t)
+		decl = fmt.Sprintf("{type: memcached, servers: [%q], key_prefix: \"loss:\"}", m.Addr())
+	}
 	dir := t.TempDir()
 	specPath := filepath.Join(dir, "coordd.yaml")
 	writeFileT(t, specPath, fmt.Sprintf(`backends:
-  cache: {type: redis, url: %q, key_prefix: "loss:"}
+  cache: %s
 %ssemaphores:
   s: {backend: cache, limit: 1, lease: %s}
-`, r.URL(), cluster, lossLease))
+`, decl, cluster, lossLease))
 	env := proctest.NewEnv(t)
 	if out, code := env.Run(t, "apply", "-f", specPath, "--auto-approve"); code != 0 {
 		t.Fatalf("apply: %d\n%s", code, out)
@@ -70,11 +83,14 @@ func redisLoss(t *testing.T, how string) {
 		t.Fatal(err)
 	}
 
-	switch how {
-	case "restart":
+	switch {
+	case how == "restart" && r != nil:
 		r.Kill()
 		r.Start(t)
-	case "flushdb":
+	case how == "restart":
+		m.Kill()
+		m.Start(t)
+	case how == "flushdb":
 		opts, err := goredis.ParseURL(r.URL())
 		if err != nil {
 			t.Fatal(err)

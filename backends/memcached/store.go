@@ -1,0 +1,263 @@
+package memcached
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
+)
+
+// ErrReadOnly is returned by every write on a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("store is opened read-only")
+
+// Timeouts of one request.
+const (
+	opTimeout    = 2 * time.Second
+	maxIdleConns = 16
+)
+
+// Store is one handle on a set of memcached servers under one key prefix.
+// It is safe for concurrent use; several Stores may share one prefix, as
+// the hosts of a cluster do. It holds semaphores only.
+type Store struct {
+	name   string
+	opts   backends.Options
+	keys   keys
+	sel    *selector
+	mc     *memcache.Client
+	trips  atomic.Uint64
+	closed atomic.Bool
+
+	statsMu sync.Mutex
+	stats   map[string]*statsConn // addr -> the connection `stats` is sent on
+}
+
+// Open connects to the memcached servers and checks that every one answers
+// `stats`. Every key the store writes starts with keyPrefix.
+func Open(ctx context.Context, name string, servers []string, keyPrefix string, opts backends.Options) (*Store, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("memcached %q: no servers", name)
+	}
+	if strings.ContainsAny(keyPrefix, " \t\r\n{}") {
+		return nil, fmt.Errorf("memcached %q: key_prefix %q holds a space, a control character or a brace", name, keyPrefix)
+	}
+	sel, err := newSelector(keyPrefix, servers)
+	if err != nil {
+		return nil, fmt.Errorf("memcached %q: servers %v: %w", name, servers, err)
+	}
+	mc := memcache.NewFromSelector(sel)
+	mc.Timeout, mc.MaxIdleConns = opTimeout, maxIdleConns
+	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, sel: sel, mc: mc, stats: map[string]*statsConn{}}
+	for _, a := range sel.addrs {
+		if _, err := s.serverStats(ctx, a); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Name is the backend's name in the spec.
+func (s *Store) Name() string { return s.name }
+
+// Type is spec.TypeMemcached.
+func (s *Store) Type() string { return spec.TypeMemcached }
+
+// RoundTrips counts requests sent: one per command (a multi-get of one
+// semaphore's keys is one command), one per `stats`.
+func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+
+// Client is the underlying gomemcache client (tests and benchmarks use it
+// to reach behind coordd's back).
+func (s *Store) Client() *memcache.Client { return s.mc }
+
+// Prefix is the key prefix.
+func (s *Store) Prefix() string { return s.keys.prefix }
+
+// Close closes the connections. It is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	var errs []error
+	for _, c := range s.stats {
+		if c.nc != nil {
+			errs = append(errs, c.nc.Close())
+		}
+	}
+	s.stats = map[string]*statsConn{}
+	return errors.Join(append(errs, s.mc.Close())...)
+}
+
+// Now reads the clock of the first server (the `time` of `stats`). It has
+// whole-second resolution: that is the clock memcached expires keys by.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	st, err := s.serverStats(ctx, s.sel.addrs[0])
+	if err != nil {
+		return time.Time{}, err
+	}
+	return st.now(), nil
+}
+
+// nowFor reads the clock of the server that holds tag's keys.
+func (s *Store) nowFor(ctx context.Context, tag string) (int64, error) {
+	st, err := s.serverStats(ctx, s.sel.pickTag(tag))
+	if err != nil {
+		return 0, err
+	}
+	return st.time, nil
+}
+
+// writable refuses writes on a read-only store.
+func (s *Store) writable() error {
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// trip counts one round trip and refuses to start one after ctx ended
+// (gomemcache takes no context; its own timeout bounds each call).
+func (s *Store) trip(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.trips.Add(1)
+	return nil
+}
+
+// serverStats is what coordd reads of `stats`.
+type serverStats struct {
+	time    int64 // server clock, unix seconds
+	pid     int64
+	uptime  int64
+	started int64 // time - uptime: when this server process started
+}
+
+func (st serverStats) now() time.Time { return time.Unix(st.time, 0).UTC() }
+
+// runID names the server process: memcached has no run_id, so pid and
+// start time stand for one (both change on a restart; a pid reused by a
+// later process would also need the same start second).
+func (st serverStats) runID() string { return fmt.Sprintf("pid:%d:started:%d", st.pid, st.started) }
+
+// statsConn is a plain TCP connection of the store's own that `stats` is
+// sent on: gomemcache does not expose `stats`.
+type statsConn struct {
+	mu sync.Mutex
+	nc net.Conn
+	rd *bufio.Reader
+}
+
+// serverStats sends `stats` to addr over the store's own connection,
+// dialling (again) as needed.
+func (s *Store) serverStats(ctx context.Context, addr net.Addr) (serverStats, error) {
+	if err := s.trip(ctx); err != nil {
+		return serverStats{}, err
+	}
+	s.statsMu.Lock()
+	if s.closed.Load() {
+		s.statsMu.Unlock()
+		return serverStats{}, fmt.Errorf("memcached %q: store is closed", s.name)
+	}
+	c := s.stats[addr.String()]
+	if c == nil {
+		c = &statsConn{}
+		s.stats[addr.String()] = c
+	}
+	s.statsMu.Unlock()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var st serverStats
+	var err error
+	// `stats` is safe to repeat: once more on a fresh connection when the
+	// kept one failed (the server restarted, or closed it as idle).
+	for try := range 2 {
+		reused := c.nc != nil
+		if st, err = c.query(ctx, addr); err == nil {
+			return st, nil
+		}
+		if c.nc != nil {
+			_ = c.nc.Close()
+			c.nc, c.rd = nil, nil
+		}
+		if !reused || try > 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return serverStats{}, fmt.Errorf("memcached %q: stats on %s: %w", s.name, addr, err)
+}
+
+func (c *statsConn) query(ctx context.Context, addr net.Addr) (serverStats, error) {
+	deadline := time.Now().Add(opTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if c.nc == nil {
+		d := net.Dialer{Deadline: deadline}
+		nc, err := d.DialContext(ctx, addr.Network(), addr.String())
+		if err != nil {
+			return serverStats{}, err
+		}
+		c.nc, c.rd = nc, bufio.NewReader(nc)
+	}
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return serverStats{}, err
+	}
+	if _, err := c.nc.Write([]byte("stats\r\n")); err != nil {
+		return serverStats{}, err
+	}
+	var st serverStats
+	var seen int
+	for {
+		line, err := c.rd.ReadString('\n')
+		if err != nil {
+			return serverStats{}, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "END" {
+			break
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "STAT" {
+			return serverStats{}, fmt.Errorf("unexpected stats line %q", line)
+		}
+		var dst *int64
+		switch f[1] {
+		case "time":
+			dst = &st.time
+		case "pid":
+			dst = &st.pid
+		case "uptime":
+			dst = &st.uptime
+		default:
+			continue
+		}
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return serverStats{}, fmt.Errorf("stats %s: %w", f[1], err)
+		}
+		*dst = n
+		seen++
+	}
+	if seen != 3 {
+		return serverStats{}, errors.New("stats lacks time, pid or uptime")
+	}
+	st.started = st.time - st.uptime
+	return st, nil
+}
