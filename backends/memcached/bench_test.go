@@ -14,46 +14,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// benchChunk is how many pairs of one kind run before the other kind's
-// turn, so that both see the same server and host load.
-const benchChunk = 100
-
-// measure runs op and ref (each one "pair") b.N times in alternating
-// chunks and reports the p50 of each, their ratio and pairs/s of op.
-func measure(b *testing.B, op, ref func()) {
-	b.Helper()
-	for range 200 { // warm the connections
-		op()
-		ref()
-	}
-	opT := make([]time.Duration, 0, b.N)
-	refT := make([]time.Duration, 0, b.N)
-	var total time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		k := min(benchChunk, b.N-done)
-		for range k {
-			t0 := time.Now()
-			op()
-			d := time.Since(t0)
-			opT = append(opT, d)
-			total += d
-		}
-		for range k {
-			t0 := time.Now()
-			ref()
-			refT = append(refT, time.Since(t0))
-		}
-		done += k
-	}
-	b.StopTimer()
-	p50, ref50 := benchutil.Pct(opT, 50), benchutil.Pct(refT, 50)
-	b.ReportMetric(float64(p50.Microseconds()), "p50-us")
-	b.ReportMetric(float64(ref50.Microseconds()), "add-delete-p50-us")
-	b.ReportMetric(float64(p50)/float64(ref50), "x-add-delete")
-	b.ReportMetric(float64(len(opT))/total.Seconds(), "pairs/s")
-}
-
 // BenchmarkAcquireRelease is one client taking and giving back a slot
 // (TryAcquire then Release) against a raw add + delete of one key measured
 // in the same run, for mode lease (limit 1 and 4) and mode counter.
@@ -75,7 +35,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			defer raw.Close()
 			rawKey := prefix + "raw"
 			n := 0
-			measure(b, func() {
+			benchutil.Alternate(b, "add-delete", func() {
 				n++
 				o := "owner-" + strconv.Itoa(n)
 				if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {

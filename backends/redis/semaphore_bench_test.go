@@ -15,11 +15,6 @@ import (
 	"github.com/coordd/coordd/internal/testenv"
 )
 
-// semBenchChunk is how many operations run back to back before the
-// benchmark switches between the measured operation and the reference, so
-// that both see the same load on a shared machine.
-const semBenchChunk = 100
-
 // openSemBench opens n handles on one fresh prefix for a benchmark.
 func openSemBench(b *testing.B, n int) []*Store {
 	b.Helper()
@@ -39,42 +34,6 @@ func openSemBench(b *testing.B, n int) []*Store {
 	return out
 }
 
-// semMeasure runs op and ref (each one "pair") b.N times in alternating
-// chunks and reports the p50 of each, their ratio and pairs/s of op.
-func semMeasure(b *testing.B, op, ref func()) {
-	b.Helper()
-	for range 200 { // warm the connections and the script cache
-		op()
-		ref()
-	}
-	opT := make([]time.Duration, 0, b.N)
-	refT := make([]time.Duration, 0, b.N)
-	var total time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		k := min(semBenchChunk, b.N-done)
-		for range k {
-			t0 := time.Now()
-			op()
-			d := time.Since(t0)
-			opT = append(opT, d)
-			total += d
-		}
-		for range k {
-			t0 := time.Now()
-			ref()
-			refT = append(refT, time.Since(t0))
-		}
-		done += k
-	}
-	b.StopTimer()
-	p50, ref50 := benchutil.Pct(opT, 50), benchutil.Pct(refT, 50)
-	b.ReportMetric(float64(p50.Microseconds()), "p50-us")
-	b.ReportMetric(float64(ref50.Microseconds()), "two-pings-p50-us")
-	b.ReportMetric(float64(p50)/float64(ref50), "x-two-pings")
-	b.ReportMetric(float64(len(opT))/total.Seconds(), "pairs/s")
-}
-
 // BenchmarkSemAcquireRelease is one client taking and giving back a slot
 // (TryAcquire then Release) against two sequential PINGs measured in the
 // same run. Targets (issue 5): x-two-pings <= 1.25, pairs/s >= 9,000.
@@ -92,7 +51,7 @@ func BenchmarkSemAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			n := 0
-			semMeasure(b, func() {
+			benchutil.Alternate(b, "two-pings", func() {
 				n++
 				o := "owner-" + strconv.Itoa(n)
 				if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
@@ -108,7 +67,7 @@ func BenchmarkSemAcquireRelease(b *testing.B) {
 		s := openSemBench(b, 1)[0]
 		ks := []string{s.keys.object("sem", "s", "lock"), s.keys.object("sem", "s", "fencing")}
 		n := 0
-		semMeasure(b, func() {
+		benchutil.Alternate(b, "two-pings", func() {
 			n++
 			o := "owner-" + strconv.Itoa(n)
 			v, err := benchLockScript.Run(ctx, s.rdb, ks, o, "bench", 1, 60000).Int64Slice()
@@ -295,7 +254,7 @@ func BenchmarkSemFloor(b *testing.B) {
 	ctx := context.Background()
 	s := openSemBench(b, 1)[0]
 	ks := s.semKeys("s")
-	semMeasure(b, func() {
+	benchutil.Alternate(b, "two-pings", func() {
 		if err := benchNopScript.Run(ctx, s.rdb, ks[:5], "owner-1", "bench", 1, 60000000).Err(); err != nil {
 			b.Fatal(err)
 		}

@@ -37,3 +37,46 @@ func Pct(ds []time.Duration, p float64) time.Duration {
 
 // Ms is d in milliseconds, for b.ReportMetric.
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// alternateChunk is how many calls Alternate runs back to back before it
+// switches between the measured operation and the reference, so that both
+// see the same load on a shared machine.
+const alternateChunk = 100
+
+// Alternate runs op and ref b.N times each, in alternating chunks, after
+// warming both up, and reports the p50 of each (p50-us and refName-p50-us),
+// their ratio (x-refName) and op's rate (pairs/s: each op is one pair of
+// calls, as acquire+release is).
+func Alternate(b *testing.B, refName string, op, ref func()) {
+	b.Helper()
+	for range 200 { // warm the connections and the script cache
+		op()
+		ref()
+	}
+	opT := make([]time.Duration, 0, b.N)
+	refT := make([]time.Duration, 0, b.N)
+	var total time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		k := min(alternateChunk, b.N-done)
+		for range k {
+			t0 := time.Now()
+			op()
+			d := time.Since(t0)
+			opT = append(opT, d)
+			total += d
+		}
+		for range k {
+			t0 := time.Now()
+			ref()
+			refT = append(refT, time.Since(t0))
+		}
+		done += k
+	}
+	b.StopTimer()
+	p50, ref50 := Pct(opT, 50), Pct(refT, 50)
+	b.ReportMetric(float64(p50.Microseconds()), "p50-us")
+	b.ReportMetric(float64(ref50.Microseconds()), refName+"-p50-us")
+	b.ReportMetric(float64(p50)/float64(ref50), "x-"+refName)
+	b.ReportMetric(float64(len(opT))/total.Seconds(), "pairs/s")
+}
