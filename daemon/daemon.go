@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"reflect"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/leadership"
+	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/scheduler"
 	"github.com/coordd/coordd/semaphore"
@@ -56,6 +58,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Debounce and Poll tune the spec watcher; defaults 250ms and 5s.
 	Debounce, Poll time.Duration
+	// Listen is the address of the /metrics and /healthz listener; empty:
+	// no listener.
+	Listen string
 }
 
 // Daemon is one running `coordd run`.
@@ -67,8 +72,15 @@ type Daemon struct {
 	spec   *spec.Spec // the last good spec
 	engine *reconcile.Engine
 	// lastReload reports the last reload's outcome, for status and metrics.
-	lastReloadOK bool
-	lastReloadAt time.Time
+	lastReloadOK  bool
+	lastReloadAt  time.Time
+	lastReloadErr error
+	lastGoodAt    time.Time // the last successful (re)load
+	// stopping is set once shutdown begins; /healthz then reports 503.
+	stopping bool
+
+	metrics *metrics.Metrics
+	ln      net.Listener // nil without Config.Listen
 
 	elector *leadership.Elector
 	changes <-chan bool // leadership changes, subscribed before the elector runs
@@ -116,14 +128,24 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	e.Loss = &reconcile.LossMemory{} // markers seen while this daemon runs
-	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: time.Now(), kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1)}
+	now := time.Now()
+	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: now, lastGoodAt: now, kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1)}
 	cb := e.Backends[s.Cluster.Backend]
 	lb, ok := cb.(backends.Leader)
 	if !ok {
 		e.Close()
 		return nil, fmt.Errorf("cluster backend %q cannot hold the leader lease: %w", s.Cluster.Backend, backends.ErrUnsupported)
 	}
-	d.elector = leadership.New(leadership.Config{Leader: lb, Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")})
+	d.metrics = metrics.New(source{d})
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("--listen: %w", err)
+		}
+		d.ln = ln
+	}
+	d.elector = leadership.New(leadership.Config{Leader: timeLeader(lb, s.Cluster.Backend, d.metrics), Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")})
 	d.changes = d.elector.Subscribe()
 	d.sched = scheduler.New(scheduler.Config{
 		Host:      cfg.HostID,
@@ -131,6 +153,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Backends:  d.cronBackends,
 		Semaphore: d.semaphore,
 		Log:       d.log.Named("scheduler"),
+		Observer:  d.metrics,
 	})
 	return d, nil
 }
@@ -212,6 +235,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); d.leaderLoop(runCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.markerLoop(runCtx) }()
+	// The listener outlives runCtx: /healthz reports 503 while running
+	// commands finish, and it closes when Run returns.
+	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServer()
+	if d.ln != nil {
+		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.metrics.Serve(srvCtx, d.ln); err != nil {
+				d.log.Error("metrics listener stopped", "error", err)
+			}
+		}()
+	}
 
 	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
@@ -236,6 +273,9 @@ loop:
 		}
 	}
 	d.log.Info("shutting down: no new claims; running commands may finish", "grace", d.cfg.ShutdownGrace, "signal", fmt.Sprint(sig))
+	d.mu.Lock()
+	d.stopping = true
+	d.mu.Unlock()
 	stop()
 	graceCtx, cancelGrace := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownGrace)
 	go func() {
@@ -251,6 +291,7 @@ loop:
 	}
 	cancelGrace()
 	stopElector()
+	stopServer()
 	wg.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -263,6 +304,10 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.mu.Lock()
 	d.lastReloadAt = time.Now()
 	d.lastReloadOK = err == nil
+	d.lastReloadErr = err
+	if err == nil {
+		d.lastGoodAt = d.lastReloadAt
+	}
 	old := d.spec
 	d.mu.Unlock()
 	if err != nil {
@@ -422,6 +467,7 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 	st, err := e.State.LoadState(ctx)
 	if err != nil {
 		d.log.Error("read applied state", "error", err)
+		d.metrics.Reconciled("apply", err)
 		return
 	}
 	if st.Last != nil && st.Last.SpecHash == hash {
@@ -441,10 +487,12 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 		return
 	case !errors.Is(err, backends.ErrNotFound):
 		d.log.Error("read apply history", "error", err)
+		d.metrics.Reconciled("apply", err)
 		return
 	}
 	res, err := e.Apply(ctx, reconcile.Options{}, "")
 	d.logApply("apply", res, err)
+	d.metrics.Reconciled("apply", reconcileErr(err))
 	d.wakeScheduler(res, err)
 	if res != nil && res.Plan != nil {
 		d.resyncAfterHold(res.Plan)
@@ -473,14 +521,17 @@ func (d *Daemon) resync(ctx context.Context) {
 	p, err := e.Plan(ctx, opts)
 	if err != nil {
 		d.log.Error("resync failed", "error", err)
+		d.metrics.Reconciled("resync", err)
 		return
 	}
 	d.resyncAfterHold(p)
 	if !p.NeedsApply() && len(p.Blocked) == 0 {
+		d.metrics.Reconciled("resync", nil)
 		return
 	}
 	res, err := e.Apply(ctx, opts, "")
 	d.logApply("resync", res, err)
+	d.metrics.Reconciled("resync", reconcileErr(err))
 	d.wakeScheduler(res, err)
 	if res != nil && res.Plan != nil {
 		d.resyncAfterHold(res.Plan)
@@ -529,4 +580,13 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// reconcileErr is the error a reconcile run counts: waiting for a
+// data-loss hold to end is not one.
+func reconcileErr(err error) error {
+	if errors.Is(err, reconcile.ErrLossHold) {
+		return nil
+	}
+	return err
 }

@@ -109,6 +109,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			}
 		}
 		log.Info("finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
+		if o := s.cfg.Observer; o != nil {
+			o.CronFinished(t.name, res.Status)
+		}
 		return res, code
 	}
 
@@ -175,6 +178,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	rl.mu.Lock()
 	spec.AcquiredAt = rl.lastSent
 	log.Info("starting")
+	if o := s.cfg.Observer; o != nil {
+		o.CronStarted(t.name, occ.ScheduledAt, occ.Attempt, time.Now())
+	}
 	p, err := child.Start(ctx, spec)
 	if err == nil {
 		rl.proc = p

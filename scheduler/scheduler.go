@@ -48,6 +48,19 @@ type Config struct {
 	// gained, when Wake is called (a run finished, the spec changed) and
 	// when a retry's backoff ends. Default DefaultSweep.
 	Sweep time.Duration
+	// Observer, if not nil, is told when a run starts and finishes (the
+	// daemon's metrics).
+	Observer Observer
+}
+
+// Observer is told about runs as they start and finish.
+type Observer interface {
+	// CronStarted: the command of attempt of the occurrence scheduled at
+	// scheduledAt started at startedAt.
+	CronStarted(task string, scheduledAt time.Time, attempt int, startedAt time.Time)
+	// CronFinished: a run ended with status (backends.Run*, or
+	// "not-recorded").
+	CronFinished(task, status string)
 }
 
 // Defaults of Config.Poll and Config.Sweep: an idle leader then reads the

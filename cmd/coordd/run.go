@@ -21,7 +21,7 @@ var runCmd = &command{
 	name:    "run",
 	summary: "run the daemon: leader election, the scheduler, reload, apply and resync",
 	usage: `Usage: coordd run [-f PATH] [--host-id ID] [--log-json] [--log-level LEVEL]
-                  [--shutdown-grace D] [--resync D]
+                  [--shutdown-grace D] [--resync D] [--listen ADDR]
 
 Runs coordd on this server. Run it on every server with the same spec. It
 watches the spec (SIGHUP forces a reload; a broken spec keeps the last good one
@@ -29,6 +29,10 @@ running), takes part in leader election, and while it leads: claims due cron
 occurrences, applies a spec hash that was never applied, and repairs drift
 toward the applied record. SIGTERM stops claiming and lets running commands
 finish within --shutdown-grace; a second signal kills them.
+
+--listen ADDR (for example 127.0.0.1:9464) serves Prometheus metrics on
+/metrics and a health check on /healthz (503 while the last spec reload
+failed). Without it nothing listens.
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fs := newFlags(c, env)
@@ -38,6 +42,7 @@ finish within --shutdown-grace; a second signal kills them.
 		logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 		grace := fs.Duration("shutdown-grace", 30*time.Second, "how long running commands may finish after SIGTERM")
 		resync := fs.Duration("resync", time.Minute, "how often the leader repairs drift")
+		listen := fs.String("listen", "", "serve /metrics and /healthz on this address (default: no listener)")
 		pos, _, err := parseArgs(fs, args)
 		if err != nil {
 			return flagExit(err)
@@ -59,7 +64,7 @@ finish within --shutdown-grace; a second signal kills them.
 		d, err := daemon.New(ctx, daemon.Config{
 			SpecPath: *path, HostID: hostID(*host), Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
-			ShutdownGrace: *grace, ResyncEvery: *resync,
+			ShutdownGrace: *grace, ResyncEvery: *resync, Listen: *listen,
 		})
 		if err != nil {
 			var errs spec.Errors

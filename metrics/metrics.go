@@ -1,0 +1,288 @@
+// Package metrics is coordd's Prometheus metrics and health endpoint.
+//
+// Nothing listens unless `coordd run --listen ADDR` asks for it: three
+// daemons on one host must not fight over a port. The listener serves
+// /metrics (the Prometheus text format, from a registry of coordd's own,
+// not the global default one) and /healthz.
+//
+// Two kinds of metrics live here:
+//   - events the daemon reports as they happen, through the methods of
+//     Metrics (CronStarted, CronFinished, Reconciled, RoundTrip): counters
+//     and histograms;
+//   - state read at scrape time from a Source: leadership, the last spec
+//     reload, and the semaphores and queues, which a collector observes on
+//     their backends (one ObserveSemaphores and one ObserveQueues call per
+//     backend, all backends at once), bounded by ObserveTimeout so that a
+//     slow backend cannot hang a scrape.
+//
+// The backends expose no per-call timing, so
+// coordd_backend_round_trip_seconds measures what the daemon itself can
+// time: the collector's observe calls and the leader lease calls (elect,
+// renew, current, resign). It is not a histogram of every query.
+//
+// Only this package imports prometheus; the daemon and the scheduler call
+// small interfaces.
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/coordd/coordd/backends"
+)
+
+// ObserveTimeout bounds the backend reads of one scrape.
+const ObserveTimeout = 3 * time.Second
+
+// Source is what the collector reads at scrape time. The daemon
+// implements it.
+type Source interface {
+	// Leading returns the current term and whether this host leads.
+	Leading() (term int64, leading bool)
+	// LastReload returns the outcome of the last spec (re)load and the time
+	// of the last successful one.
+	LastReload() (ok bool, lastSuccess time.Time)
+	// Health returns nil while the daemon runs and its last spec load was
+	// good, and otherwise an error whose message is the reason.
+	Health() error
+	// Objects lists, per backend, the semaphores and queues of the last good
+	// spec.
+	Objects() []Objects
+}
+
+// Objects are the semaphores and queues that one backend holds.
+type Objects struct {
+	Backend    string
+	B          backends.Backend
+	Semaphores []string
+	Queues     []string
+}
+
+// Metrics holds coordd's registry and its event metrics. Its methods are
+// safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+	src Source
+
+	reconcileRuns   *prometheus.CounterVec
+	reconcileErrors *prometheus.CounterVec
+	cronLateness    *prometheus.HistogramVec
+	cronRuns        *prometheus.CounterVec
+	roundTrip       *prometheus.HistogramVec
+}
+
+// New returns the metrics of a daemon that src describes.
+func New(src Source) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		src: src,
+		reconcileRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_reconcile_runs_total",
+			Help: "Reconcile runs by the leader, by kind (apply: a new spec hash; resync: drift repair).",
+		}, []string{"kind"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_reconcile_errors_total",
+			Help: "Reconcile runs that failed or were refused, by kind (apply, resync).",
+		}, []string{"kind"}),
+		cronLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordd_cron_lateness_seconds",
+			Help:    "Start time minus scheduled time of first attempts of cron occurrences started on this host.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"task"}),
+		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_cron_runs_total",
+			Help: "Cron runs finished on this host, by task and status (succeeded, failed, timeout, lost, not-recorded).",
+		}, []string{"task", "status"}),
+		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordd_backend_round_trip_seconds",
+			Help:    "Duration of the backend calls the daemon times: the scrape's observe calls and the leader lease calls.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}, []string{"backend", "op"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.reconcileRuns, m.reconcileErrors, m.cronLateness, m.cronRuns, m.roundTrip,
+		&collector{m: m},
+	)
+	for _, k := range []string{"apply", "resync"} {
+		m.reconcileRuns.WithLabelValues(k)
+		m.reconcileErrors.WithLabelValues(k)
+	}
+	return m
+}
+
+// Registry is the registry /metrics serves.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// CronStarted records the lateness of an occurrence's first attempt.
+// Retries start late by design (backoff) and are not observed.
+func (m *Metrics) CronStarted(task string, scheduledAt time.Time, attempt int, startedAt time.Time) {
+	if attempt > 1 {
+		return
+	}
+	m.cronLateness.WithLabelValues(task).Observe(max(startedAt.Sub(scheduledAt).Seconds(), 0))
+}
+
+// CronFinished counts a finished run by its status.
+func (m *Metrics) CronFinished(task, status string) {
+	m.cronRuns.WithLabelValues(task, status).Inc()
+}
+
+// Reconciled counts one reconcile run of kind ("apply" or "resync") and,
+// when err is not nil, one error.
+func (m *Metrics) Reconciled(kind string, err error) {
+	m.reconcileRuns.WithLabelValues(kind).Inc()
+	if err != nil {
+		m.reconcileErrors.WithLabelValues(kind).Inc()
+	}
+}
+
+// RoundTrip records the duration of one backend call.
+func (m *Metrics) RoundTrip(backend, op string, d time.Duration) {
+	m.roundTrip.WithLabelValues(backend, op).Observe(d.Seconds())
+}
+
+var (
+	descLeader = prometheus.NewDesc("coordd_leader",
+		"1 while this host holds the leader lease inside its trust window, else 0.", nil, nil)
+	descTerm = prometheus.NewDesc("coordd_leader_term",
+		"The term this host leads in; 0 while it does not lead.", nil, nil)
+	descReloadOK = prometheus.NewDesc("coordd_config_last_reload_successful",
+		"1 if the last spec (re)load succeeded, else 0 (the last good spec keeps running).", nil, nil)
+	descReloadAt = prometheus.NewDesc("coordd_config_last_reload_success_timestamp_seconds",
+		"Unix time of the last successful spec (re)load.", nil, nil)
+	descObserveOK = prometheus.NewDesc("coordd_backend_observe_successful",
+		"1 if this scrape observed the backend's semaphores and queues, 0 on an error or timeout.", []string{"backend"}, nil)
+	descSemLimit = prometheus.NewDesc("coordd_semaphore_limit",
+		"The effective limit applied on the backend (0 while draining).", []string{"semaphore", "backend"}, nil)
+	descSemHolders = prometheus.NewDesc("coordd_semaphore_holders",
+		"Held slots whose lease has not expired.", []string{"semaphore", "backend"}, nil)
+	descSemWaiters = prometheus.NewDesc("coordd_semaphore_waiters",
+		"Live waiter records (backends that record waiters; 0 elsewhere).", []string{"semaphore", "backend"}, nil)
+	descQReady = prometheus.NewDesc("coordd_queue_ready",
+		"Jobs ready to be claimed (delayed ones included).", []string{"queue", "backend"}, nil)
+	descQInFlight = prometheus.NewDesc("coordd_queue_in_flight",
+		"Jobs claimed by a worker and not yet acked.", []string{"queue", "backend"}, nil)
+	descQDead = prometheus.NewDesc("coordd_queue_dead",
+		"Jobs that used up their attempts.", []string{"queue", "backend"}, nil)
+	descQAge = prometheus.NewDesc("coordd_queue_oldest_ready_age_seconds",
+		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
+)
+
+// collector reads the Source at scrape time.
+type collector struct{ m *Metrics }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
+		descSemLimit, descSemHolders, descSemWaiters, descQReady, descQInFlight, descQDead, descQAge} {
+		ch <- d
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	src := c.m.src
+	term, leading := src.Leading()
+	ch <- gauge(descLeader, b2f(leading))
+	ch <- gauge(descTerm, float64(term))
+	ok, at := src.LastReload()
+	ch <- gauge(descReloadOK, b2f(ok))
+	if !at.IsZero() {
+		ch <- gauge(descReloadAt, float64(at.UnixNano())/1e9)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), ObserveTimeout)
+	defer cancel()
+	objs := src.Objects()
+	// Buffered: an observe that ignores its context finishes into the
+	// buffer after the scrape gave up on it.
+	type result struct {
+		backend string
+		ms      []prometheus.Metric
+	}
+	results := make(chan result, len(objs))
+	for _, o := range objs {
+		go func() { results <- result{o.Backend, c.observe(ctx, o)} }()
+	}
+	done := map[string]bool{}
+	for range objs {
+		select {
+		case r := <-results:
+			for _, m := range r.ms {
+				ch <- m
+			}
+			done[r.backend] = true
+		case <-ctx.Done():
+			for _, o := range objs {
+				if !done[o.Backend] {
+					ch <- gauge(descObserveOK, 0, o.Backend)
+				}
+			}
+			return
+		}
+	}
+}
+
+// observe reads one backend's semaphores and queues, one call each.
+func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric {
+	out := []prometheus.Metric{nil}
+	ok := true
+	if sa, isSem := o.B.(backends.SemaphoreAdmin); isSem && len(o.Semaphores) > 0 {
+		start := time.Now()
+		states, err := sa.ObserveSemaphores(ctx, o.Semaphores)
+		c.m.RoundTrip(o.Backend, "observe_semaphores", time.Since(start))
+		if err != nil {
+			ok = false
+		}
+		for _, n := range o.Semaphores {
+			s := states[n]
+			if s == nil {
+				continue
+			}
+			out = append(out,
+				gauge(descSemLimit, float64(s.Config.Limit), n, o.Backend),
+				gauge(descSemHolders, float64(len(s.Holders)), n, o.Backend),
+				gauge(descSemWaiters, float64(s.Waiters), n, o.Backend))
+		}
+	}
+	if qa, isQueue := o.B.(backends.QueueAdmin); isQueue && len(o.Queues) > 0 {
+		start := time.Now()
+		states, err := qa.ObserveQueues(ctx, o.Queues)
+		c.m.RoundTrip(o.Backend, "observe_queues", time.Since(start))
+		if err != nil {
+			ok = false
+		}
+		now := time.Now()
+		for _, n := range o.Queues {
+			q := states[n]
+			if q == nil {
+				continue
+			}
+			age := 0.0
+			if !q.OldestReady.IsZero() {
+				age = max(now.Sub(q.OldestReady).Seconds(), 0)
+			}
+			out = append(out,
+				gauge(descQReady, float64(q.Ready), n, o.Backend),
+				gauge(descQInFlight, float64(q.InFlight), n, o.Backend),
+				gauge(descQDead, float64(q.Dead), n, o.Backend),
+				gauge(descQAge, age, n, o.Backend))
+		}
+	}
+	out[0] = gauge(descObserveOK, b2f(ok), o.Backend)
+	return out
+}

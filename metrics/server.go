@@ -1,0 +1,57 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves /metrics and /healthz.
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Timeout: ObserveTimeout + 2*time.Second,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := m.src.Health(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			// One line: the reason, without the newlines of a multi-error.
+			_, _ = w.Write([]byte(strings.Join(strings.Fields(err.Error()), " ") + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Serve serves m on ln until ctx ends, then shuts the server down (waiting
+// up to a second for scrapes in progress) and returns. ln is closed.
+func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           m.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
