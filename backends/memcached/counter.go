@@ -43,7 +43,7 @@ func (s *Store) counterAcquire(ctx context.Context, name string, r *semRead, req
 	if r.cfg.Limit < 1 {
 		return fail(fmt.Errorf("limit 0: %w", backends.ErrNoSlot))
 	}
-	now, err := s.nowFor(ctx, semTag(name))
+	now, err := s.clockFor(ctx, semTag(name))
 	if err != nil {
 		return fail(err)
 	}
@@ -80,7 +80,7 @@ func (s *Store) counterAcquire(ctx context.Context, name string, r *semRead, req
 		}
 		return fail(fmt.Errorf("counter at %d: %w", n, backends.ErrNoSlot))
 	}
-	fencing, err := s.nextFencing(ctx, name)
+	fencing, err := s.nextFencing(ctx, name, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -121,7 +121,7 @@ func (s *Store) counterExtend(ctx context.Context, name, owner string, r *semRea
 	if !ok || h.Owner != owner {
 		return time.Time{}, s.semErr("extend", name, backends.ErrLost)
 	}
-	now, err := s.nowFor(ctx, semTag(name))
+	now, err := s.clockFor(ctx, semTag(name))
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
 	}

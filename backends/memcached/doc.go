@@ -6,8 +6,10 @@
 // Slot i of a semaphore is the key slot:<i>, taken with add and holding the
 // holder record (owner token, host, pid, fencing, acquired_at and
 // expires_at in server time). Its TTL is the lease in whole seconds, at
-// least 3, given as an absolute time of the server's clock (`stats` time),
-// so that expires_at is exactly when memcached drops the key. A free slot
+// least 3, given as an absolute time of the server's clock (`stats` time,
+// or a `stats` reading at most 10 s old advanced by the host's monotonic
+// clock: see Store.clockFor), so that expires_at is exactly when memcached
+// drops the key. A free slot
 // is an absent key: slots exist only while held, and retire by themselves.
 //
 // The limit guard: add takes a free slot in [0, limit), then the acquirer
@@ -22,7 +24,9 @@
 // holders).
 //
 // Extend is gets + cas (a new record and TTL); Release is a cas that expires
-// the key. A key that vanished (lease expired, eviction, a restart) makes
+// the key: a single cas when this store made the grant and its own
+// connection to the server was not redialled since (semaphore.go,
+// grantCas), else gets + cas. A key that vanished (lease expired, eviction, a restart) makes
 // both return backends.ErrLost: the holder treats the slot as lost.
 //
 // Fencing numbers come from the fencing key (incr). When it is missing, its
@@ -37,7 +41,10 @@
 //
 // Every expiry uses the clock of the server that holds the semaphore's keys,
 // read with `stats` over a connection of the store's own (gomemcache does
-// not expose `stats`); it ticks in whole seconds. A restart loses every key:
+// not expose `stats`); it ticks in whole seconds. Between readings (at most
+// 10 s apart, and none kept across a connection error) the store estimates
+// it from the last reading and the host's monotonic clock, never the host's
+// wall clock; the fencing key's re-creation always reads it fresh. A restart loses every key:
 // the per-server marker (marker.go) lets reconcile hold re-creation for the
 // longest lease, as on Redis. memcached has no run_id; pid and start time
 // from `stats` stand for one.

@@ -28,13 +28,24 @@ var (
 // ticks in whole seconds, so a shorter lease could end within one tick.
 const minLeaseSeconds = 3
 
+// clockPadSeconds lengthens every slot key's life beyond the lease. A
+// holder trusts its slot until its send time + lease - margin on its own
+// monotonic clock, so the key must not end earlier than that. memcached's
+// clock lags real time by up to a second (it ticks in whole seconds), and
+// the expiry is computed from a clock reading that may be up to a second
+// behind the server's (clockSample.estimate): without the pad a key could
+// end up to two seconds before its holder stops trusting it, and another
+// holder could take the slot meanwhile. With it, a holder that died frees
+// its slot up to two seconds later: liveness, not safety.
+const clockPadSeconds = 2
+
 // leaseSeconds is a lease as a slot key's TTL: whole seconds, rounded up,
-// at least minLeaseSeconds.
+// at least minLeaseSeconds, plus clockPadSeconds.
 func leaseSeconds(d time.Duration) (int64, error) {
 	if d <= 0 {
 		return 0, fmt.Errorf("lease %v is not positive", d)
 	}
-	return max(int64((d+time.Second-1)/time.Second), minLeaseSeconds), nil
+	return max(int64((d+time.Second-1)/time.Second), minLeaseSeconds) + clockPadSeconds, nil
 }
 
 // fencingScale: a fencing key that is missing is re-created at the server's
@@ -111,7 +122,80 @@ func (s *Store) read(ctx context.Context, name string, span int) (*semRead, erro
 			}
 		}
 	}
+	s.remember(name, r)
 	return r, nil
+}
+
+// semHint is what this store last read of a semaphore in mode lease: its
+// config and the slots seen held. TryAcquire uses it to pick a slot
+// without reading first. It is a guess, never a gate: the check after the
+// add reads the config and every slot again, and a stale hint costs only a
+// failed add (then the full path) or a back-off.
+type semHint struct {
+	cfg  semCfg
+	held map[int]bool // never modified once stored
+}
+
+// freeSlot is the first slot in [0, limit) the hint does not see held, or
+// -1 when it sees the semaphore full.
+func (h semHint) freeSlot() int {
+	if len(h.held) >= h.cfg.Limit {
+		return -1
+	}
+	for i := range h.cfg.Limit {
+		if !h.held[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// remember keeps r as the hint of name (a config in mode lease), or drops
+// the hint.
+func (s *Store) remember(name string, r *semRead) {
+	s.hintMu.Lock()
+	defer s.hintMu.Unlock()
+	if r.cfg == nil || r.cfg.Mode == spec.ModeCounter {
+		delete(s.hints, name)
+		return
+	}
+	h := semHint{cfg: *r.cfg, held: make(map[int]bool, len(r.slots))}
+	for i := range r.slots {
+		h.held[i] = true
+	}
+	s.hints[name] = h
+}
+
+// hint is the hint of name, if any.
+func (s *Store) hint(name string) (semHint, bool) {
+	s.hintMu.Lock()
+	defer s.hintMu.Unlock()
+	h, ok := s.hints[name]
+	return h, ok
+}
+
+// hintFreed notes in the hint that this store freed slot of name.
+func (s *Store) hintFreed(name string, slot int) {
+	s.hintMu.Lock()
+	defer s.hintMu.Unlock()
+	h, ok := s.hints[name]
+	if !ok || !h.held[slot] {
+		return
+	}
+	held := make(map[int]bool, len(h.held))
+	for i := range h.held {
+		if i != slot {
+			held[i] = true
+		}
+	}
+	s.hints[name] = semHint{cfg: h.cfg, held: held}
+}
+
+// forgetHint drops the hint of name.
+func (s *Store) forgetHint(name string) {
+	s.hintMu.Lock()
+	defer s.hintMu.Unlock()
+	delete(s.hints, name)
 }
 
 // getMulti reads keys, once more after a connection error: a read is safe
@@ -123,7 +207,11 @@ func (s *Store) getMulti(ctx context.Context, ks []string) (map[string]*memcache
 		if err = s.trip(ctx); err != nil {
 			return nil, err
 		}
-		if items, err = s.mc.GetMulti(ks); err == nil || try > 0 || !isConnErr(err) {
+		items, err = s.mc.GetMulti(ks)
+		if err != nil && isConnErr(err) && len(ks) > 0 {
+			s.forgetClock(s.sel.tag(ks[0]))
+		}
+		if err == nil || try > 0 || !isConnErr(err) {
 			break
 		}
 	}
@@ -265,9 +353,15 @@ func (s *Store) ensureFencing(ctx context.Context, name string) error {
 // for the server's second to change.
 const fencingTickPoll = 50 * time.Millisecond
 
+// errNoFencing: the fencing key is missing and nextFencing was told not
+// to re-create it (the fast path of TryAcquire, which has not read the
+// config: the semaphore may be gone).
+var errNoFencing = errors.New("fencing key missing")
+
 // nextFencing increments the fencing key, re-creating it first when it
-// vanished (eviction, restart).
-func (s *Store) nextFencing(ctx context.Context, name string) (int64, error) {
+// vanished (eviction, restart) if create is set, else returning
+// errNoFencing.
+func (s *Store) nextFencing(ctx context.Context, name string, create bool) (int64, error) {
 	for range 3 {
 		if err := s.trip(ctx); err != nil {
 			return 0, err
@@ -278,6 +372,9 @@ func (s *Store) nextFencing(ctx context.Context, name string) (int64, error) {
 		}
 		if !errors.Is(err, memcache.ErrCacheMiss) {
 			return 0, err
+		}
+		if !create {
+			return 0, errNoFencing
 		}
 		if err := s.ensureFencing(ctx, name); err != nil {
 			return 0, err
@@ -326,6 +423,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 		return s.semErr("delete", name, err)
 	}
 	// Expire the config only if nobody re-put it since the read.
+	s.forgetHint(name)
 	r.cfgItem.Expiration = -1
 	err = s.mc.CompareAndSwap(r.cfgItem)
 	if err != nil && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored) {
@@ -349,10 +447,17 @@ func (r *semRead) live() int {
 }
 
 // TryAcquire takes a free slot key with add, then checks: a grant stands
-// only if, read after the add, the live slot keys (this one included) do
-// not exceed the limit. Two racing acquirers cannot both pass the check
-// past the limit: the later add is read by the later check. A loser
-// expires its key and returns ErrNoSlot.
+// only if, read after the add, the config is there in mode lease, the slot
+// is below its limit and the live slot keys (this one included) do not
+// exceed the limit. Two racing acquirers cannot both pass the check past
+// the limit: the later add is read by the later check. A loser expires its
+// key and returns ErrNoSlot.
+//
+// The slot to try comes from this store's last read of the semaphore (its
+// hint) when it has one that shows a free slot: then the acquire is incr,
+// add, check (3 round trips). Otherwise, or when the hinted slot was taken
+// meanwhile, it reads first (4 round trips); a full semaphore costs that
+// one read.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
@@ -363,6 +468,18 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 	secs, err := leaseSeconds(req.Lease)
 	if err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)
+	}
+	if h, ok := s.hint(name); ok {
+		if slot := h.freeSlot(); slot >= 0 {
+			g, res, err := s.takeSlot(ctx, name, &h.cfg, slot, req, secs, false)
+			switch {
+			case err != nil:
+				return backends.Grant{}, s.semErr("acquire", name, err)
+			case res == slotGranted:
+				return g, nil
+			}
+			// Taken meanwhile, or the config changed: the full path.
+		}
 	}
 	r, err := s.read(ctx, name, guessSpan)
 	if err != nil {
@@ -390,56 +507,90 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, r *semRead, req b
 		if r.slots[slot] != nil {
 			continue
 		}
-		fencing, err := s.nextFencing(ctx, name)
+		g, res, err := s.takeSlot(ctx, name, r.cfg, slot, req, secs, true)
 		if err != nil {
 			return backends.Grant{}, err
 		}
-		now, err := s.nowFor(ctx, semTag(name))
-		if err != nil {
-			return backends.Grant{}, err
-		}
-		h := backends.Holder{
-			Slot: slot, Owner: req.Owner, Host: req.Host, PID: req.PID, Fencing: fencing,
-			AcquiredAt: time.Unix(now, 0).UTC(), ExpiresAt: time.Unix(now+secs, 0).UTC(),
-		}
-		key := s.keys.semSlot(name, slot)
-		if err := s.trip(ctx); err != nil {
-			return backends.Grant{}, err
-		}
-		err = s.mc.Add(&memcache.Item{Key: key, Value: encodeHolder(h), Expiration: int32(now + secs)})
-		if errors.Is(err, memcache.ErrNotStored) {
-			r.slots[slot] = &memcache.Item{Key: key} // taken meanwhile
+		switch res {
+		case slotGranted:
+			return g, nil
+		case slotTaken:
+			r.slots[slot] = &memcache.Item{Key: s.keys.semSlot(name, slot)} // taken meanwhile
 			continue
+		default:
+			return backends.Grant{}, fmt.Errorf("the config changed during the acquire: %w", backends.ErrNoSlot)
 		}
-		if err != nil {
-			return backends.Grant{}, err
-		}
-		// The check after the add.
-		after, err := s.read(ctx, name, max(r.cfg.Span, slot+1))
-		if err != nil {
-			return backends.Grant{}, err
-		}
-		mine := after.slots[slot]
-		if mine == nil {
-			return backends.Grant{}, fmt.Errorf("slot %d vanished right after it was taken: %w", slot, backends.ErrNoSlot)
-		}
-		if after.cfg == nil || len(after.slots) > after.cfg.Limit {
-			lim := 0
-			if after.cfg != nil {
-				lim = after.cfg.Limit
-			}
-			mine.Expiration = -1
-			if err := s.trip(ctx); err != nil {
-				return backends.Grant{}, err
-			}
-			if err := s.mc.CompareAndSwap(mine); err != nil && !isGone(err) {
-				return backends.Grant{}, fmt.Errorf("back off from slot %d: %w", slot, err)
-			}
-			return backends.Grant{}, fmt.Errorf("%d of %d held after a racing acquire: %w", len(after.slots), lim, backends.ErrNoSlot)
-		}
-		return backends.Grant{Slot: slot, Fencing: fencing, ExpiresAt: h.ExpiresAt}, nil
 	}
 	return backends.Grant{}, fmt.Errorf("%d of %d held: %w", len(r.slots), limit, backends.ErrNoSlot)
+}
+
+// takeSlot results.
+const (
+	slotGranted = iota
+	slotTaken   // the add found the key: someone holds the slot
+	slotChanged // the config vanished, changed mode or put the slot above the limit; backed off
+)
+
+// takeSlot tries slot with cfg as last read (or hinted): next fencing
+// number, add, then the check after the add. With create unset (the hinted
+// path, which has not read the config) a missing fencing key is
+// slotChanged rather than re-created. An error other than ErrNoSlot is
+// returned as such; ErrNoSlot when the check found the limit exceeded.
+func (s *Store) takeSlot(ctx context.Context, name string, cfg *semCfg, slot int, req backends.AcquireRequest, secs int64, create bool) (backends.Grant, int, error) {
+	fencing, err := s.nextFencing(ctx, name, create)
+	if errors.Is(err, errNoFencing) {
+		return backends.Grant{}, slotChanged, nil
+	}
+	if err != nil {
+		return backends.Grant{}, 0, err
+	}
+	now, err := s.clockFor(ctx, semTag(name))
+	if err != nil {
+		return backends.Grant{}, 0, err
+	}
+	h := backends.Holder{
+		Slot: slot, Owner: req.Owner, Host: req.Host, PID: req.PID, Fencing: fencing,
+		AcquiredAt: time.Unix(now, 0).UTC(), ExpiresAt: time.Unix(now+secs, 0).UTC(),
+	}
+	key := s.keys.semSlot(name, slot)
+	if err := s.trip(ctx); err != nil {
+		return backends.Grant{}, 0, err
+	}
+	err = s.mc.Add(&memcache.Item{Key: key, Value: encodeHolder(h), Expiration: int32(now + secs)})
+	if errors.Is(err, memcache.ErrNotStored) {
+		return backends.Grant{}, slotTaken, nil
+	}
+	if err != nil {
+		return backends.Grant{}, 0, err
+	}
+	// The check after the add (with the gen of the own connection just
+	// before it: see grantCas).
+	gen := s.ownGen(s.sel.pickTag(semTag(name)))
+	after, err := s.read(ctx, name, max(cfg.Span, slot+1))
+	if err != nil {
+		return backends.Grant{}, 0, err
+	}
+	mine := after.slots[slot]
+	if mine == nil {
+		return backends.Grant{}, 0, fmt.Errorf("slot %d vanished right after it was taken: %w", slot, backends.ErrNoSlot)
+	}
+	changed := after.cfg == nil || after.cfg.Mode == spec.ModeCounter || slot >= after.cfg.Limit
+	if !changed && len(after.slots) <= after.cfg.Limit {
+		s.rememberGrant(name, req.Owner, grantCas{slot: slot, casID: mine.CasID, gen: gen})
+		return backends.Grant{Slot: slot, Fencing: fencing, ExpiresAt: h.ExpiresAt}, slotGranted, nil
+	}
+	mine.Expiration = -1
+	if err := s.trip(ctx); err != nil {
+		return backends.Grant{}, 0, err
+	}
+	if err := s.mc.CompareAndSwap(mine); err != nil && !isGone(err) {
+		return backends.Grant{}, 0, fmt.Errorf("back off from slot %d: %w", slot, err)
+	}
+	s.hintFreed(name, slot)
+	if changed {
+		return backends.Grant{}, slotChanged, nil
+	}
+	return backends.Grant{}, 0, fmt.Errorf("%d of %d held after a racing acquire: %w", len(after.slots), after.cfg.Limit, backends.ErrNoSlot)
 }
 
 // isGone: a compare-and-swap found the key changed or missing.
@@ -470,6 +621,7 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
 	}
+	s.takeGrant(name, owner) // the cas below changes the cas id kept
 	r, err := s.read(ctx, name, guessSpan)
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
@@ -481,7 +633,7 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	if !ok {
 		return time.Time{}, s.semErr("extend", name, backends.ErrLost)
 	}
-	now, err := s.nowFor(ctx, semTag(name))
+	now, err := s.clockFor(ctx, semTag(name))
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
 	}
@@ -499,12 +651,68 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	return h.ExpiresAt, nil
 }
 
+// grantCas is what this store keeps of a grant it made, so that the
+// release can be a single cas: the slot key's cas id as the check after
+// the add read it, and the gen of the store's own connection to the
+// server, taken before that read. The release sends the cas on that
+// connection only if it is still the same one (no redial since): then the
+// server process that issued the cas id is the one that receives the cas,
+// since a restarted memcached, which reuses cas ids, cannot take over a
+// TCP connection. Anything else (another reply, a redial, a busy
+// connection, an Extend since, another process) falls back to gets + cas.
+type grantCas struct {
+	slot  int
+	casID uint64
+	gen   uint64
+}
+
+// maxGrantCas bounds the grants kept (holders that never release, e.g.
+// lost ones, would otherwise pile up); beyond it releases use gets + cas.
+const maxGrantCas = 4096
+
+func grantKey(name, owner string) string { return name + "\x00" + owner }
+
+func (s *Store) rememberGrant(name, owner string, g grantCas) {
+	if g.gen == 0 || g.casID == 0 {
+		return
+	}
+	s.grantMu.Lock()
+	defer s.grantMu.Unlock()
+	if len(s.grants) < maxGrantCas {
+		s.grants[grantKey(name, owner)] = g
+	}
+}
+
+// takeGrant removes and returns the grant kept for owner of name.
+func (s *Store) takeGrant(name, owner string) (grantCas, bool) {
+	s.grantMu.Lock()
+	defer s.grantMu.Unlock()
+	k := grantKey(name, owner)
+	g, ok := s.grants[k]
+	delete(s.grants, k)
+	return g, ok
+}
+
 // Release expires owner's slot key with a cas, so only the owner frees it.
 // A freed slot above the limit is gone, as every free slot is: slots retire
-// by themselves.
+// by themselves. When this store granted the slot and kept its cas id
+// (grantCas), the cas is sent directly (1 round trip); otherwise, or when
+// that cas does not succeed, gets + cas (2). An I/O error on the direct cas
+// leaves unknown whether it was applied: the gets then finds the key gone
+// and Release returns ErrLost, as it does for a key that expired.
 func (s *Store) Release(ctx context.Context, name, owner string) error {
 	if err := s.writable(); err != nil {
 		return err
+	}
+	if g, ok := s.takeGrant(name, owner); ok {
+		line, err := s.casExpire(ctx, s.sel.pickTag(semTag(name)), g.gen, s.keys.semSlot(name, g.slot), g.casID)
+		if err == nil && line == "STORED" {
+			s.hintFreed(name, g.slot)
+			return nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return s.semErr("release", name, err)
+		}
 	}
 	r, err := s.read(ctx, name, guessSpan)
 	if err != nil {
@@ -513,7 +721,7 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	if r.cfg != nil && r.cfg.Mode == spec.ModeCounter {
 		return s.counterRelease(ctx, name, owner, r)
 	}
-	it, _, ok := r.findOwner(owner)
+	it, h, ok := r.findOwner(owner)
 	if !ok {
 		return s.semErr("release", name, backends.ErrLost)
 	}
@@ -527,6 +735,7 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 		}
 		return s.semErr("release", name, err)
 	}
+	s.hintFreed(name, h.Slot)
 	return nil
 }
 

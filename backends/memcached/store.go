@@ -42,6 +42,46 @@ type Store struct {
 
 	statsMu sync.Mutex
 	stats   map[string]*statsConn // addr -> the connection `stats` is sent on
+
+	clockMu sync.Mutex
+	clocks  map[string]clockSample // addr -> the last `stats` time read there
+
+	hintMu sync.Mutex
+	hints  map[string]semHint // semaphore name -> its last read (semaphore.go)
+
+	grantMu sync.Mutex
+	grants  map[string]grantCas // name + "\x00" + owner -> its slot key's cas id (semaphore.go)
+}
+
+// clockSample is one reading of a server's clock: the server said time
+// at some instant after sent (host monotonic clock).
+type clockSample struct {
+	time int64
+	sent time.Time
+}
+
+// clockMaxAge is how long a clockSample stands in for a `stats` call.
+const clockMaxAge = 10 * time.Second
+
+// estimate is the server's clock at host time now, from a sample:
+// time + ceil(now - sent), on the host's monotonic clock. memcached's
+// clock V is whole seconds, updated once a second from its own monotonic
+// clock M, so V lags floor(M) by up to 1. With the sample's `stats` sent
+// at h0 and answered at h1 (h1 - h0 < 1 s, else no sample is kept):
+// V(now) <= time + 1 + ceil(now - h0) and V(now) >= time + floor(now - h1) - 1,
+// so estimate - 3 <= V(now) <= estimate + 1. An expiry computed from it is
+// thus at most 3 s later, or 1 s earlier, than the server's own now + TTL
+// at that moment (a fresh `stats` is itself up to a tick early by the time
+// the write lands). Clock rate differences (ppm) over clockMaxAge are far
+// below a second. The key is written with that absolute expiry, so the
+// expires_at reported is always exactly when memcached drops the key: the
+// error only lengthens the lease by up to 3 s or shortens it by up to 1 s.
+func (c clockSample) estimate(now time.Time) int64 {
+	el := now.Sub(c.sent)
+	if el <= 0 {
+		return c.time
+	}
+	return c.time + int64((el+time.Second-1)/time.Second)
 }
 
 // Open connects to the memcached servers and checks that every one answers
@@ -59,7 +99,7 @@ func Open(ctx context.Context, name string, servers []string, keyPrefix string, 
 	}
 	mc := memcache.NewFromSelector(sel)
 	mc.Timeout, mc.MaxIdleConns = opTimeout, maxIdleConns
-	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, sel: sel, mc: mc, stats: map[string]*statsConn{}}
+	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, sel: sel, mc: mc, stats: map[string]*statsConn{}, clocks: map[string]clockSample{}, hints: map[string]semHint{}, grants: map[string]grantCas{}}
 	for _, a := range sel.addrs {
 		if _, err := s.serverStats(ctx, a); err != nil {
 			s.Close()
@@ -113,13 +153,41 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return st.now(), nil
 }
 
-// nowFor reads the clock of the server that holds tag's keys.
+// nowFor reads the clock of the server that holds tag's keys with `stats`
+// (one round trip, always fresh).
 func (s *Store) nowFor(ctx context.Context, tag string) (int64, error) {
 	st, err := s.serverStats(ctx, s.sel.pickTag(tag))
 	if err != nil {
 		return 0, err
 	}
 	return st.time, nil
+}
+
+// clockFor is the clock of the server that holds tag's keys for computing
+// an expiry: a `stats` reading at most clockMaxAge old advanced by the
+// host's monotonic clock (see clockSample.estimate), else a fresh `stats`.
+// Expiries are written as absolute server times, so a key always ends at
+// exactly the time reported for it; the estimate only makes a lease up
+// to 3 s longer (or 1 s shorter) than asked, as a bound.
+func (s *Store) clockFor(ctx context.Context, tag string) (int64, error) {
+	addr := s.sel.pickTag(tag).String()
+	now := time.Now()
+	s.clockMu.Lock()
+	c, ok := s.clocks[addr]
+	s.clockMu.Unlock()
+	if ok && now.Sub(c.sent) >= 0 && now.Sub(c.sent) < clockMaxAge {
+		return c.estimate(now), nil
+	}
+	return s.nowFor(ctx, tag)
+}
+
+// forgetClock drops the clock sample of the server holding tag's keys
+// (after a connection error: the server may have restarted with another
+// clock).
+func (s *Store) forgetClock(tag string) {
+	s.clockMu.Lock()
+	delete(s.clocks, s.sel.pickTag(tag).String())
+	s.clockMu.Unlock()
 }
 
 // writable refuses writes on a read-only store.
@@ -161,7 +229,16 @@ type statsConn struct {
 	mu sync.Mutex
 	nc net.Conn
 	rd *bufio.Reader
+	// gen names the current connection (a new value on every dial, 0
+	// while there is none). A cas id read after this connection was
+	// dialled, and used on it without a redial in between, was issued by
+	// the server process at its other end: a restarted memcached reuses
+	// cas ids, but cannot take over a TCP connection.
+	gen atomic.Uint64
 }
+
+// connGens numbers the store's own connections.
+var connGens atomic.Uint64
 
 // serverStats sends `stats` to addr over the store's own connection,
 // dialling (again) as needed.
@@ -189,18 +266,102 @@ func (s *Store) serverStats(ctx context.Context, addr net.Addr) (serverStats, er
 	// kept one failed (the server restarted, or closed it as idle).
 	for try := range 2 {
 		reused := c.nc != nil
+		sent := time.Now()
 		if st, err = c.query(ctx, addr); err == nil {
+			s.clockMu.Lock()
+			if time.Since(sent) < time.Second {
+				s.clocks[addr.String()] = clockSample{time: st.time, sent: sent}
+			} else {
+				delete(s.clocks, addr.String()) // too slow to bound the estimate
+			}
+			s.clockMu.Unlock()
 			return st, nil
 		}
-		if c.nc != nil {
-			_ = c.nc.Close()
-			c.nc, c.rd = nil, nil
-		}
+		c.drop()
+		s.clockMu.Lock()
+		delete(s.clocks, addr.String())
+		s.clockMu.Unlock()
 		if !reused || try > 0 || ctx.Err() != nil {
 			break
 		}
 	}
 	return serverStats{}, fmt.Errorf("memcached %q: stats on %s: %w", s.name, addr, err)
+}
+
+// drop closes the connection (c.mu held).
+func (c *statsConn) drop() {
+	if c.nc != nil {
+		_ = c.nc.Close()
+		c.nc, c.rd = nil, nil
+	}
+	c.gen.Store(0)
+}
+
+// ownConn is the store's own connection to addr (nil when closed).
+func (s *Store) ownConn(addr net.Addr) *statsConn {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if s.closed.Load() {
+		return nil
+	}
+	return s.stats[addr.String()]
+}
+
+// ownGen is the gen of the store's own connection to addr (0: none up).
+func (s *Store) ownGen(addr net.Addr) uint64 {
+	if c := s.ownConn(addr); c != nil {
+		return c.gen.Load()
+	}
+	return 0
+}
+
+// errOwnConn: the own connection was not (any more) the one named, or is
+// busy; nothing was sent.
+var errOwnConn = errors.New("own connection changed or busy")
+
+// casExpire sends `cas key 0 -1 0 casID` (expire the key if its cas id is
+// still casID) on the own connection to addr, only if that connection is
+// still the one of gen. It returns the reply line (STORED, EXISTS,
+// NOT_FOUND), errOwnConn when nothing was sent, or the I/O error (the
+// connection is then dropped, and whether the server applied the cas is
+// unknown).
+func (s *Store) casExpire(ctx context.Context, addr net.Addr, gen uint64, key string, casID uint64) (string, error) {
+	c := s.ownConn(addr)
+	if c == nil || gen == 0 || !c.mu.TryLock() {
+		return "", errOwnConn
+	}
+	defer c.mu.Unlock()
+	if c.nc == nil || c.gen.Load() != gen {
+		return "", errOwnConn
+	}
+	if err := s.trip(ctx); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(opTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	line, err := func() (string, error) {
+		if err := c.nc.SetDeadline(deadline); err != nil {
+			return "", err
+		}
+		if _, err := fmt.Fprintf(c.nc, "cas %s 0 -1 0 %d\r\n\r\n", key, casID); err != nil {
+			return "", err
+		}
+		line, err := c.rd.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimRight(line, "\r\n"), nil
+	}()
+	if err != nil {
+		c.drop()
+		return "", err
+	}
+	if line != "STORED" && line != "EXISTS" && line != "NOT_FOUND" {
+		c.drop() // not sure where the connection stands
+	}
+	return line, nil
 }
 
 func (c *statsConn) query(ctx context.Context, addr net.Addr) (serverStats, error) {
@@ -215,6 +376,7 @@ func (c *statsConn) query(ctx context.Context, addr net.Addr) (serverStats, erro
 			return serverStats{}, err
 		}
 		c.nc, c.rd = nc, bufio.NewReader(nc)
+		c.gen.Store(connGens.Add(1))
 	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return serverStats{}, err
