@@ -94,37 +94,8 @@ func BenchmarkQueueEnqueueToStart(b *testing.B) {
 	st := newStore(b, benchQueue("q"))
 	c := newClient(b, st)
 	rt := benchutil.RawRoundTrip(b, st)
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Work(ctx, "q", queue.WorkerOptions{Concurrency: 1}, func(context.Context, backends.Job) error {
-			started <- time.Now()
-			return nil
-		})
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	b.ResetTimer()
-	var lat []time.Duration
-	for range b.N {
-		for range samples {
-			time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
-			pushed := time.Now()
-			if _, err := c.Push(ctx, "q", []byte("x"), queue.PushOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			select {
-			case at := <-started:
-				lat = append(lat, at.Sub(pushed))
-			case <-time.After(10 * time.Second):
-				b.Fatal("the handler did not start within 10s")
-			}
-		}
-	}
-	b.StopTimer()
+	lat := benchutil.EnqueueToStart(b, c, c, "q", queue.WorkerOptions{Concurrency: 1}, samples,
+		func() time.Duration { return time.Duration(5+rand.IntN(20)) * time.Millisecond }, nil)
 	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 50)), "p50-ms")
 	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 99)), "p99-ms")
 	b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 100)), "max-ms")

@@ -379,42 +379,16 @@ func BenchmarkQueueEnqueueToStart(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				started := make(chan time.Time, 1)
-				done := make(chan error, 1)
-				go func() {
-					done <- c.Work(ctx, "q", queue.WorkerOptions{Concurrency: 8, Batch: 8, Logf: b.Logf}, func(context.Context, backends.Job) error {
-						started <- time.Now()
-						return nil
+				var idleRate float64
+				lat := benchutil.EnqueueToStart(b, c, pc, "q", queue.WorkerOptions{Concurrency: 8, Batch: 8, Logf: b.Logf}, samples,
+					func() time.Duration { return time.Duration(20+rand.IntN(40)) * time.Millisecond },
+					func() {
+						time.Sleep(500 * time.Millisecond) // the last ack, the worker parks
+						trips := s.RoundTrips()
+						const idle = 5 * time.Second
+						time.Sleep(idle)
+						idleRate = float64(s.RoundTrips()-trips) / idle.Seconds()
 					})
-				}()
-				defer func() {
-					cancel()
-					<-done
-				}()
-				b.ResetTimer()
-				var lat []time.Duration
-				for range b.N {
-					for range samples {
-						time.Sleep(time.Duration(20+rand.IntN(40)) * time.Millisecond)
-						pushed := time.Now()
-						if _, err := pc.Push(ctx, "q", []byte("x"), queue.PushOptions{}); err != nil {
-							b.Fatal(err)
-						}
-						select {
-						case at := <-started:
-							lat = append(lat, at.Sub(pushed))
-						case <-time.After(30 * time.Second):
-							b.Fatal("the handler did not start within 30s")
-						}
-					}
-				}
-				b.StopTimer()
-				time.Sleep(500 * time.Millisecond) // the last ack, the worker parks
-				trips := s.RoundTrips()
-				const idle = 5 * time.Second
-				time.Sleep(idle)
-				idleRate := float64(s.RoundTrips()-trips) / idle.Seconds()
 				b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 50)), "p50-ms")
 				b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 99)), "p99-ms")
 				b.ReportMetric(benchutil.Ms(benchutil.Pct(lat, 100)), "max-ms")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/queue"
 )
 
 // RawRoundTrip is the backend's clock query (its cheapest request)
@@ -79,4 +80,50 @@ func Alternate(b *testing.B, refName string, op, ref func()) {
 	b.ReportMetric(float64(ref50.Microseconds()), refName+"-p50-us")
 	b.ReportMetric(float64(p50)/float64(ref50), "x-"+refName)
 	b.ReportMetric(float64(len(opT))/total.Seconds(), "pairs/s")
+}
+
+// EnqueueToStart runs a worker (Work on queue q of worker, with opts) and
+// pushes one job at a time through pusher, gap() apart, samples times per
+// b.N, and returns each push-to-handler-start latency. Push through a
+// second client on another store handle to measure the backend's wake-up
+// rather than the in-process one. idle, when set, runs after the samples
+// while the worker still runs (to measure what an idle worker sends); the
+// worker is stopped before EnqueueToStart returns.
+func EnqueueToStart(b *testing.B, worker, pusher *queue.Client, q string, opts queue.WorkerOptions, samples int, gap func() time.Duration, idle func()) []time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Work(ctx, q, opts, func(context.Context, backends.Job) error {
+			started <- time.Now()
+			return nil
+		})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	b.ResetTimer()
+	var lat []time.Duration
+	for range b.N {
+		for range samples {
+			time.Sleep(gap())
+			pushed := time.Now()
+			if _, err := pusher.Push(ctx, q, []byte("x"), queue.PushOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case at := <-started:
+				lat = append(lat, at.Sub(pushed))
+			case <-time.After(30 * time.Second):
+				b.Fatal("the handler did not start within 30s")
+			}
+		}
+	}
+	b.StopTimer()
+	if idle != nil {
+		idle()
+	}
+	return lat
 }
