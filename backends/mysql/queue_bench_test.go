@@ -315,37 +315,11 @@ func BenchmarkQueuePush(b *testing.B) {
 	b.ResetTimer()
 	var rate float64
 	for range b.N {
-		rate += benchPush(b, c, 4000)
+		rate += benchutil.Push(b, c, "q", 4000)
 	}
 	b.StopTimer()
 	b.ReportMetric(rate/float64(b.N), "push-jobs/s")
 	reportRaw(b, rt, upd)
-}
-
-// benchPush pushes n jobs through c from 8 goroutines and returns jobs/s.
-func benchPush(b *testing.B, c *queue.Client, n int) float64 {
-	b.Helper()
-	ctx := context.Background()
-	const pushers = 8
-	errs := make(chan error, pushers)
-	start := time.Now()
-	for p := range pushers {
-		go func() {
-			for i := p; i < n; i += pushers {
-				if _, err := c.Push(ctx, "q", []byte(`{"image":"a.png"}`), queue.PushOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	for range pushers {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
-	return float64(n) / time.Since(start).Seconds()
 }
 
 // BenchmarkQueueEnqueueToStart measures the time from the call to Push to

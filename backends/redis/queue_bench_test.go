@@ -42,33 +42,6 @@ func benchQueueStore(b *testing.B) (s *redis.Store, url, prefix string) {
 	return s, url, prefix
 }
 
-// benchPush pushes n keyless jobs through c from 8 goroutines and returns
-// jobs/s.
-func benchPush(b *testing.B, c *queue.Client, n int) float64 {
-	b.Helper()
-	ctx := context.Background()
-	const pushers = 8
-	errs := make(chan error, pushers)
-	start := time.Now()
-	for p := range pushers {
-		go func() {
-			for i := p; i < n; i += pushers {
-				if _, err := c.Push(ctx, "q", []byte(`{"image":"a.png"}`), queue.PushOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	for range pushers {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
-	return float64(n) / time.Since(start).Seconds()
-}
-
 // drainJobs is the number of jobs each drain works.
 const drainJobs = 50000
 
@@ -101,7 +74,7 @@ func BenchmarkQueueDrain(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
-				pushRate += benchPush(b, c, drainJobs)
+				pushRate += benchutil.Push(b, c, "q", drainJobs)
 				b.StartTimer()
 				t0, u0 := s.RoundTrips(), serverUsec(b, s)
 				start := time.Now()

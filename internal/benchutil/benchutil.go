@@ -127,3 +127,30 @@ func EnqueueToStart(b *testing.B, worker, pusher *queue.Client, q string, opts q
 	}
 	return lat
 }
+
+// Push pushes n keyless jobs to queue q through c from 8 goroutines and
+// returns jobs/s.
+func Push(b *testing.B, c *queue.Client, q string, n int) float64 {
+	b.Helper()
+	ctx := context.Background()
+	const pushers = 8
+	errs := make(chan error, pushers)
+	start := time.Now()
+	for p := range pushers {
+		go func() {
+			for i := p; i < n; i += pushers {
+				if _, err := c.Push(ctx, q, []byte(`{"image":"a.png"}`), queue.PushOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range pushers {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
