@@ -8,6 +8,9 @@ GO        ?= go
 BIN       := bin/coordd
 PKG       := github.com/coordd/coordd
 FUZZTIME  ?= 60s
+CHAOS_DURATION ?= 5m
+CHAOS_SEED     ?=
+CHAOS_BACKENDS ?= sqlite,mysql,redis,memcached
 COORDD_DATA_DIR ?= ./.coordd-data
 
 # Version stamping: a tag from `git describe` (when the repo has tags) and the
@@ -23,7 +26,7 @@ ifneq ($(GIT_COMMIT),)
 LDFLAGS += -X $(PKG)/internal/version.Commit=$(GIT_COMMIT)
 endif
 
-.PHONY: help build test test-short lint bench fuzz quickstart clean
+.PHONY: help build test test-short lint bench chaos fuzz quickstart clean
 
 help: ## Show this list of targets
 	@echo "Usage: make <target>"
@@ -52,6 +55,10 @@ bench: ## Run every benchmark once (figures in docs/benchmarks.md; ~10 min; MySQ
 	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/mysql/
 	$(GO) test -run '^$$' -bench 'Sem|CronClaimFinish' ./backends/redis/
 	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/redis/
+
+chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the verdict table (private servers; see docs/reliability.md)
+	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
+		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/ 2>&1 | grep -v '^ *world.go:[0-9]*: fault '
 
 fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)

@@ -183,6 +183,22 @@ func (p *Proc) Wait(t testing.TB, d time.Duration) int {
 	return -1
 }
 
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// ExitCode is the exit code once Done is closed: -1 when a signal killed
+// the process.
+func (p *Proc) ExitCode() int {
+	<-p.done
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
 // Running reports whether the process has not exited.
 func (p *Proc) Running() bool {
 	select {

@@ -1,0 +1,421 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The evidence is written by the commands coordd runs, never by coordd: one
+// append-only file per kind, one line per event, each line small enough
+// for O_APPEND to keep it whole.
+//
+//	cron.log   start|end TASK SCHEDULED_AT ATTEMPT HOST FENCING UNIXTIME
+//	sem.log    in|out CLIENT UNIXTIME
+//	queue.log  start|done PAYLOAD JOB_ID ATTEMPT WORKER UNIXTIME
+//	peaks      one number per entry into the witness: holders alive then
+
+// CronEvent is one line of cron.log.
+type CronEvent struct {
+	Kind        string // start or end
+	Task        string
+	ScheduledAt time.Time
+	Attempt     int
+	Host        string
+	Fencing     int64
+	At          time.Time
+}
+
+// SemEvent is one line of sem.log.
+type SemEvent struct {
+	Kind   string // in or out
+	Client string
+	At     time.Time
+}
+
+// JobEvent is one line of queue.log.
+type JobEvent struct {
+	Kind    string // start or done
+	Payload string
+	JobID   string
+	Attempt int
+	Worker  string
+	At      time.Time
+}
+
+// FaultKind names a fault the harness injects.
+type FaultKind string
+
+const (
+	DaemonKill     FaultKind = "daemon-kill"
+	DaemonStop     FaultKind = "daemon-stop"
+	ClientKill     FaultKind = "client-kill"
+	WorkerKill     FaultKind = "worker-kill"
+	BackendRestart FaultKind = "backend-restart"
+)
+
+// Fault is one injected fault. Its effect lasts from At to End: End equals
+// At for a kill, is the SIGCONT of a stop, and the moment the server
+// answered again for a backend restart.
+type Fault struct {
+	Kind   FaultKind
+	Target string // host, client or worker id; the backend for a restart
+	At     time.Time
+	End    time.Time
+	// MidOp: the target had an operation in flight when the fault hit (a
+	// command of a cron occurrence, a semaphore holder, a job handler; for
+	// a backend restart, any of them).
+	MidOp bool
+}
+
+func (f Fault) overlaps(from, to time.Time) bool {
+	return !f.End.Before(from) && !f.At.After(to)
+}
+
+// unixTime parses `date +%s.%N`.
+func unixTime(s string) (time.Time, error) {
+	sec, frac, _ := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var ns int64
+	if frac != "" {
+		frac = (frac + "000000000")[:9]
+		if ns, err = strconv.ParseInt(frac, 10, 64); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return time.Unix(n, ns), nil
+}
+
+// readLines returns the fields of each line of path; a missing file has
+// none. A torn last line (a command killed mid-write) is dropped when it
+// has fewer than want fields; any other short line is an error.
+func readLines(path string, want int) ([][]string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out [][]string
+	sc := bufio.NewScanner(f)
+	var short string
+	for sc.Scan() {
+		if short != "" {
+			return nil, fmt.Errorf("%s: short line %q", path, short)
+		}
+		fs := strings.Fields(sc.Text())
+		if len(fs) < want {
+			short = sc.Text()
+			continue
+		}
+		out = append(out, fs)
+	}
+	return out, sc.Err()
+}
+
+// ReadCron parses cron.log.
+func ReadCron(path string) ([]CronEvent, error) {
+	lines, err := readLines(path, 7)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]CronEvent, 0, len(lines))
+	for _, fs := range lines {
+		e := CronEvent{Kind: fs[0], Task: fs[1], Host: fs[4]}
+		var errs [4]error
+		e.ScheduledAt, errs[0] = time.Parse(time.RFC3339Nano, fs[2])
+		e.Attempt, errs[1] = strconv.Atoi(fs[3])
+		e.Fencing, errs[2] = strconv.ParseInt(fs[5], 10, 64)
+		e.At, errs[3] = unixTime(fs[6])
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("%s: line %q: %w", path, strings.Join(fs, " "), err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ReadSem parses sem.log.
+func ReadSem(path string) ([]SemEvent, error) {
+	lines, err := readLines(path, 3)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SemEvent, 0, len(lines))
+	for _, fs := range lines {
+		at, err := unixTime(fs[2])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, SemEvent{Kind: fs[0], Client: fs[1], At: at})
+	}
+	return out, nil
+}
+
+// ReadJobs parses queue.log.
+func ReadJobs(path string) ([]JobEvent, error) {
+	lines, err := readLines(path, 6)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]JobEvent, 0, len(lines))
+	for _, fs := range lines {
+		e := JobEvent{Kind: fs[0], Payload: fs[1], JobID: fs[2], Worker: fs[4]}
+		var err1, err2 error
+		e.Attempt, err1 = strconv.Atoi(fs[3])
+		e.At, err2 = unixTime(fs[5])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s: line %q: %v %v", path, strings.Join(fs, " "), err1, err2)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ReadPeaks returns how many holders entered the witness and the most that
+// were alive inside it at once.
+func ReadPeaks(path string) (entries, peak int, err error) {
+	lines, err := readLines(path, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, fs := range lines {
+		n, err := strconv.Atoi(fs[0])
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", path, err)
+		}
+		entries++
+		peak = max(peak, n)
+	}
+	return entries, peak, nil
+}
+
+// InFlight is what was in flight at one moment, by owner.
+type InFlight struct {
+	CronHosts  map[string]int  // host -> running cron commands
+	SemClients map[string]bool // client -> inside its command
+	Workers    map[string]int  // worker -> running handlers
+}
+
+// Any reports whether anything at all was in flight.
+func (f InFlight) Any() bool {
+	return len(f.CronHosts) > 0 || len(f.SemClients) > 0 || len(f.Workers) > 0
+}
+
+// OpenOps reads what is in flight from the logs: starts without their end.
+// A start whose command was killed never gets its end, so callers ask only
+// about owners they know to be alive.
+func OpenOps(cron []CronEvent, sem []SemEvent, jobs []JobEvent) InFlight {
+	f := InFlight{CronHosts: map[string]int{}, SemClients: map[string]bool{}, Workers: map[string]int{}}
+	type ck struct {
+		sched   time.Time
+		attempt int
+	}
+	cronOpen := map[ck]string{}
+	for _, e := range cron {
+		k := ck{e.ScheduledAt, e.Attempt}
+		if e.Kind == "start" {
+			cronOpen[k] = e.Host
+		} else {
+			delete(cronOpen, k)
+		}
+	}
+	for _, h := range cronOpen {
+		f.CronHosts[h]++
+	}
+	for _, e := range sem {
+		if e.Kind == "in" {
+			f.SemClients[e.Client] = true
+		} else {
+			delete(f.SemClients, e.Client)
+		}
+	}
+	type jk struct{ id, attempt string }
+	jobOpen := map[jk]string{}
+	for _, e := range jobs {
+		k := jk{e.JobID, strconv.Itoa(e.Attempt)}
+		if e.Kind == "start" {
+			jobOpen[k] = e.Worker
+		} else {
+			delete(jobOpen, k)
+		}
+	}
+	for _, w := range jobOpen {
+		f.Workers[w]++
+	}
+	return f
+}
+
+// CronReport is the verdict on one task's occurrences.
+type CronReport struct {
+	Occurrences int // scheduled times checked
+	Starts      int
+	// DuplicateStarts counts (scheduled time, attempt) pairs that started
+	// more than once: always a violation.
+	DuplicateStarts int
+	// Misses counts scheduled times in the checked window with no first
+	// attempt: a violation under catch_up: all.
+	Misses int
+	// Retries counts attempts after the first; each must follow the loss
+	// of the previous attempt's host (a kill or stop of it, or a backend
+	// restart, while it ran).
+	Retries            int
+	UnexplainedRetries int
+	// FencingReused counts fencing tokens handed to two starts.
+	FencingReused int
+	Problems      []string
+}
+
+// CheckCron checks task's starts: every scheduled time of the grid step
+// from the first start up to until started (misses), no attempt started
+// twice, fencing tokens unique, and every retry explained by a fault.
+// lostWithin bounds how long after a host's loss the retry may come.
+func CheckCron(events []CronEvent, task string, step time.Duration, until time.Time, faults []Fault, lostWithin time.Duration) CronReport {
+	var r CronReport
+	type key struct {
+		sched   int64
+		attempt int
+	}
+	starts := map[key]CronEvent{}
+	fencing := map[int64]int{}
+	var first time.Time
+	for _, e := range events {
+		if e.Task != task || e.Kind != "start" {
+			continue
+		}
+		r.Starts++
+		k := key{e.ScheduledAt.UnixNano(), e.Attempt}
+		if _, dup := starts[k]; dup {
+			r.DuplicateStarts++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d started twice (hosts %s and %s)", e.ScheduledAt.Format(time.RFC3339), e.Attempt, starts[k].Host, e.Host))
+			continue
+		}
+		starts[k] = e
+		fencing[e.Fencing]++
+		if fencing[e.Fencing] == 2 {
+			r.FencingReused++
+			r.Problems = append(r.Problems, fmt.Sprintf("fencing token %d given to two starts", e.Fencing))
+		}
+		if first.IsZero() || e.ScheduledAt.Before(first) {
+			first = e.ScheduledAt
+		}
+	}
+	if first.IsZero() {
+		r.Problems = append(r.Problems, "no occurrence started at all")
+		return r
+	}
+	for k, e := range starts {
+		off := time.Duration(k.sched - first.UnixNano())
+		if off%step != 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("%s is not on the %s grid from %s", e.ScheduledAt.Format(time.RFC3339Nano), step, first.Format(time.RFC3339Nano)))
+		}
+		if k.attempt < 2 {
+			continue
+		}
+		r.Retries++
+		prev, ok := starts[key{k.sched, k.attempt - 1}]
+		explained := false
+		for _, f := range faults {
+			switch {
+			case ok && f.overlaps(prev.At, e.At) && (f.Kind == BackendRestart || (f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop))):
+				explained = true
+			case !ok && f.overlaps(e.At.Add(-lostWithin), e.At) && (f.Kind == BackendRestart || f.Kind == DaemonKill || f.Kind == DaemonStop):
+				// The host died after its claim and before the command
+				// wrote its first line.
+				explained = true
+			}
+		}
+		if !explained {
+			r.UnexplainedRetries++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d on %s: no loss of the previous attempt's host explains it", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host))
+		}
+	}
+	for t := first; !t.After(until); t = t.Add(step) {
+		r.Occurrences++
+		if _, ok := starts[key{t.UnixNano(), 1}]; !ok {
+			r.Misses++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: never started", t.Format(time.RFC3339)))
+		}
+	}
+	return r
+}
+
+// QueueReport is the verdict on the queue's jobs.
+type QueueReport struct {
+	Pushed int
+	Lost   int // pushed, never done
+	// Redeliveries counts starts of a payload after its first; each must be
+	// explained by the previous delivery's lease running out: its worker
+	// killed, a backend restart while it ran, or a push that was retried
+	// after an error (which may have enqueued it twice).
+	Redeliveries            int
+	UnexplainedRedeliveries int
+	// DuplicateAttempts counts (job id, attempt) pairs that started twice.
+	DuplicateAttempts int
+	Problems          []string
+}
+
+// CheckQueue checks that every pushed payload was handled to the end and
+// that every second delivery is explained. ambiguous holds payloads whose
+// push returned an error at least once.
+func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, faults []Fault) QueueReport {
+	r := QueueReport{Pushed: len(pushed)}
+	done := map[string]bool{}
+	starts := map[string][]JobEvent{}
+	seen := map[string]bool{}
+	for _, e := range events {
+		switch e.Kind {
+		case "done":
+			done[e.Payload] = true
+		case "start":
+			k := e.JobID + "#" + strconv.Itoa(e.Attempt)
+			if seen[k] {
+				r.DuplicateAttempts++
+				r.Problems = append(r.Problems, fmt.Sprintf("job %s attempt %d started twice", e.JobID, e.Attempt))
+			}
+			seen[k] = true
+			starts[e.Payload] = append(starts[e.Payload], e)
+		}
+	}
+	for _, p := range pushed {
+		if !done[p] {
+			r.Lost++
+			r.Problems = append(r.Problems, fmt.Sprintf("job %s was pushed and never done", p))
+		}
+	}
+	payloads := make([]string, 0, len(starts))
+	for p := range starts {
+		payloads = append(payloads, p)
+	}
+	sort.Strings(payloads)
+	for _, p := range payloads {
+		ss := starts[p]
+		sort.Slice(ss, func(i, j int) bool { return ss[i].At.Before(ss[j].At) })
+		for i := 1; i < len(ss); i++ {
+			r.Redeliveries++
+			prev, cur := ss[i-1], ss[i]
+			explained := ambiguous[p] && prev.JobID != cur.JobID
+			for _, f := range faults {
+				if f.overlaps(prev.At, cur.At) && (f.Kind == BackendRestart || (f.Kind == WorkerKill && f.Target == prev.Worker)) {
+					explained = true
+				}
+			}
+			if !explained {
+				r.UnexplainedRedeliveries++
+				r.Problems = append(r.Problems, fmt.Sprintf("job %s (%s) ran again on %s after %s without its lease running out", p, cur.JobID, cur.Worker, prev.Worker))
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,150 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/proctest"
+)
+
+var t0 = time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+func start(sched float64, attempt int, host string, fencing int64, when float64) CronEvent {
+	return CronEvent{Kind: "start", Task: "tick", ScheduledAt: at(sched), Attempt: attempt, Host: host, Fencing: fencing, At: at(when)}
+}
+
+// TestCheckCron feeds the cron check logs that break each rule, and one
+// that keeps them all.
+func TestCheckCron(t *testing.T) {
+	kill := func(host string, when float64) Fault {
+		return Fault{Kind: DaemonKill, Target: host, At: at(when), End: at(when)}
+	}
+	cases := []struct {
+		name   string
+		events []CronEvent
+		faults []Fault
+		check  func(CronReport) bool
+	}{
+		{"clean", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h2", 2, 2.1), start(4, 1, "h1", 3, 4.1)}, nil,
+			func(r CronReport) bool { return len(r.Problems) == 0 && r.Occurrences == 3 }},
+		{"attempt started twice", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 1, "h2", 2, 0.2), start(2, 1, "h1", 3, 2.1), start(4, 1, "h1", 4, 4.1)}, nil,
+			func(r CronReport) bool { return r.DuplicateStarts == 1 }},
+		{"a scheduled time missing", []CronEvent{start(0, 1, "h1", 1, 0.1), start(4, 1, "h1", 2, 4.1)}, nil,
+			func(r CronReport) bool { return r.Misses == 1 }},
+		{"a time missing at the end", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1)}, nil,
+			func(r CronReport) bool { return r.Misses == 1 }}, // until is 4
+		{"retry with no fault", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, nil,
+			func(r CronReport) bool { return r.Retries == 1 && r.UnexplainedRetries == 1 }},
+		{"retry after another host's loss", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h3", 1)},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+		{"retry after its host's loss", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 1)},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+		{"retry after a loss before the first attempt ran", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 0.05)},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+		{"fencing token reused", []CronEvent{start(0, 1, "h1", 7, 0.1), start(2, 1, "h2", 7, 2.1), start(4, 1, "h1", 8, 4.1)}, nil,
+			func(r CronReport) bool { return r.FencingReused == 1 }},
+		{"off the grid", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1), start(3, 1, "h1", 3, 3.1), start(4, 1, "h1", 4, 4.1)}, nil,
+			func(r CronReport) bool { return len(r.Problems) == 1 }},
+	}
+	for _, c := range cases {
+		r := CheckCron(c.events, "tick", 2*time.Second, at(4), c.faults, 20*time.Second)
+		if !c.check(r) {
+			t.Errorf("%s: unexpected report %+v", c.name, r)
+		}
+	}
+}
+
+// TestCheckQueue does the same for the queue check.
+func TestCheckQueue(t *testing.T) {
+	ev := func(kind, p, id string, attempt int, worker string, when float64) JobEvent {
+		return JobEvent{Kind: kind, Payload: p, JobID: id, Attempt: attempt, Worker: worker, At: at(when)}
+	}
+	redelivered := []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("done", "j1", "1", 1, "w1-1", 1), ev("start", "j1", "1", 2, "w2-1", 5), ev("done", "j1", "1", 2, "w2-1", 6)}
+	cases := []struct {
+		name      string
+		events    []JobEvent
+		pushed    []string
+		ambiguous map[string]bool
+		faults    []Fault
+		check     func(QueueReport) bool
+	}{
+		{"clean", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("done", "j1", "1", 1, "w1-1", 1)}, []string{"j1"}, nil, nil,
+			func(r QueueReport) bool { return len(r.Problems) == 0 && r.Pushed == 1 }},
+		{"lost", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0)}, []string{"j1", "j2"}, nil, nil,
+			func(r QueueReport) bool { return r.Lost == 2 }},
+		{"redelivered without cause", redelivered, []string{"j1"}, nil, nil,
+			func(r QueueReport) bool { return r.Redeliveries == 1 && r.UnexplainedRedeliveries == 1 }},
+		{"redelivered after its worker was killed", redelivered, []string{"j1"}, nil, []Fault{{Kind: WorkerKill, Target: "w1-1", At: at(1.5), End: at(1.5)}},
+			func(r QueueReport) bool { return r.Redeliveries == 1 && len(r.Problems) == 0 }},
+		{"another worker killed explains nothing", redelivered, []string{"j1"}, nil, []Fault{{Kind: WorkerKill, Target: "w2-1", At: at(1.5), End: at(1.5)}},
+			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
+		{"a retried push explains a second job", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("done", "j1", "1", 1, "w1-1", 1), ev("start", "j1", "2", 1, "w1-1", 2), ev("done", "j1", "2", 1, "w1-1", 3)}, []string{"j1"}, map[string]bool{"j1": true}, nil,
+			func(r QueueReport) bool { return len(r.Problems) == 0 }},
+		{"one attempt started twice", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("start", "j1", "1", 1, "w2-1", 0.5), ev("done", "j1", "1", 1, "w1-1", 1)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, At: at(0.2), End: at(0.4)}},
+			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
+	}
+	for _, c := range cases {
+		r := CheckQueue(c.events, c.pushed, c.ambiguous, c.faults)
+		if !c.check(r) {
+			t.Errorf("%s: unexpected report %+v", c.name, r)
+		}
+	}
+}
+
+// TestWitnessCounts runs the holder script without coordd: three holders
+// at once must read 3, and a holder killed inside must stop counting.
+func TestWitnessCounts(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Fatal("flock(1) is needed by the witness: install util-linux")
+	}
+	w := &world{t: t, dir: t.TempDir()}
+	w.writeScripts()
+	run := func(n int) []*exec.Cmd {
+		var cmds []*exec.Cmd
+		for i := range n {
+			c := exec.Command("/bin/sh", w.path("hold.sh"))
+			c.Env = append(os.Environ(), fmt.Sprintf("COORDD_CHAOS_CLIENT=t%d", i))
+			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, c)
+		}
+		return cmds
+	}
+	first := run(3)
+	proctest.Eventually(t, 10*time.Second, "three entries", func() bool {
+		n, _, _ := ReadPeaks(w.path("peaks"))
+		return n == 3
+	})
+	// Kill the whole group of the first holder (its sleep too), as coordd
+	// does to a holder whose sem run died.
+	_ = syscall.Kill(-first[0].Process.Pid, syscall.SIGKILL)
+	_ = first[0].Wait()
+	for _, c := range first[1:] {
+		_ = c.Wait()
+	}
+	if n, peak, err := ReadPeaks(w.path("peaks")); err != nil || peak != 3 {
+		t.Fatalf("three holders at once: %d entries, peak %d, %v", n, peak, err)
+	}
+	// One holder now; the killed one's pid file is left but dead.
+	if err := os.WriteFile(w.path("peaks"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(w.path("holders"), "*")); len(left) != 1 {
+		t.Fatalf("want the killed holder's pid file left behind, have %v", left)
+	}
+	for _, c := range run(1) {
+		_ = c.Wait()
+	}
+	if _, peak, _ := ReadPeaks(w.path("peaks")); peak != 1 {
+		t.Fatalf("a dead holder still counted: peak %d", peak)
+	}
+}

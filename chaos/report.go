@@ -1,0 +1,33 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// Table renders results as the table `make chaos` prints: one row per
+// backend, with the faults injected and the verdict on each guarantee.
+func Table(results []Result) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "backend\tscenario\tfaults\tmid-op\tdaemon kills\tstops\tclient/worker kills\tbackend restarts\toccurrences\tretries\tduplicate starts\tmisses\tmax holders\tjobs pushed\tredeliveries\tjobs lost\tverdict\t")
+	for _, r := range results {
+		n, mid := r.Count("")
+		dk, _ := r.Count(DaemonKill)
+		ds, _ := r.Count(DaemonStop)
+		ck, _ := r.Count(ClientKill)
+		wk, _ := r.Count(WorkerKill)
+		br, _ := r.Count(BackendRestart)
+		verdict := "ok"
+		if len(r.Violations) > 0 {
+			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%d\t%d\t%s\t\n",
+			r.Backend, r.Scenario, n, mid, dk, ds, ck, wk, br,
+			r.Cron.Occurrences, r.Cron.Retries, r.Cron.DuplicateStarts, r.Cron.Misses,
+			r.MaxHolders, r.Limit, r.Queue.Pushed, r.Queue.Redeliveries, r.Queue.Lost, verdict)
+	}
+	_ = tw.Flush()
+	return b.String()
+}
