@@ -2,9 +2,9 @@ package chaos
 
 import (
 	"context"
-	"hash/fnv"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
