@@ -3,7 +3,7 @@
 // from evidence that coordd does not write.
 //
 // For each backend it starts a private server (MariaDB, Redis with
-// appendfsync always, memcached; the embedded SQLite store needs none), three
+// appendonly yes, memcached; the embedded SQLite store needs none), three
 // `coordd run` daemons, three `coordd sem run` clients in a loop, two
 // `coordd queue work` workers and a pusher, all real processes built from
 // cmd/coordd. The spec has one cron task (`@every 2s`, catch_up all, overlap
