@@ -61,6 +61,9 @@ type Config struct {
 	// Listen is the address of the /metrics and /healthz listener; empty:
 	// no listener.
 	Listen string
+	// HeartbeatEvery is how often the host record is written to the
+	// cluster backend (hosts.go); default 30s. Tests shorten it.
+	HeartbeatEvery time.Duration
 }
 
 // Daemon is one running `coordd run`.
@@ -95,6 +98,17 @@ type Daemon struct {
 	// there is nothing to check again. Only leaderLoop uses them.
 	checkedHash string
 	checkedAt   time.Time
+
+	// hosts is the cluster backend's host registry (nil: it has none),
+	// clusterName that backend's name; hostKick asks hostLoop for a
+	// heartbeat now (hosts.go).
+	hosts       backends.HostRegistry
+	clusterName string
+	hostKick    chan struct{}
+	// hashes is the local spec hash against the applied one (under mu).
+	hashes hashState
+	// beatFailing: the last heartbeat failed (only hostLoop uses it).
+	beatFailing bool
 }
 
 // appliedRecheck is how long maybeApply trusts that the local spec's hash
@@ -119,6 +133,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Second
 	}
+	if cfg.HeartbeatEvery <= 0 {
+		cfg.HeartbeatEvery = defaultHeartbeatEvery
+	}
 	s, err := spec.Load(cfg.SpecPath, cfg.LoadOptions)
 	if err != nil {
 		return nil, err
@@ -129,8 +146,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	e.Loss = &reconcile.LossMemory{} // markers seen while this daemon runs
 	now := time.Now()
-	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: now, lastGoodAt: now, kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1)}
+	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: now, lastGoodAt: now, kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1), hostKick: make(chan struct{}, 1)}
 	cb := e.Backends[s.Cluster.Backend]
+	d.clusterName = s.Cluster.Backend
+	d.hosts, _ = cb.(backends.HostRegistry)
 	lb, ok := cb.(backends.Leader)
 	if !ok {
 		e.Close()
@@ -235,6 +254,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); d.leaderLoop(runCtx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.markerLoop(runCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.hostLoop(runCtx) }()
 	// The listener outlives runCtx: /healthz reports 503 while running
 	// commands finish, and it closes when Run returns.
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
@@ -293,6 +314,7 @@ loop:
 	stopElector()
 	stopServer()
 	wg.Wait()
+	d.lastHeartbeat(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.engine.Close()
@@ -333,6 +355,7 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.log.Info("spec reloaded", "spec_hash", short(s.Hash()), "objects", s.ObjectCount())
 	d.sched.Wake()
 	d.poke()
+	d.kickHosts()
 }
 
 // connections is what a reload cannot change without reopening backends.
@@ -499,6 +522,7 @@ func (d *Daemon) maybeApply(ctx context.Context) {
 	}
 	if err == nil {
 		settled()
+		d.kickHosts() // the applied hash changed: compare again now
 	}
 }
 

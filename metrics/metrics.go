@@ -13,7 +13,11 @@
 //     reload, and the semaphores and queues, which a collector observes on
 //     their backends (one ObserveSemaphores and one ObserveQueues call per
 //     backend, all backends at once), bounded by ObserveTimeout so that a
-//     slow backend cannot hang a scrape.
+//     slow backend cannot hang a scrape;
+//   - the host registry (a Source that is also a HostSource): this host's
+//     spec hash against the applied one, as the daemon last read it, and
+//     the hosts of the cluster, read from the cluster backend at scrape
+//     time within the same bound.
 //
 // The backends expose no per-call timing, so
 // coordd_backend_round_trip_seconds measures what the daemon itself can
@@ -51,6 +55,19 @@ type Source interface {
 	// Objects lists, per backend, the semaphores and queues of the last good
 	// spec.
 	Objects() []Objects
+}
+
+// HostSource is implemented by a Source whose cluster backend keeps a host
+// registry (backends.HostRegistry). It is a separate interface so that a
+// Source without one still works.
+type HostSource interface {
+	// SpecHashes returns this host's spec hash and the latest applied one
+	// as last read ("" before the first apply); known is false until the
+	// applied one was read once.
+	SpecHashes() (local, applied string, known bool)
+	// HostRegistry returns the cluster backend's name and registry (nil:
+	// none).
+	HostRegistry() (backend string, r backends.HostRegistry)
 }
 
 // Objects are the semaphores and queues that one backend holds.
@@ -171,6 +188,14 @@ var (
 		"Jobs that used up their attempts.", []string{"queue", "backend"}, nil)
 	descQAge = prometheus.NewDesc("coordd_queue_oldest_ready_age_seconds",
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
+	descHashMatches = prometheus.NewDesc("coordd_spec_hash_matches_applied",
+		"1 if this host's spec hash is the latest applied one, 0 if it differs (a rollout in flight or a stale checkout); absent until the applied hash was read, or before the first apply.", nil, nil)
+	descSpecInfo = prometheus.NewDesc("coordd_spec_info",
+		"Always 1; the labels are this host's spec hash and the latest applied one (12 hex digits; applied_hash is empty until read).", []string{"local_hash", "applied_hash"}, nil)
+	descHosts = prometheus.NewDesc("coordd_hosts",
+		"Hosts in the cluster backend's host registry by state (live, stale: no heartbeat for 3 periods, stopped: shut down cleanly), read at scrape time.", []string{"state"}, nil)
+	descHostHashes = prometheus.NewDesc("coordd_hosts_spec_hashes",
+		"Distinct spec hashes that live hosts run, read at scrape time: above 1 during a rollout or with a stale checkout.", nil, nil)
 )
 
 // collector reads the Source at scrape time.
@@ -178,7 +203,8 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descQReady, descQInFlight, descQDead, descQAge} {
+		descSemLimit, descSemHolders, descSemWaiters, descQReady, descQInFlight, descQDead, descQAge,
+		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
 }
@@ -208,18 +234,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), ObserveTimeout)
 	defer cancel()
 	objs := src.Objects()
-	// Buffered: an observe that ignores its context finishes into the
-	// buffer after the scrape gave up on it.
+	// One job per backend, and one for the host registry. Buffered: an
+	// observe that ignores its context finishes into the buffer after the
+	// scrape gave up on it.
 	type result struct {
 		backend string
 		ms      []prometheus.Metric
 	}
-	results := make(chan result, len(objs))
+	jobs := len(objs)
+	results := make(chan result, jobs+1)
 	for _, o := range objs {
 		go func() { results <- result{o.Backend, c.observe(ctx, o)} }()
 	}
+	if hs, ok := src.(HostSource); ok {
+		for _, m := range specHashes(hs) {
+			ch <- m
+		}
+		if name, reg := hs.HostRegistry(); reg != nil {
+			jobs++
+			go func() { results <- result{"", c.hosts(ctx, name, reg)} }()
+		}
+	}
 	done := map[string]bool{}
-	for range objs {
+	for range jobs {
 		select {
 		case r := <-results:
 			for _, m := range r.ms {
@@ -235,6 +272,46 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			return
 		}
 	}
+}
+
+// specHashes is coordd_spec_info and, once the applied hash is known,
+// coordd_spec_hash_matches_applied.
+func specHashes(hs HostSource) []prometheus.Metric {
+	local, applied, known := hs.SpecHashes()
+	out := []prometheus.Metric{gauge(descSpecInfo, 1, short(local), short(applied))}
+	if known && applied != "" {
+		out = append(out, gauge(descHashMatches, b2f(local == applied)))
+	}
+	return out
+}
+
+// hosts reads the host registry: coordd_hosts by state and
+// coordd_hosts_spec_hashes. Nothing on an error: the registry is
+// informational, and a stale reading would mislead.
+func (c *collector) hosts(ctx context.Context, backend string, reg backends.HostRegistry) []prometheus.Metric {
+	start := time.Now()
+	hs, err := reg.ListHosts(ctx)
+	c.m.RoundTrip(backend, "list_hosts", time.Since(start))
+	if err != nil {
+		return nil
+	}
+	by := map[string]int{backends.HostLive: 0, backends.HostStale: 0, backends.HostStopped: 0}
+	for _, h := range hs.Hosts {
+		by[h.State(hs.Now)]++
+	}
+	out := make([]prometheus.Metric, 0, len(by)+1)
+	for state, n := range by {
+		out = append(out, gauge(descHosts, float64(n), state))
+	}
+	return append(out, gauge(descHostHashes, float64(len(hs.LiveSpecHashes()))))
+}
+
+// short is a spec hash as operators see it: its first 12 hex digits.
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
 }
 
 // observe reads one backend's semaphores and queues, one call each.

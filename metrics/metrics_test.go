@@ -192,3 +192,63 @@ func TestListenerStopsWithContext(t *testing.T) {
 		t.Fatal("the port still accepts connections")
 	}
 }
+
+// hostSource is a source whose cluster backend keeps a host registry.
+type hostSource struct {
+	source
+	local, applied string
+	known          bool
+	reg            backends.HostRegistry
+}
+
+func (s *hostSource) SpecHashes() (string, string, bool) { return s.local, s.applied, s.known }
+func (s *hostSource) HostRegistry() (string, backends.HostRegistry) {
+	return "local", s.reg
+}
+
+// TestMetricsHosts: this host's hash against the applied one, and the
+// hosts of a real SQLite registry by state and spec hash.
+func TestMetricsHosts(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	defer st.Close()
+	beat := func(host, hash string, stopped bool) {
+		t.Helper()
+		if err := st.Heartbeat(ctx, backends.HostRecord{Host: host, RunID: host + "/1", SpecHash: hash, HeartbeatEvery: time.Minute, Stopped: stopped}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat("a", "aaaaaaaaaaaaaaaa", false)
+	beat("b", "bbbbbbbbbbbbbbbb", false)
+	beat("c", "aaaaaaaaaaaaaaaa", true)
+	src := &hostSource{local: "bbbbbbbbbbbbbbbb", reg: st}
+	base := serve(t, metrics.New(src))
+
+	_, body := get(t, base+"/metrics")
+	if strings.Contains(body, "coordd_spec_hash_matches_applied") {
+		t.Errorf("coordd_spec_hash_matches_applied before the applied hash is known:\n%s", body)
+	}
+	for _, l := range []string{
+		`coordd_spec_info{applied_hash="",local_hash="bbbbbbbbbbbb"} 1`,
+		`coordd_hosts{state="live"} 2`,
+		`coordd_hosts{state="stale"} 0`,
+		`coordd_hosts{state="stopped"} 1`,
+		`coordd_hosts_spec_hashes 2`,
+	} {
+		if !hasLine(body, l) {
+			t.Errorf("no line %q in /metrics:\n%s", l, body)
+		}
+	}
+	for _, c := range []struct {
+		applied string
+		want    string
+	}{
+		{"aaaaaaaaaaaaaaaa", `coordd_spec_hash_matches_applied 0`},
+		{"bbbbbbbbbbbbbbbb", `coordd_spec_hash_matches_applied 1`},
+	} {
+		src.applied, src.known = c.applied, true
+		if _, body := get(t, base+"/metrics"); !hasLine(body, c.want) {
+			t.Errorf("applied %s: no line %q", c.applied, c.want)
+		}
+	}
+}

@@ -80,6 +80,7 @@ var capabilities = []capability{
 	{"Crons", is[backends.Crons], testCronsRuntime},
 	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
 	{"Queues", is[backends.Queues], testQueues},
+	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 
 func is[T any](b backends.Backend) bool {

@@ -59,6 +59,7 @@ func TestCapabilities(t *testing.T) {
 		"Crons":          is[backends.Crons](b),
 		"QueueAdmin":     is[backends.QueueAdmin](b),
 		"Queues":         is[backends.Queues](b),
+		"HostRegistry":   is[backends.HostRegistry](b),
 	} {
 		if !ok {
 			t.Errorf("the redis store does not implement %s", name)

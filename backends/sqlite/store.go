@@ -68,6 +68,8 @@ type Store struct {
 	trips  atomic.Uint64
 	// schema caches a positive qHasSchema: migrations are never undone.
 	schema atomic.Bool
+	// hostsTable caches a positive qHostsTable (hosts.go).
+	hostsTable atomic.Bool
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared statements by query

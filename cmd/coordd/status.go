@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,8 +21,11 @@ var statusCmd = &command{
 	usage: `Usage: coordd status [-f PATH] [--json] [--host-id ID]
 
 Shows the leader and its term, this host, the local and the applied spec
-hashes (a difference means a rollout in flight or a stale checkout), and a
-line per semaphore, cron task and queue. It changes nothing.
+hashes (a difference means a rollout in flight or a stale checkout), the
+hosts whose daemons heartbeat into the cluster backend (leader, version,
+spec hash, last seen; "stale" after three missed heartbeats), with a warning
+when live hosts run different spec hashes, and a line per semaphore, cron
+task and queue. It changes nothing.
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fs := newFlags(c, env)
@@ -65,7 +71,42 @@ type statusReport struct {
 	LocalHash   string                `json:"local_spec_hash"`
 	Applied     *backends.ApplyRecord `json:"applied"`
 	HashWarning string                `json:"hash_warning,omitempty"`
-	Objects     []objectStatus        `json:"objects"`
+	// Hosts are the cluster backend's host records, by host id ([] when
+	// none was recorded yet, or the backend keeps none).
+	Hosts []hostStatus `json:"hosts"`
+	// HostSpecHashes groups the live hosts by the spec hash they run, the
+	// applied one first.
+	HostSpecHashes []hashGroup `json:"host_spec_hashes"`
+	// HostsWarning is set when live hosts run different spec hashes.
+	HostsWarning string         `json:"hosts_warning,omitempty"`
+	Objects      []objectStatus `json:"objects"`
+}
+
+// hostStatus is one host record as status shows it. Ages are measured with
+// the backend's clock, never this host's.
+type hostStatus struct {
+	Host     string `json:"host"`
+	State    string `json:"state"` // live, stale or stopped
+	Leader   bool   `json:"leader"`
+	Version  string `json:"version"`
+	SpecHash string `json:"spec_hash"`
+	// RunsApplied: its spec hash is the latest applied one.
+	RunsApplied bool      `json:"runs_applied_spec"`
+	RunID       string    `json:"run_id"`
+	PID         int       `json:"pid"`
+	StartedAt   time.Time `json:"started_at"`
+	LastSeen    time.Time `json:"last_seen"`
+	// LastSeenAgo is backend now minus LastSeen, in seconds.
+	LastSeenAgo float64 `json:"last_seen_seconds_ago"`
+	// HeartbeatEvery is the host's heartbeat period, in seconds.
+	HeartbeatEvery float64 `json:"heartbeat_every_seconds"`
+}
+
+// hashGroup is the live hosts that run one spec hash.
+type hashGroup struct {
+	SpecHash string   `json:"spec_hash"`
+	Applied  bool     `json:"applied"`
+	Hosts    []string `json:"hosts"`
 }
 
 type objectStatus struct {
@@ -90,7 +131,7 @@ type objectStatus struct {
 func ptr[T any](v T) *T { return &v }
 
 func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Backend, ss backends.StateStore, host string) (*statusReport, error) {
-	r := &statusReport{Host: host, LocalHash: s.Hash(), Objects: []objectStatus{}}
+	r := &statusReport{Host: host, LocalHash: s.Hash(), Hosts: []hostStatus{}, HostSpecHashes: []hashGroup{}, Objects: []objectStatus{}}
 	if l, ok := bs[s.Cluster.Backend].(backends.Leader); ok {
 		t, err := l.CurrentLeader(ctx)
 		switch {
@@ -114,6 +155,13 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 		} else {
 			r.HashWarning = "the local spec differs from the applied one: a rollout in flight, or an apply to run"
 		}
+	}
+	if reg, ok := bs[s.Cluster.Backend].(backends.HostRegistry); ok {
+		hs, err := reg.ListHosts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.addHosts(hs)
 	}
 	for _, a := range s.Addresses() {
 		b := s.BackendOf(a)
@@ -169,6 +217,52 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 	return r, nil
 }
 
+// addHosts fills the hosts section from the registry.
+func (r *statusReport) addHosts(hs backends.Hosts) {
+	applied := ""
+	if r.Applied != nil {
+		applied = r.Applied.SpecHash
+	}
+	for _, h := range hs.Hosts {
+		leader := false
+		if r.Leader != nil {
+			// The run id is the daemon's holder id; an older record may
+			// differ, so the host id part decides then.
+			holderHost, _, _ := strings.Cut(r.Leader.Holder, "/")
+			leader = r.Leader.Holder == h.RunID || (holderHost == h.Host && h.State(hs.Now) == backends.HostLive)
+		}
+		r.Hosts = append(r.Hosts, hostStatus{
+			Host: h.Host, State: h.State(hs.Now), Leader: leader, Version: h.Version,
+			SpecHash: h.SpecHash, RunsApplied: applied != "" && h.SpecHash == applied,
+			RunID: h.RunID, PID: h.PID, StartedAt: h.StartedAt, LastSeen: h.LastSeen,
+			LastSeenAgo:    max(hs.Now.Sub(h.LastSeen), 0).Seconds(),
+			HeartbeatEvery: h.HeartbeatEvery.Seconds(),
+		})
+	}
+	for hash, hosts := range hs.LiveSpecHashes() {
+		r.HostSpecHashes = append(r.HostSpecHashes, hashGroup{SpecHash: hash, Applied: applied != "" && hash == applied, Hosts: hosts})
+	}
+	sort.Slice(r.HostSpecHashes, func(i, j int) bool {
+		a, b := r.HostSpecHashes[i], r.HostSpecHashes[j]
+		if a.Applied != b.Applied {
+			return a.Applied
+		}
+		return a.SpecHash < b.SpecHash
+	})
+	if len(r.HostSpecHashes) > 1 {
+		parts := make([]string, len(r.HostSpecHashes))
+		for i, g := range r.HostSpecHashes {
+			tag := ""
+			if g.Applied {
+				tag = " (applied)"
+			}
+			parts[i] = fmt.Sprintf("%s%s on %s", short12(g.SpecHash), tag, strings.Join(g.Hosts, ", "))
+		}
+		r.HostsWarning = fmt.Sprintf("live hosts run %d different spec hashes (a rollout in flight, or a stale checkout): %s",
+			len(r.HostSpecHashes), strings.Join(parts, "; "))
+	}
+}
+
 func (r *statusReport) writeText(env *cliEnv) {
 	w := env.stdout
 	if r.Leader != nil {
@@ -185,6 +279,7 @@ func (r *statusReport) writeText(env *cliEnv) {
 	if r.HashWarning != "" {
 		fmt.Fprintf(w, "Warning:   %s\n", r.HashWarning)
 	}
+	r.writeHosts(w)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, o := range r.Objects {
@@ -217,4 +312,42 @@ func short12(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// writeHosts writes the hosts section: a line per host, then the warning
+// when live hosts disagree on the spec hash.
+func (r *statusReport) writeHosts(w io.Writer) {
+	if len(r.Hosts) == 0 {
+		fmt.Fprintln(w, "Hosts:     none recorded yet (each coordd run records its host when it starts)")
+		return
+	}
+	counts := map[string]int{}
+	for _, h := range r.Hosts {
+		counts[h.State]++
+	}
+	var sum []string
+	for _, st := range []string{backends.HostLive, backends.HostStale, backends.HostStopped} {
+		if counts[st] > 0 {
+			sum = append(sum, fmt.Sprintf("%d %s", counts[st], st))
+		}
+	}
+	fmt.Fprintf(w, "Hosts:     %s\n", strings.Join(sum, ", "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range r.Hosts {
+		role := ""
+		if h.Leader {
+			role = "leader"
+		}
+		applied := "not applied"
+		if h.RunsApplied {
+			applied = "applied"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\tversion %s\tspec %s\t%s\tstarted %s\tseen %s ago\n", h.Host, role, h.State,
+			h.Version, short12(h.SpecHash), applied, h.StartedAt.UTC().Format(time.RFC3339),
+			(time.Duration(h.LastSeenAgo * float64(time.Second))).Round(time.Second))
+	}
+	tw.Flush()
+	if r.HostsWarning != "" {
+		fmt.Fprintf(w, "Warning:   %s\n", r.HostsWarning)
+	}
 }
