@@ -49,12 +49,14 @@ lint: ## gofmt check, go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipping (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-bench: ## Run every benchmark once (figures in docs/benchmarks.md; ~10 min; MySQL and Redis ones need `make test`'s services)
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x ./reconcile/ ./semaphore/ ./queue/ ./scheduler/ ./bench/
-	$(GO) test -run '^$$' -bench 'AcquireRelease|CronClaimFinish' -benchtime 2000x ./backends/mysql/
-	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/mysql/
-	$(GO) test -run '^$$' -bench 'Sem|CronClaimFinish' ./backends/redis/
-	$(GO) test -run '^$$' -bench Queue -benchtime 1x ./backends/redis/
+bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaDB, Redis and memcached as `make test` does)
+	bash scripts/test-services.sh bash -euo pipefail -c '\
+	$(GO) test -p 1 -run "^$$" -bench . -benchtime 1x -timeout 60m ./reconcile/ ./semaphore/ ./queue/ ./scheduler/ ./bench/; \
+	$(GO) test -run "^$$" -bench "AcquireRelease|CronClaimFinish" -benchtime 2000x ./backends/mysql/; \
+	$(GO) test -run "^$$" -bench Queue -benchtime 1x -timeout 30m ./backends/mysql/; \
+	$(GO) test -run "^$$" -bench "Sem|CronClaimFinish" ./backends/redis/; \
+	$(GO) test -run "^$$" -bench Queue -benchtime 1x ./backends/redis/; \
+	$(GO) test -run "^$$" -bench AcquireRelease -benchtime 2000x ./backends/memcached/'
 
 chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the verdict table (private servers; see docs/reliability.md)
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
