@@ -148,7 +148,9 @@ func (d *Daemon) checkApplied(ctx context.Context) {
 		mismatch = local + " " + applied
 	}
 	confirmed := mismatch != "" && mismatch == hs.pending && mismatch != hs.logged
-	ended := mismatch == "" && hs.logged != ""
+	// Before the first apply (or after Redis lost the apply log) nothing
+	// is compared: no mismatch, and no end of one either.
+	ended := applied != "" && mismatch == "" && hs.logged != ""
 	hs.pending = mismatch
 	if confirmed {
 		hs.logged = mismatch
