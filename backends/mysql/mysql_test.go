@@ -133,6 +133,23 @@ func TestReadOnlyEmptyDatabase(t *testing.T) {
 	}
 }
 
+// TestReadDuringFirstMigration: Migrate creates the version table before
+// the tables of 0001; a reader that comes in between (coordd status while
+// the first daemon migrates) sees an empty store, not a missing table.
+func TestReadDuringFirstMigration(t *testing.T) {
+	ctx := t.Context()
+	s := openStore(t, testenv.MySQLDSN(t), "t_", backends.Options{ReadOnly: true, Version: "0.1.0"})
+	if _, err := s.DB().ExecContext(ctx, "CREATE TABLE `t_schema_migrations` (version INT NOT NULL PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.LoadState(ctx); err != nil || len(st.Entries) != 0 || st.Last != nil {
+		t.Fatalf("load state = %+v, %v; want empty", st, err)
+	}
+	if _, err := s.CurrentLeader(ctx); !errors.Is(err, backends.ErrNotFound) {
+		t.Fatalf("current leader = %v, want ErrNotFound", err)
+	}
+}
+
 func TestUnmigratedWritesFail(t *testing.T) {
 	s := openStore(t, testenv.MySQLDSN(t), "", backends.Options{Version: "0.1.0"})
 	if err := s.PutSemaphore(t.Context(), backends.SemaphoreConfig{Name: "a", Limit: 1}); err == nil {

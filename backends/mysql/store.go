@@ -70,6 +70,13 @@ const qNow = `SELECT UTC_TIMESTAMP(6)`
 const qHasSchema = `SELECT count(*) FROM information_schema.tables
 WHERE table_schema = DATABASE() AND table_name = ?`
 
+// qFirstMigrated reports whether the first migration is recorded. Migrate
+// creates the version table before it runs 0001, and records 0001 only
+// once its tables exist: until then a reader must see no schema, not a
+// half-made one ("table leader doesn't exist" from a status run while the
+// first daemon migrates).
+const qFirstMigrated = "SELECT count(*) FROM `{p}schema_migrations` WHERE version = 1"
+
 // prefixPattern is the spec loader's rule for table_prefix, checked again
 // here because the prefix is spliced into SQL text.
 var prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
@@ -221,6 +228,11 @@ func (s *Store) hasSchema(ctx context.Context) (bool, error) {
 	var n int
 	if err := s.on(nil).row(ctx, qHasSchema, s.prefix+"schema_migrations").Scan(&n); err != nil {
 		return false, fmt.Errorf("read schema: %w", err)
+	}
+	if n > 0 {
+		if err := s.on(nil).row(ctx, qFirstMigrated).Scan(&n); err != nil {
+			return false, fmt.Errorf("read schema: %w", err)
+		}
 	}
 	if n > 0 {
 		s.schema.Store(true)
