@@ -10,6 +10,7 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/hostrow"
 )
 
 var _ backends.HostRegistry = (*Store)(nil)
@@ -79,25 +80,7 @@ func (s *Store) ListHosts(ctx context.Context) (backends.Hosts, error) {
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var now int64
-			var host, runID, version, hash sql.NullString
-			var pid, every, started, seen sql.NullInt64
-			var stopped sql.NullBool
-			if err := rows.Scan(&now, &host, &runID, &pid, &version, &hash, &every, &stopped, &started, &seen); err != nil {
-				return err
-			}
-			out.Now = fromMicros(now)
-			if !host.Valid {
-				continue // the row of an empty table
-			}
-			out.Hosts = append(out.Hosts, backends.HostRecord{
-				Host: host.String, RunID: runID.String, PID: int(pid.Int64), Version: version.String,
-				SpecHash: hash.String, HeartbeatEvery: time.Duration(every.Int64), Stopped: stopped.Bool,
-				StartedAt: fromMicros(started.Int64), LastSeen: fromMicros(seen.Int64),
-			})
-		}
-		return rows.Err()
+		return hostrow.Read(rows, &out)
 	})
 	if err != nil && !isNoSuchTable(err) {
 		return backends.Hosts{}, fmt.Errorf("list hosts: %w", err)
