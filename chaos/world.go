@@ -40,13 +40,14 @@ const (
 // Config is one run of the harness against one backend.
 type Config struct {
 	// Backend is sqlite, mysql, redis or memcached. memcached holds the
-	// semaphore only; cron and the queue stay on an embedded store.
+	// semaphore only; cron and the queue stay on an embedded store. The
+	// embedded store has no server: its "restart" is a stall (below).
 	Backend string
 	// Duration is how long faults are injected.
 	Duration time.Duration
 	Seed     uint64
 	// MinDaemonKills and MinBackendRestarts are floors the fault schedule
-	// is raised to (a backend restart needs a server: not sqlite).
+	// is raised to.
 	MinDaemonKills, MinBackendRestarts int
 }
 
@@ -293,7 +294,10 @@ func (w *world) writeSpec() {
 	var header, semBackend string
 	switch w.cfg.Backend {
 	case "sqlite":
-		// The implicit embedded store in the shared data dir.
+		// The implicit embedded store in the shared data dir. It has no
+		// server to restart: its outage is a stall, another process
+		// holding the write lock.
+		w.srv = &sqliteStall{path: filepath.Join(w.env.DataDir, "coordd.db")}
 	case "mysql":
 		m := testenv.StartMariaDB(w.t)
 		w.srv = m
@@ -316,7 +320,7 @@ func (w *world) writeSpec() {
 	default:
 		w.t.Fatalf("chaos: unknown backend %q", w.cfg.Backend)
 	}
-	if header == "" {
+	if w.cfg.Backend == "sqlite" {
 		header = fmt.Sprintf("cluster: {leader_lease: %s}\n", leaderLease)
 	}
 	body := fmt.Sprintf(`semaphores:

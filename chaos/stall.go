@@ -1,0 +1,71 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the driver coordd's embedded store uses
+)
+
+// sqliteStall is the embedded store's outage: another process (this test)
+// holds its write lock, so every write of every coordd process waits in
+// its busy handler (renewals of leases included) until Start releases it.
+// It stands in for a server restart in the fault schedule.
+type sqliteStall struct {
+	path string
+
+	mu   sync.Mutex
+	db   *sql.DB
+	conn *sql.Conn
+}
+
+// Kill takes the write lock and keeps it.
+func (s *sqliteStall) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		return
+	}
+	conn, err := db.Conn(ctx)
+	if err == nil {
+		// The store is in WAL mode: EXCLUSIVE blocks the writers, readers
+		// go on.
+		_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
+	}
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		_ = db.Close()
+		return
+	}
+	s.db, s.conn = db, conn
+}
+
+// Start releases the lock.
+func (s *sqliteStall) Start(t testing.TB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return
+	}
+	if _, err := s.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Errorf("chaos: releasing the sqlite stall: %v", err)
+	}
+	_ = s.conn.Close()
+	_ = s.db.Close()
+	s.db, s.conn = nil, nil
+}
+
+// Running reports whether the store is not stalled.
+func (s *sqliteStall) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn == nil
+}
