@@ -3,19 +3,21 @@
 // from evidence that coordd does not write.
 //
 // For each backend it starts a private server (MariaDB, Redis with
-// appendonly yes, memcached; the embedded SQLite store needs none), three
+// appendonly yes, memcached; the embedded SQLite store has none), three
 // `coordd run` daemons, three `coordd sem run` clients in a loop, two
-// `coordd queue work` workers and a pusher, all real processes built from
-// cmd/coordd. The spec has one cron task (`@every 2s`, catch_up all, overlap
-// allow, on_host_loss retry, run_lease 3s), one semaphore (limit 2, lease 3s)
-// and one queue (visibility_timeout 3s). Every command sleeps 0.5-3 s.
+// `coordd queue work` workers and a pusher (2 jobs/s), all real processes
+// built from cmd/coordd. The spec has one cron task (`@every 2s`, catch_up
+// all, overlap allow, on_host_loss retry, run_lease 3s), one semaphore
+// (limit 2, lease 3s) and one queue (visibility_timeout 3s). Every command
+// sleeps 0.5-3 s.
 //
 // On a schedule drawn from a seed it kills daemons with kill -9 (the leader
 // half of the time) and starts them again, freezes one with SIGSTOP for
 // longer than the leader and run leases together and then continues it,
 // kills sem run clients and queue workers with kill -9, and kills and
-// restarts the backend server. The schedule is raised to floors (by default
-// 5 daemon kills and 1 backend restart).
+// restarts the backend server. The embedded store's outage is a stall
+// instead: the harness holds its write lock. The schedule is raised to
+// floors (by default 5 daemon kills and 1 backend restart).
 //
 // The evidence (see evidence.go for the formats) is written by the
 // commands: an append-only log of cron starts and ends, a witness that
