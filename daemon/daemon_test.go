@@ -211,12 +211,13 @@ func TestReload(t *testing.T) {
 	}
 }
 
-// TestStaleCheckoutNotApplied: a daemon whose spec was applied before and
-// then superseded reports it and does not apply it, even as the leader.
-func TestStaleCheckoutNotApplied(t *testing.T) {
-	env := proctest.NewEnv(t)
+// supersededSpecs writes two specs and applies both in turn: old.yaml is
+// then a stale checkout (applied once, superseded) and new.yaml the
+// applied one.
+func supersededSpecs(t *testing.T, env *proctest.Env) (oldSpec, newSpec string) {
+	t.Helper()
 	dir := t.TempDir()
-	oldSpec, newSpec := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml")
+	oldSpec, newSpec = filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml")
 	writeFile(t, oldSpec, "semaphores:\n  s: {limit: 1}\n")
 	writeFile(t, newSpec, "semaphores:\n  s: {limit: 5}\n")
 	for _, p := range []string{oldSpec, newSpec} {
@@ -224,6 +225,14 @@ func TestStaleCheckoutNotApplied(t *testing.T) {
 			t.Fatalf("apply %s: %s", p, out)
 		}
 	}
+	return oldSpec, newSpec
+}
+
+// TestStaleCheckoutNotApplied: a daemon whose spec was applied before and
+// then superseded reports it and does not apply it, even as the leader.
+func TestStaleCheckoutNotApplied(t *testing.T) {
+	env := proctest.NewEnv(t)
+	oldSpec, newSpec := supersededSpecs(t, env)
 	d := env.Start(t, "stale", "run", "-f", oldSpec, "--host-id", "stale", "--resync", "1s")
 	proctest.Eventually(t, 20*time.Second, "the stale checkout warning", func() bool {
 		return strings.Contains(d.Output(), "stale checkout")

@@ -215,15 +215,7 @@ func hostsDifferentSpecs(t *testing.T, header string) {
 func TestHeartbeatAndMismatchLog(t *testing.T) {
 	env := proctest.NewEnv(t)
 	t.Setenv("COORDD_DATA_DIR", env.DataDir)
-	dir := t.TempDir()
-	oldSpec, newSpec := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml")
-	writeFile(t, oldSpec, "semaphores:\n  s: {limit: 1}\n")
-	writeFile(t, newSpec, "semaphores:\n  s: {limit: 5}\n")
-	for _, p := range []string{oldSpec, newSpec} {
-		if out, code := env.Run(t, "apply", "-f", p, "--auto-approve"); code != 0 {
-			t.Fatalf("apply %s: %s", p, out)
-		}
-	}
+	oldSpec, newSpec := supersededSpecs(t, env)
 	logs := &proctest.SyncBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
 	ctx, cancel := context.WithCancel(context.Background())
