@@ -60,7 +60,7 @@ bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaD
 
 chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the verdict table (private servers; see docs/reliability.md)
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
-		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/ 2>&1 | grep -v '^ *world.go:[0-9]*: fault '
+		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/
 
 fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)

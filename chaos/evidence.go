@@ -281,7 +281,15 @@ type CronReport struct {
 // from the first start up to until started (misses), no attempt started
 // twice, fencing tokens unique, and every retry explained by a fault.
 // lostWithin bounds how long after a host's loss the retry may come.
-func CheckCron(events []CronEvent, task string, step time.Duration, until time.Time, faults []Fault, lostWithin time.Duration) CronReport {
+//
+// An attempt's run lease begins at its claim, before its command writes
+// its start line; the gap is short unless the backend stalls, and can
+// never exceed the run lease (a claim whose lease ran out is not started).
+// So a backend outage explains a retry when it overlaps the window from
+// lease before the previous attempt's start to the retry's start: a claim
+// that hung in a stalled backend leaves its command too little of the
+// lease to renew it in time.
+func CheckCron(events []CronEvent, task string, step time.Duration, until time.Time, faults []Fault, lease, lostWithin time.Duration) CronReport {
 	var r CronReport
 	type key struct {
 		sched   int64
@@ -328,7 +336,9 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 		explained := false
 		for _, f := range faults {
 			switch {
-			case ok && f.overlaps(prev.At, e.At) && (f.Kind == BackendRestart || (f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop))):
+			case ok && f.Kind == BackendRestart && f.overlaps(prev.At.Add(-lease), e.At):
+				explained = true
+			case ok && f.overlaps(prev.At, e.At) && f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop):
 				explained = true
 			case !ok && f.overlaps(e.At.Add(-lostWithin), e.At) && (f.Kind == BackendRestart || f.Kind == DaemonKill || f.Kind == DaemonStop):
 				// The host died after its claim and before the command
@@ -338,7 +348,11 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 		}
 		if !explained {
 			r.UnexplainedRetries++
-			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d on %s: no loss of the previous attempt's host explains it", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host))
+			prevDesc := "no earlier attempt logged"
+			if ok {
+				prevDesc = fmt.Sprintf("attempt %d on %s started %s", k.attempt-1, prev.Host, prev.At.Format("15:04:05.000"))
+			}
+			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d on %s started %s: no loss of the previous attempt's host explains it (%s)", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), prevDesc))
 		}
 	}
 	for t := first; !t.After(until); t = t.Add(step) {
@@ -368,8 +382,10 @@ type QueueReport struct {
 
 // CheckQueue checks that every pushed payload was handled to the end and
 // that every second delivery is explained. ambiguous holds payloads whose
-// push returned an error at least once.
-func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, faults []Fault) QueueReport {
+// push returned an error at least once. As with CheckCron, a backend
+// outage counts from lease (the visibility timeout) before the previous
+// delivery's start, where its claim may have hung.
+func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, faults []Fault, lease time.Duration) QueueReport {
 	r := QueueReport{Pushed: len(pushed)}
 	done := map[string]bool{}
 	starts := map[string][]JobEvent{}
@@ -407,7 +423,7 @@ func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, f
 			prev, cur := ss[i-1], ss[i]
 			explained := ambiguous[p] && prev.JobID != cur.JobID
 			for _, f := range faults {
-				if f.overlaps(prev.At, cur.At) && (f.Kind == BackendRestart || (f.Kind == WorkerKill && f.Target == prev.Worker)) {
+				if (f.Kind == BackendRestart && f.overlaps(prev.At.Add(-lease), cur.At)) || (f.Kind == WorkerKill && f.Target == prev.Worker && f.overlaps(prev.At, cur.At)) {
 					explained = true
 				}
 			}

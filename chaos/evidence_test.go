@@ -48,13 +48,17 @@ func TestCheckCron(t *testing.T) {
 			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
 		{"retry after a loss before the first attempt ran", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 0.05)},
 			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+		{"retry after an outage that hung the first claim", []CronEvent{start(0, 1, "h1", 1, 2.5), start(0, 2, "h1", 2, 3), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: BackendRestart, At: at(0.5), End: at(2.4)}},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+		{"an outage more than a lease before the first attempt explains nothing", []CronEvent{start(0, 1, "h1", 1, 6), start(0, 2, "h1", 2, 7), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: BackendRestart, At: at(1), End: at(2)}},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
 		{"fencing token reused", []CronEvent{start(0, 1, "h1", 7, 0.1), start(2, 1, "h2", 7, 2.1), start(4, 1, "h1", 8, 4.1)}, nil,
 			func(r CronReport) bool { return r.FencingReused == 1 }},
 		{"off the grid", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1), start(3, 1, "h1", 3, 3.1), start(4, 1, "h1", 4, 4.1)}, nil,
 			func(r CronReport) bool { return len(r.Problems) == 1 }},
 	}
 	for _, c := range cases {
-		r := CheckCron(c.events, "tick", 2*time.Second, at(4), c.faults, 20*time.Second)
+		r := CheckCron(c.events, "tick", 2*time.Second, at(4), c.faults, 3*time.Second, 20*time.Second)
 		if !c.check(r) {
 			t.Errorf("%s: unexpected report %+v", c.name, r)
 		}
@@ -91,7 +95,7 @@ func TestCheckQueue(t *testing.T) {
 			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
 	}
 	for _, c := range cases {
-		r := CheckQueue(c.events, c.pushed, c.ambiguous, c.faults)
+		r := CheckQueue(c.events, c.pushed, c.ambiguous, c.faults, 3*time.Second)
 		if !c.check(r) {
 			t.Errorf("%s: unexpected report %+v", c.name, r)
 		}

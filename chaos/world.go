@@ -29,7 +29,9 @@ const (
 
 	leaderLease = 2 * time.Second
 	runLease    = 3 * time.Second
-	cronStep    = 2 * time.Second
+	// visibilityTimeout is the queue's lease.
+	visibilityTimeout = 3 * time.Second
+	cronStep          = 2 * time.Second
 	// pushEvery keeps the pushes (2/s) well below what the workers drain
 	// (2 workers x 3 handlers of 1.75 s on average: 3.4/s), so a long run
 	// ends with a short backlog.
@@ -336,8 +338,8 @@ cron:
     run_lease: %s
     command: [/bin/sh, %q]
 queues:
-  jobs: {partitions: 4, visibility_timeout: 3s, max_attempts: 100, retry_backoff: 0s}
-`, semLimit, semBackend, cronStep, runLease, w.path("cron.sh"))
+  jobs: {partitions: 4, visibility_timeout: %s, max_attempts: 100, retry_backoff: 0s}
+`, semLimit, semBackend, cronStep, runLease, w.path("cron.sh"), visibilityTimeout)
 	w.spec = w.path("coordd.yaml")
 	if err := os.WriteFile(w.spec, []byte(header+body), 0o644); err != nil {
 		w.t.Fatal(err)
@@ -558,7 +560,7 @@ func (w *world) inject(k FaultKind) bool {
 		f.End = time.Now()
 	}
 	w.faults = append(w.faults, f)
-	w.t.Logf("fault %-15s %-8s mid-operation=%v", f.Kind, f.Target, f.MidOp)
+	w.t.Logf("fault %-15s %-8s mid-operation=%-5v %s - %s", f.Kind, f.Target, f.MidOp, f.At.Format("15:04:05.000"), f.End.Format("15:04:05.000"))
 	return true
 }
 
@@ -762,7 +764,7 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Cron = CheckCron(cron, "tick", cronStep, faultEnd, w.faults, 20*time.Second)
+	r.Cron = CheckCron(cron, "tick", cronStep, faultEnd, w.faults, runLease, 20*time.Second)
 	if r.SemEntries, r.MaxHolders, err = ReadPeaks(w.path("peaks")); err != nil {
 		t.Fatal(err)
 	}
@@ -771,7 +773,7 @@ func (w *world) verdict(faultEnd time.Time) Result {
 		t.Fatal(err)
 	}
 	w.pushMu.Lock()
-	r.Queue = CheckQueue(jobs, w.pushed, w.ambiguous, w.faults)
+	r.Queue = CheckQueue(jobs, w.pushed, w.ambiguous, w.faults, visibilityTimeout)
 	w.pushMu.Unlock()
 
 	v := append(append([]string{}, r.Cron.Problems...), r.Queue.Problems...)
