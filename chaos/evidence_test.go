@@ -91,6 +91,10 @@ func TestCheckQueue(t *testing.T) {
 			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
 		{"a retried push explains a second job", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("done", "j1", "1", 1, "w1-1", 1), ev("start", "j1", "2", 1, "w1-1", 2), ev("done", "j1", "2", 1, "w1-1", 3)}, []string{"j1"}, map[string]bool{"j1": true}, nil,
 			func(r QueueReport) bool { return len(r.Problems) == 0 }},
+		{"redelivered after an outage that hung its claim", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 2.5), ev("start", "j1", "1", 2, "w1-1", 3), ev("done", "j1", "1", 2, "w1-1", 4)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, At: at(0.5), End: at(2.4)}},
+			func(r QueueReport) bool { return r.Redeliveries == 1 && len(r.Problems) == 0 }},
+		{"an outage long before explains nothing", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 6), ev("start", "j1", "1", 2, "w1-1", 7), ev("done", "j1", "1", 2, "w1-1", 8)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, At: at(1), End: at(2)}},
+			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
 		{"one attempt started twice", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("start", "j1", "1", 1, "w2-1", 0.5), ev("done", "j1", "1", 1, "w1-1", 1)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, At: at(0.2), End: at(0.4)}},
 			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
 	}
