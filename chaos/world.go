@@ -299,7 +299,7 @@ func (w *world) writeSpec() {
 		// The implicit embedded store in the shared data dir. It has no
 		// server to restart: its outage is a stall, another process
 		// holding the write lock.
-		w.srv = &sqliteStall{path: filepath.Join(w.env.DataDir, "coordd.db")}
+		w.srv = &testenv.SQLiteStall{Path: filepath.Join(w.env.DataDir, "coordd.db")}
 	case "mysql":
 		m := testenv.StartMariaDB(w.t)
 		w.srv = m

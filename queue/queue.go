@@ -223,6 +223,12 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// RenewedAt is the send time of the claim or of the latest renewal
+// (monotonic): a child supervisor started now counts the lease from it.
+func (l *Lease) RenewedAt() time.Time {
+	return l.Deadline().Add(-(l.Visibility - Margin(l.Visibility)))
+}
+
 // Lost reports whether the lease was lost.
 func (l *Lease) Lost() bool {
 	l.mu.Lock()
@@ -484,6 +490,17 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time, slot
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	defer cancel(nil)
 
+	// A claim that hung in a stalled backend leaves the handler little of
+	// its lease, and a command under it would be stopped at once: renew
+	// first, so that the handler starts with a fresh lease.
+	if left := time.Until(l.Deadline()); left < w.vis/2 && left > 0 {
+		if w.renew(ctx, l) {
+			<-slots
+			w.stats.Lost.Add(1)
+			w.logf("queue %s: job %d: lease lost before its handler started; left to its next owner", w.queue, j.ID)
+			return
+		}
+	}
 	// Renewals go on after ctx ends, as long as the handler runs.
 	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
 	keepDone := make(chan struct{})
@@ -557,16 +574,11 @@ func (w *worker) keep(ctx context.Context, l *Lease) bool {
 			return false
 		case <-t.C:
 		}
-		sentAt := time.Now()
-		ectx, cancel := context.WithDeadline(ctx, l.Deadline())
-		_, err := w.c.q.ExtendJob(ectx, l.Job)
-		cancel()
+		err := w.extend(ctx, l)
 		switch {
 		case err == nil:
-			l.renewed(sentAt)
 			t.Reset(every)
 		case errors.Is(err, backends.ErrLost):
-			l.markLost()
 			return true
 		case ctx.Err() != nil:
 			return false
@@ -578,4 +590,31 @@ func (w *worker) keep(ctx context.Context, l *Lease) bool {
 			t.Reset(max(every/4, 10*time.Millisecond))
 		}
 	}
+}
+
+// extend renews l once, within its trust window.
+func (w *worker) extend(ctx context.Context, l *Lease) error {
+	sentAt := time.Now()
+	ectx, cancel := context.WithDeadline(ctx, l.Deadline())
+	_, err := w.c.q.ExtendJob(ectx, l.Job)
+	cancel()
+	switch {
+	case err == nil:
+		l.renewed(sentAt)
+	case errors.Is(err, backends.ErrLost):
+		l.markLost()
+	}
+	return err
+}
+
+// renew renews l once before its handler starts. It reports true when
+// the lease is lost: taken by another owner, or out of its trust window.
+func (w *worker) renew(ctx context.Context, l *Lease) bool {
+	if err := w.extend(ctx, l); err != nil && !errors.Is(err, backends.ErrLost) {
+		w.logf("queue %s: job %d: renewing the lease before the start failed: %v", w.queue, l.Job.ID, err)
+	}
+	if !time.Now().Before(l.Deadline()) {
+		l.markLost()
+	}
+	return l.Lost()
 }

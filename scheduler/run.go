@@ -50,6 +50,45 @@ func (l *runLease) setProc(p *child.Process) time.Time {
 	return l.lastSent
 }
 
+// isLost reports whether an extend found the occurrence taken away.
+func (l *runLease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// trustLeft is how long the lease stays inside its trust window.
+func (l *runLease) trustLeft() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Until(l.lastSent.Add(l.lease - l.margin()))
+}
+
+// extend renews the lease once, bounded by d. On success the child, if
+// started, moves its deadline with it.
+func (l *runLease) extend(ctx context.Context, d time.Duration) error {
+	sent := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, d)
+	_, err := l.cb.ExtendOccurrence(ectx, l.occ, l.lease)
+	cancel()
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.lastSent = sent
+		p := l.proc
+		l.mu.Unlock()
+		if p != nil {
+			p.Renewed(sent)
+		}
+	case errors.Is(err, backends.ErrLost):
+		l.lostOnce.Do(func() { close(l.lost) })
+	}
+	return err
+}
+
 // keep extends the lease every lease/3 until ctx ends or the lease is lost.
 func (l *runLease) keep(ctx context.Context) {
 	every := l.lease / 3
@@ -63,24 +102,11 @@ func (l *runLease) keep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
-		ectx, cancel := context.WithTimeout(ctx, every)
-		_, err := l.cb.ExtendOccurrence(ectx, l.occ, l.lease)
-		cancel()
+		err := l.extend(ctx, every)
 		switch {
 		case err == nil:
-			l.mu.Lock()
-			l.lastSent = sent
-			p := l.proc
-			l.mu.Unlock()
-			if p != nil {
-				p.Renewed(sent)
-			}
 			wait = every
-		case errors.Is(err, backends.ErrLost):
-			l.lostOnce.Do(func() { close(l.lost) })
-			return
-		case ctx.Err() != nil:
+		case errors.Is(err, backends.ErrLost), ctx.Err() != nil:
 			return
 		default:
 			wait = retry // the child's own deadline stops it if this goes on
@@ -153,7 +179,15 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		defer stopSlot()
 		go slot.KeepAlive(sctx, nil)
 	}
-	if !rl.trusted() {
+	// A claim (or a semaphore wait) that hung in a stalled backend leaves
+	// the command little of its lease: the supervisor would stop it at
+	// once. Renew first, so that it starts with a fresh lease.
+	if left := rl.trustLeft(); left < def.RunLease/2 && left > 0 {
+		if err := rl.extend(ctx, left); err != nil {
+			log.Debug("renewing the run lease before the start failed", "error", err)
+		}
+	}
+	if !rl.trusted() || rl.isLost() {
 		return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost before the start"}, child.ExitLeaseLost)
 	}
 

@@ -232,6 +232,12 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// RenewedAt is the send time of the acquire or of the latest extend
+// (monotonic): a child supervisor started now counts the lease from it.
+func (l *Lease) RenewedAt() time.Time {
+	return l.Deadline().Add(-(l.lease - Margin(l.lease)))
+}
+
 func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
 
 // Extend renews the lease once. It returns backends.ErrLost (and closes

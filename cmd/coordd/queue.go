@@ -284,7 +284,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 				"COORDD_JOB_ID=" + strconv.FormatInt(j.ID, 10),
 				"COORDD_ATTEMPT=" + strconv.Itoa(j.Attempt),
 			},
-			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.ClaimedAt,
+			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.RenewedAt(),
 			Timeout: t.applied.Timeout, KillGrace: grace,
 			Shim: selfExe(),
 		})
@@ -292,6 +292,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			return err
 		}
 		l.OnRenew(p.Renewed)
+		p.Renewed(l.RenewedAt()) // a renewal between Start and OnRenew
 		mu.Lock()
 		running[p] = true
 		mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
 	"github.com/coordd/coordd/internal/proctest"
+	"github.com/coordd/coordd/internal/testenv"
 	"github.com/coordd/coordd/queue"
 )
 
@@ -333,5 +334,34 @@ func TestQueueWorkSIGTERM(t *testing.T) {
 	}
 	if st := queueStatsOf(t, c, p); st.Ready != 1 || st.InFlight != 0 || st.Dead != 0 {
 		t.Fatalf("stats after the stop: %+v", st)
+	}
+}
+
+// TestQueueWorkAfterHungClaim: a claim that hangs in a stalled store for
+// most of the visibility timeout renews the lease before the command
+// starts, so the command runs to the end and the job is acked once.
+func TestQueueWorkAfterHungClaim(t *testing.T) {
+	c := newCLI(t)
+	p := queueFixture(t, c, "{partitions: 1, visibility_timeout: 1s}")
+	if code, _, errs := c.run("", false, "queue", "push", "q", "-f", p, "x"); code != 0 {
+		t.Fatalf("push: %s", errs)
+	}
+	evidence := filepath.Join(t.TempDir(), "evidence")
+	stall := &testenv.SQLiteStall{Path: filepath.Join(c.dataDir, "coordd.db")}
+	w := coorddCmd(t, c.dataDir, "queue", "work", "q", "-f", p, "--drain", "--", "sh", "-c", "sleep 0.6; echo $COORDD_ATTEMPT >> "+evidence)
+	var stderr bytes.Buffer
+	w.Stderr = &stderr
+	stall.Kill()
+	if err := w.Start(); err != nil {
+		stall.Start(t)
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond) // the claim waits on the lock meanwhile
+	stall.Start(t)
+	if code := exitCode(t, w.Wait()); code != 0 {
+		t.Fatalf("work: exit %d\n%s", code, stderr.String())
+	}
+	if got, _ := os.ReadFile(evidence); string(got) != "1\n" {
+		t.Fatalf("attempts that ran to the end: %q, want one first attempt\n%s", got, stderr.String())
 	}
 }

@@ -184,6 +184,17 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lease, argv []string, sigs <-chan os.Signal) int {
 	lease := t.applied.Lease
 	grace := min(lease/3, 10*time.Second)
+	// An acquire that hung in a stalled backend leaves the command little
+	// of its lease, and the supervisor would stop it at once: renew first.
+	if left := time.Until(l.Deadline()); left < lease/2 && left > 0 {
+		ectx, cancel := context.WithTimeout(ctx, left)
+		err := l.Extend(ectx)
+		cancel()
+		if errors.Is(err, backends.ErrLost) {
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: the slot was lost before the command started: %v\n", t.name, err)
+			return child.ExitLeaseLost
+		}
+	}
 	p, err := child.Start(ctx, child.Spec{
 		Argv:  argv,
 		Stdin: env.stdin, Stdout: env.stdout, Stderr: env.stderr,
@@ -192,7 +203,7 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 			"COORDD_SLOT=" + strconv.Itoa(l.Slot),
 			"COORDD_FENCING_TOKEN=" + strconv.FormatInt(l.Fencing, 10),
 		},
-		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.AcquiredAt,
+		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.RenewedAt(),
 		Timeout: t.applied.MaxHold, KillGrace: grace,
 		Shim: selfExe(),
 	})

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/testenv"
 )
 
 // proc is a real coordd process: the test binary re-executed as main.
@@ -249,5 +251,24 @@ func TestSemStatus(t *testing.T) {
 	err = holder.Wait()
 	if code := exitCode(t, err); code != 143 {
 		t.Fatalf("after SIGTERM: exit %d, want 143", code)
+	}
+}
+
+// TestSemRunAfterHungAcquire: an acquire that hangs in a stalled store for
+// most of the lease renews the lease before the command starts, so the
+// command runs to the end instead of being stopped at once (exit 122).
+func TestSemRunAfterHungAcquire(t *testing.T) {
+	specPath, dataDir := semFixture(t, 1, "1s")
+	stall := &testenv.SQLiteStall{Path: filepath.Join(dataDir, "coordd.db")}
+	cmd := coorddCmd(t, dataDir, "sem", "run", "s", "-f", specPath, "--", "sh", "-c", "sleep 0.6")
+	stall.Kill()
+	if err := cmd.Start(); err != nil {
+		stall.Start(t)
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond) // the acquire waits on the lock meanwhile
+	stall.Start(t)
+	if code := exitCode(t, cmd.Wait()); code != 0 {
+		t.Fatalf("sem run after a hung acquire exited %d, want 0", code)
 	}
 }

@@ -1,4 +1,4 @@
-package chaos
+package testenv
 
 import (
 	"context"
@@ -10,25 +10,27 @@ import (
 	_ "modernc.org/sqlite" // the driver coordd's embedded store uses
 )
 
-// sqliteStall is the embedded store's outage: another process (this test)
-// holds its write lock, so every write of every coordd process waits in
-// its busy handler (renewals of leases included) until Start releases it.
-// It stands in for a server restart in the fault schedule.
-type sqliteStall struct {
-	path string
+// SQLiteStall is the embedded store's outage: the test holds the write lock
+// of the store's file, so every write of every process that uses it waits
+// in its busy handler (renewals of leases included) until Start releases
+// it. It has the Kill/Start/Running shape of the private servers, so a
+// fault schedule can treat it as the store's "restart".
+type SQLiteStall struct {
+	// Path is the SQLite file.
+	Path string
 
 	mu   sync.Mutex
 	db   *sql.DB
 	conn *sql.Conn
 }
 
-// Kill takes the write lock and keeps it.
-func (s *sqliteStall) Kill() {
+// Kill takes the write lock and keeps it (waiting up to 30 s for it).
+func (s *SQLiteStall) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=busy_timeout(30000)")
+	db, err := sql.Open("sqlite", "file:"+s.Path+"?_pragma=busy_timeout(30000)")
 	if err != nil {
 		return
 	}
@@ -49,14 +51,14 @@ func (s *sqliteStall) Kill() {
 }
 
 // Start releases the lock.
-func (s *sqliteStall) Start(t testing.TB) {
+func (s *SQLiteStall) Start(t testing.TB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return
 	}
 	if _, err := s.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		t.Errorf("chaos: releasing the sqlite stall: %v", err)
+		t.Errorf("testenv: releasing the sqlite stall: %v", err)
 	}
 	_ = s.conn.Close()
 	_ = s.db.Close()
@@ -64,7 +66,7 @@ func (s *sqliteStall) Start(t testing.TB) {
 }
 
 // Running reports whether the store is not stalled.
-func (s *sqliteStall) Running() bool {
+func (s *SQLiteStall) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conn == nil
