@@ -264,8 +264,10 @@ type CronReport struct {
 	// DuplicateStarts counts (scheduled time, attempt) pairs that started
 	// more than once: always a violation.
 	DuplicateStarts int
-	// Misses counts scheduled times in the checked window with no first
-	// attempt: a violation under catch_up: all.
+	// Misses counts scheduled times in the checked window with no attempt
+	// started at all: a violation under catch_up: all. (A first attempt
+	// whose host was lost between its claim and its command's start shows
+	// only as its retry.)
 	Misses int
 	// Retries counts attempts after the first; each must follow the loss
 	// of the previous attempt's host (a kill or stop of it, or a backend
@@ -355,9 +357,13 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d on %s started %s: no loss of the previous attempt's host explains it (%s)", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), prevDesc))
 		}
 	}
+	started := map[int64]bool{}
+	for k := range starts {
+		started[k.sched] = true
+	}
 	for t := first; !t.After(until); t = t.Add(step) {
 		r.Occurrences++
-		if _, ok := starts[key{t.UnixNano(), 1}]; !ok {
+		if !started[t.UnixNano()] {
 			r.Misses++
 			r.Problems = append(r.Problems, fmt.Sprintf("%s: never started", t.Format(time.RFC3339)))
 		}

@@ -52,6 +52,8 @@ func TestCheckCron(t *testing.T) {
 			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
 		{"an outage more than a lease before the first attempt explains nothing", []CronEvent{start(0, 1, "h1", 1, 6), start(0, 2, "h1", 2, 7), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: BackendRestart, At: at(1), End: at(2)}},
 			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+		{"only a retry of a scheduled time started", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 2, "h2", 3, 4.5), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 2.05)},
+			func(r CronReport) bool { return r.Misses == 0 && r.Retries == 1 && len(r.Problems) == 0 }},
 		{"fencing token reused", []CronEvent{start(0, 1, "h1", 7, 0.1), start(2, 1, "h2", 7, 2.1), start(4, 1, "h1", 8, 4.1)}, nil,
 			func(r CronReport) bool { return r.FencingReused == 1 }},
 		{"off the grid", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1), start(3, 1, "h1", 3, 3.1), start(4, 1, "h1", 4, 4.1)}, nil,
