@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -109,18 +108,9 @@ func (s *Store) PruneHosts(ctx context.Context, olderThan time.Duration) (int, e
 func (s *Store) LastApply(ctx context.Context) (*backends.ApplyRecord, error) {
 	var r *backends.ApplyRecord
 	err := s.readAuto(ctx, func(c conn) error {
-		var a backends.ApplyRecord
-		var at int64
-		err := c.row(ctx, qLastApply).Scan(&a.Generation, &a.SpecHash, &a.Host, &at, &a.Summary)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		a.At = fromMicros(at)
-		r = &a
-		return nil
+		var err error
+		r, err = hostrow.LastApply(c.row(ctx, qLastApply))
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("last apply: %w", err)

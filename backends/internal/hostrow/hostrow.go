@@ -1,5 +1,6 @@
-// Package hostrow reads the host registry's rows for the SQL stores
-// (sqlite, mysql), whose list queries return the same columns:
+// Package hostrow reads the host registry's rows, and the latest apply
+// record a daemon compares its spec hash with, for the SQL stores (sqlite,
+// mysql). Their host list queries return the same columns:
 //
 //	now, host, run_id, pid, version, spec_hash, heartbeat_every, stopped, started_at, last_seen
 //
@@ -10,6 +11,7 @@ package hostrow
 
 import (
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -39,3 +41,19 @@ func Read(rows *sql.Rows, out *backends.Hosts) error {
 }
 
 func micros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// LastApply reads the latest apply record from row (generation, spec_hash,
+// host, at in µs, summary), nil when there is none.
+func LastApply(row *sql.Row) (*backends.ApplyRecord, error) {
+	var a backends.ApplyRecord
+	var at int64
+	err := row.Scan(&a.Generation, &a.SpecHash, &a.Host, &at, &a.Summary)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.At = micros(at)
+	return &a, nil
+}
