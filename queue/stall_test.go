@@ -39,10 +39,7 @@ func TestHandlerAfterHungClaim(t *testing.T) {
 
 	stall := &testenv.SQLiteStall{Path: path}
 	stall.Kill()
-	go func() {
-		time.Sleep(800 * time.Millisecond)
-		stall.Start(t)
-	}()
+	released := stall.ReleaseAfter(t, 800*time.Millisecond)
 	var stats queue.Stats
 	wait := work(ctx, c, "q", queue.WorkerOptions{Drain: true, Stats: &stats}, func(ctx context.Context, j backends.Job) error {
 		select {
@@ -52,7 +49,9 @@ func TestHandlerAfterHungClaim(t *testing.T) {
 			return context.Cause(ctx)
 		}
 	})
-	if err := wait(); err != nil {
+	err = wait()
+	<-released
+	if err != nil {
 		t.Fatal(err)
 	}
 	if stats.Acked.Load() != 1 || stats.Lost.Load() != 0 {

@@ -25,12 +25,7 @@ func TestStartAfterHungClaim(t *testing.T) {
 
 	stall := &testenv.SQLiteStall{Path: path}
 	stall.Kill()
-	released := make(chan struct{})
-	go func() {
-		defer close(released)
-		time.Sleep(800 * time.Millisecond)
-		stall.Start(t)
-	}()
+	released := stall.ReleaseAfter(t, 800*time.Millisecond)
 	code, err := s.RunManual(t.Context(), st, "slow", io.Discard, io.Discard)
 	<-released
 	if err != nil || code != 0 {

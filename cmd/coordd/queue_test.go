@@ -352,13 +352,14 @@ func TestQueueWorkAfterHungClaim(t *testing.T) {
 	var stderr bytes.Buffer
 	w.Stderr = &stderr
 	stall.Kill()
+	released := stall.ReleaseAfter(t, 800*time.Millisecond) // the claim waits on the lock meanwhile
 	if err := w.Start(); err != nil {
-		stall.Start(t)
+		<-released
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond) // the claim waits on the lock meanwhile
-	stall.Start(t)
-	if code := exitCode(t, w.Wait()); code != 0 {
+	err := w.Wait()
+	<-released
+	if code := exitCode(t, err); code != 0 {
 		t.Fatalf("work: exit %d\n%s", code, stderr.String())
 	}
 	if got, _ := os.ReadFile(evidence); string(got) != "1\n" {

@@ -262,13 +262,14 @@ func TestSemRunAfterHungAcquire(t *testing.T) {
 	stall := &testenv.SQLiteStall{Path: filepath.Join(dataDir, "coordd.db")}
 	cmd := coorddCmd(t, dataDir, "sem", "run", "s", "-f", specPath, "--", "sh", "-c", "sleep 0.6")
 	stall.Kill()
+	released := stall.ReleaseAfter(t, 800*time.Millisecond) // the acquire waits on the lock meanwhile
 	if err := cmd.Start(); err != nil {
-		stall.Start(t)
+		<-released
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond) // the acquire waits on the lock meanwhile
-	stall.Start(t)
-	if code := exitCode(t, cmd.Wait()); code != 0 {
+	err := cmd.Wait()
+	<-released
+	if code := exitCode(t, err); code != 0 {
 		t.Fatalf("sem run after a hung acquire exited %d, want 0", code)
 	}
 }

@@ -71,3 +71,15 @@ func (s *SQLiteStall) Running() bool {
 	defer s.mu.Unlock()
 	return s.conn == nil
 }
+
+// ReleaseAfter calls Start after d, in the background; the channel is
+// closed once the lock is released.
+func (s *SQLiteStall) ReleaseAfter(t testing.TB, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(d)
+		s.Start(t)
+	}()
+	return done
+}
