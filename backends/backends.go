@@ -565,11 +565,23 @@ type Crons interface {
 	// earliest first, and the earliest next_exec of the others (zero when
 	// none) so that the scheduler can sleep until then.
 	DueTasks(ctx context.Context, limit int) (due []DueTask, nextAt time.Time, err error)
-	// ClaimOccurrence inserts the occurrence row leased to Owner. For
-	// attempt 1 of a scheduled run it also moves next_exec from ScheduledAt
-	// to Next in the same transaction; for attempt > 1 it requires attempt-1
-	// to have ended unsuccessfully. It returns ErrConflict when another host
-	// claimed it first or next_exec moved.
+	// ClaimOccurrence records the occurrence leased to Owner and bumps the
+	// task's fencing counter, atomically:
+	//
+	//   - attempt 1 of a scheduled run moves next_exec from ScheduledAt to
+	//     Next (a compare-and-swap: ErrConflict when it moved);
+	//   - attempt > 1 (of a scheduled or, with Manual, a manual run)
+	//     requires attempt-1 of the same ScheduledAt to have ended failed,
+	//     timeout or lost (ErrConflict otherwise) and leaves next_exec alone;
+	//   - attempt 1 of a manual run is scheduled at backend now, moved
+	//     forward by a microsecond at a time past any existing attempt 1 or
+	//     the pending next_exec it would collide with, and leaves next_exec
+	//     alone.
+	//
+	// With Skip the occurrence is recorded as skipped and finished, without
+	// a lease, and the task's history is trimmed. An existing occurrence
+	// with the same key is ErrConflict (another host claimed it first); an
+	// absent task is ErrNotFound.
 	ClaimOccurrence(ctx context.Context, req ClaimRequest) (Occurrence, error)
 	// ExtendOccurrence renews Owner's run lease (ErrLost otherwise).
 	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)

@@ -295,23 +295,9 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 	return due, nextAt, nil
 }
 
-// ClaimOccurrence inserts the occurrence row and bumps the task's fencing
-// counter in one transaction:
-//
-//   - attempt 1 of a scheduled run moves next_exec from ScheduledAt to Next
-//     (a compare-and-swap: ErrConflict when it moved);
-//   - attempt > 1 (of a scheduled or, with Manual, a manual run) requires
-//     attempt-1 of the same ScheduledAt to have ended failed, timeout or lost
-//     (ErrConflict otherwise) and leaves next_exec alone;
-//   - attempt 1 of a manual run is scheduled at backend now, moved forward
-//     by a microsecond at a time past any existing attempt 1 or the pending
-//     next_exec it would collide with, and leaves next_exec alone.
-//
-// Scheduled runs and retries are one script, so one round trip and one
-// commit (see runScript); a manual run, rare, is an ordinary transaction.
-// With Skip the row is recorded as skipped and finished, without a lease,
-// and the task's history is trimmed. An existing row with the same key is
-// ErrConflict; an absent task is ErrNotFound.
+// ClaimOccurrence implements backends.Crons.ClaimOccurrence. Scheduled runs
+// and retries are one script, so one round trip and one commit (see
+// runScript); a manual run, rare, is an ordinary transaction.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
 	occ, err := s.claimCron(ctx, req)
 	if err != nil {
