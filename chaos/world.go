@@ -112,7 +112,7 @@ type world struct {
 	env  *proctest.Env
 	dir  string
 	spec string
-	srv  server // nil for sqlite
+	srv  server // the backend's server, or the embedded store's stall
 
 	daemons, clients, workers []*member
 	faults                    []Fault
@@ -346,26 +346,32 @@ queues:
 	}
 }
 
-func (w *world) start(m *member, env []string, args ...string) {
+// start starts m's next incarnation; envVar, when set, names the
+// variable that tells the commands it runs the incarnation's tag.
+func (w *world) start(m *member, envVar string, args ...string) {
 	m.gen++
 	m.tag = fmt.Sprintf("%s-%d", m.id, m.gen)
+	env := []string{"COORDD_TEST_HOST=" + m.id}
+	if envVar != "" {
+		env = append(env, envVar+"="+m.tag)
+	}
 	m.proc = w.env.StartWith(w.t, m.tag, env, args...)
 	m.started = time.Now()
 	m.killed, m.respawn = false, time.Time{}
 }
 
 func (w *world) startDaemon(m *member) {
-	w.start(m, []string{"COORDD_TEST_HOST=" + m.id}, "run", "-f", w.spec, "--host-id", m.id,
+	w.start(m, "", "run", "-f", w.spec, "--host-id", m.id,
 		"--resync", "2s", "--shutdown-grace", "5s", "--log-level", "info")
 }
 
 func (w *world) startWorker(m *member) {
-	w.start(m, []string{"COORDD_CHAOS_WORKER=" + fmt.Sprintf("%s-%d", m.id, m.gen+1)},
+	w.start(m, "COORDD_CHAOS_WORKER",
 		"queue", "work", "jobs", "-f", w.spec, "--concurrency", workerConcurrency, "--host-id", m.id, "--", "/bin/sh", w.path("handle.sh"))
 }
 
 func (w *world) startClient(m *member) {
-	w.start(m, []string{"COORDD_CHAOS_CLIENT=" + fmt.Sprintf("%s-%d", m.id, m.gen+1)},
+	w.start(m, "COORDD_CHAOS_CLIENT",
 		"sem", "run", "pool", "-f", w.spec, "--host-id", m.id, "--", "/bin/sh", w.path("hold.sh"))
 }
 
@@ -444,9 +450,6 @@ func (w *world) schedule() []planned {
 		k FaultKind
 		w int
 	}{{DaemonKill, 30}, {DaemonStop, 10}, {ClientKill, 20}, {WorkerKill, 20}, {BackendRestart, 12}}
-	if w.srv == nil {
-		weights[4].w = 0
-	}
 	total := 0
 	for _, x := range weights {
 		total += x.w
@@ -494,9 +497,7 @@ func (w *world) schedule() []planned {
 	for _, k := range []FaultKind{DaemonStop, ClientKill, WorkerKill} {
 		raise(k, 1)
 	}
-	if w.srv != nil {
-		raise(BackendRestart, max(1, w.cfg.MinBackendRestarts))
-	}
+	raise(BackendRestart, max(1, w.cfg.MinBackendRestarts))
 	raise(DaemonKill, w.cfg.MinDaemonKills)
 	return plan
 }
@@ -548,9 +549,6 @@ func (w *world) inject(k FaultKind) bool {
 		m.proc.Kill9()
 		m.killed, m.respawn = true, time.Now().Add(500*time.Millisecond+time.Duration(w.rng.Int64N(int64(1500*time.Millisecond))))
 	case BackendRestart:
-		if w.srv == nil {
-			return true
-		}
 		f.Target, f.MidOp = w.cfg.Backend, open.Any()
 		w.srv.Kill()
 		time.Sleep(500*time.Millisecond + time.Duration(w.rng.Int64N(int64(1500*time.Millisecond))))
@@ -636,7 +634,7 @@ func (w *world) inFlight() InFlight {
 // heal ends every fault: stopped daemons continue, killed ones start, the
 // backend runs.
 func (w *world) heal() {
-	if w.srv != nil && !w.srv.Running() {
+	if !w.srv.Running() {
 		w.srv.Start(w.t)
 	}
 	for _, m := range w.daemons {
@@ -792,7 +790,7 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	if n, _ := r.Count(DaemonKill); n < w.cfg.MinDaemonKills {
 		v = append(v, fmt.Sprintf("%d daemon kills, below the floor of %d", n, w.cfg.MinDaemonKills))
 	}
-	if n, _ := r.Count(BackendRestart); w.srv != nil && n < w.cfg.MinBackendRestarts {
+	if n, _ := r.Count(BackendRestart); n < w.cfg.MinBackendRestarts {
 		v = append(v, fmt.Sprintf("%d backend restarts, below the floor of %d", n, w.cfg.MinBackendRestarts))
 	}
 	r.Violations = v
