@@ -186,8 +186,8 @@ func newOwner(prefix string) string {
 // Lease is the visibility lease of the job a handler works.
 type Lease struct {
 	Job backends.Job
-	// ClaimedAt is when the claim was sent (monotonic): a child supervisor
-	// counts the lease from it.
+	// ClaimedAt is when the claim was sent (monotonic). A child supervisor
+	// counts the lease from RenewedAt, which is later once renewed.
 	ClaimedAt time.Time
 	// Visibility is the queue's visibility timeout, the length of the
 	// lease.

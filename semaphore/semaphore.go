@@ -97,8 +97,9 @@ type Lease struct {
 	Slot    int
 	Fencing int64
 	Owner   string
-	// AcquiredAt is when the acquiring request was sent (monotonic): a
-	// child supervisor counts the lease from it.
+	// AcquiredAt is when the acquiring request was sent (monotonic). A
+	// child supervisor counts the lease from RenewedAt, which is later once
+	// renewed.
 	AcquiredAt time.Time
 	lease      time.Duration
 	c          *Client

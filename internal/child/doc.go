@@ -77,7 +77,7 @@
 // no earlier than that, so the deadline can only be early, never late.
 // Margin absorbs clock-rate differences between this host and the backend.
 // The first deadline comes from Spec.AcquiredAt, the send time of the request
-// that acquired the lease; later ones from [Process.Renewed]. An older sentAt
+// that acquired or last renewed the lease; later ones from [Process.Renewed]. An older sentAt
 // never moves the deadline back.
 //
 // If no renewal arrives in time, the process group gets SIGTERM at
