@@ -62,8 +62,9 @@ chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the 
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
 		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/
 
-fuzz: ## Fuzz spec.Load for 60s (override: make fuzz FUZZTIME=5m)
-	$(GO) test ./spec -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME)
+fuzz: ## Fuzz spec.Load on file contents, then on directories, 60s each (override: make fuzz FUZZTIME=5m)
+	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoadDir$$' -fuzztime $(FUZZTIME)
 
 quickstart: build ## Build, then run the daemon on examples/quickstart (state in COORDD_DATA_DIR, default ./.coordd-data); Ctrl-C stops it
 	COORDD_DATA_DIR='$(COORDD_DATA_DIR)' ./$(BIN) run -f examples/quickstart

@@ -267,7 +267,9 @@ type Grant struct {
 // Semaphores is the runtime side of semaphores.
 type Semaphores interface {
 	// TryAcquire takes a free or expired slot without waiting. It returns
-	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent.
+	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent,
+	// spec.ErrInvalidHostID when req.Host is neither empty nor a host id
+	// (CheckAcquire, before anything is read or written).
 	TryAcquire(ctx context.Context, name string, req AcquireRequest) (Grant, error)
 	// Extend renews owner's lease to now+lease in backend time.
 	Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error)
@@ -431,7 +433,9 @@ func (h Hosts) LiveSpecHashes() map[string][]string {
 // by default), and `coordd status` and /metrics read them.
 type HostRegistry interface {
 	// Heartbeat upserts rec under rec.Host, with LastSeen (and, for a new
-	// record or a new RunID, StartedAt) set to backend now.
+	// record or a new RunID, StartedAt) set to backend now. A rec.Host
+	// outside spec.CheckHostID is spec.ErrInvalidHostID, with nothing
+	// written (CheckHeartbeat).
 	Heartbeat(ctx context.Context, rec HostRecord) error
 	// ListHosts reads every record and the backend's clock in one read. A
 	// store without records (or never migrated) gives none and no error.
@@ -653,6 +657,18 @@ type QueueAdmin interface {
 	DeleteQueue(ctx context.Context, name string, force bool) error
 }
 
+// PayloadLimiter is implemented by a backend whose server bounds one job's
+// payload below spec.MaxPayloadCap whatever coordd does (MySQL's
+// max_allowed_packet, Redis's proto-max-bulk-len). Plan checks each queue's
+// max_payload against it, so that a queue never promises to take payloads
+// that every push would fail to store. A backend without it takes any
+// payload up to spec.MaxPayloadCap.
+type PayloadLimiter interface {
+	// MaxPayload is the largest payload, in bytes, that a push stores and
+	// a claim reads back with the server configured as it is now.
+	MaxPayload(ctx context.Context) (int64, error)
+}
+
 // Job is one queued job.
 type Job struct {
 	ID        int64  `json:"id"`
@@ -683,7 +699,8 @@ type PushRequest struct {
 // Queues is the runtime side of queues.
 type Queues interface {
 	// Push enqueues a job (ErrPayloadTooLarge, ErrNotFound; ErrDuplicate
-	// with the existing job).
+	// with the existing job). It first runs CheckPush: a key outside
+	// spec.CheckKey is spec.ErrInvalidKey, with nothing written.
 	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
 	// Claim takes up to max ready jobs of one partition in insert order,
 	// each leased to owner for the queue's visibility timeout and counted
@@ -699,6 +716,11 @@ type Queues interface {
 	Retry(ctx context.Context, j Job, reason string) error
 	// ExtendJob renews j.Owner's visibility lease (ErrLost).
 	ExtendJob(ctx context.Context, j Job) (time.Time, error)
+	// ReturnJob puts a job j.Owner still holds (ErrLost) back as ready now,
+	// in its place in its partition, with the attempt its claim counted
+	// taken back and last_error kept: the job was never tried (a worker
+	// whose command cannot start). A job never goes to the dead set here.
+	ReturnJob(ctx context.Context, j Job) error
 	// WaitQueue blocks until a job may be ready, max elapsed or ctx ended.
 	WaitQueue(ctx context.Context, queue string, max time.Duration) error
 	// Dead lists dead jobs, oldest first.

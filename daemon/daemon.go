@@ -5,7 +5,9 @@
 // Reload follows Prometheus: the spec path is watched, changes are debounced
 // (~250 ms), and the new spec is loaded and validated before it replaces the
 // old one. Any error keeps the last good spec running and is logged with its
-// file:line. SIGHUP forces a reload.
+// file:line. SIGHUP forces a reload. Reloads run on a goroutine of their
+// own, never in the signal loop, so that SIGTERM is handled even while a
+// reload is stuck.
 //
 // Who applies, and what:
 //   - only the leader applies, and only a spec hash that was never applied
@@ -27,6 +29,8 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -109,6 +113,12 @@ type Daemon struct {
 	hashes hashState
 	// beatFailing: the last heartbeat failed (only hostLoop uses it).
 	beatFailing bool
+	// loadSpec loads the spec on a reload; nil means spec.Load. A test
+	// makes it block, standing for a reload stuck in the file system.
+	loadSpec func(string, spec.LoadOptions) (*spec.Spec, error)
+	// guard watches for another daemon with this host id (hostguard.go;
+	// only hostLoop uses it).
+	guard hostGuard
 }
 
 // appliedRecheck is how long maybeApply trusts that the local spec's hash
@@ -118,6 +128,11 @@ const appliedRecheck = 10 * time.Minute
 // New loads the spec and opens (and migrates) its backends. An invalid
 // spec at start is an error: there is no last good spec to keep.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	// The host id names this daemon's records in every backend: refuse a
+	// bad one before anything is opened.
+	if err := spec.CheckHostID(cfg.HostID); err != nil {
+		return nil, err
+	}
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
@@ -156,6 +171,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("cluster backend %q cannot hold the leader lease: %w", s.Cluster.Backend, backends.ErrUnsupported)
 	}
 	d.metrics = metrics.New(source{d})
+	if d.elector, err = leadership.New(leadership.Config{Leader: timeLeader(lb, s.Cluster.Backend, d.metrics), Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")}); err != nil {
+		e.Close()
+		return nil, err
+	}
 	if cfg.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -164,7 +183,6 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		d.ln = ln
 	}
-	d.elector = leadership.New(leadership.Config{Leader: timeLeader(lb, s.Cluster.Backend, d.metrics), Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")})
 	d.changes = d.elector.Subscribe()
 	d.sched = scheduler.New(scheduler.Config{
 		Host:      cfg.HostID,
@@ -173,6 +191,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Semaphore: d.semaphore,
 		Log:       d.log.Named("scheduler"),
 		Observer:  d.metrics,
+		// The spec of the moment: a reload may change child_env.
+		ChildEnvUnset: func() []string { return d.Spec().ChildEnvUnset() },
 	})
 	return d, nil
 }
@@ -242,11 +262,25 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); d.elector.Run(elCtx) }()
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- d.sched.Run(runCtx) }()
+	// Reloads run one at a time on their own goroutine, never in the
+	// signal loop below or in the watcher: a reload stuck in the file
+	// system must not keep SIGTERM from being handled. Requests made while
+	// one runs coalesce into one more. Shutdown does not wait for it, for
+	// the same reason; a reload that ends after shutdown began changes
+	// nothing (reload checks stopping).
+	reloads := make(chan struct{}, 1)
+	requestReload := func() {
+		select {
+		case reloads <- struct{}{}:
+		default:
+		}
+	}
+	go d.reloadLoop(runCtx, reloads)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		w := &watcher{path: d.cfg.SpecPath, debounce: d.cfg.Debounce, poll: d.cfg.Poll}
-		if err := w.run(runCtx, func() { d.reload(runCtx) }); err != nil {
+		if err := w.run(runCtx, requestReload); err != nil {
 			d.log.Error("spec watcher stopped", "error", err)
 		}
 	}()
@@ -286,7 +320,7 @@ loop:
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				d.log.Info("SIGHUP: reloading the spec")
-				d.reload(runCtx)
+				requestReload()
 				continue
 			}
 			sig = s
@@ -320,10 +354,30 @@ loop:
 	return d.engine.Close()
 }
 
+// reloadLoop runs the reloads requested on reqs until ctx ends.
+func (d *Daemon) reloadLoop(ctx context.Context, reqs <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reqs:
+			d.reload(ctx)
+		}
+	}
+}
+
 // reload loads the spec again. On any error the last good spec stays.
 func (d *Daemon) reload(ctx context.Context) {
-	s, err := spec.Load(d.cfg.SpecPath, d.cfg.LoadOptions)
+	load := d.loadSpec
+	if load == nil {
+		load = spec.Load
+	}
+	s, err := load(d.cfg.SpecPath, d.cfg.LoadOptions)
 	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return
+	}
 	d.lastReloadAt = time.Now()
 	d.lastReloadOK = err == nil
 	d.lastReloadErr = err
@@ -343,11 +397,22 @@ func (d *Daemon) reload(ctx context.Context) {
 		}
 		return
 	}
+	// A password is not part of the hash, so this comes first: a password
+	// rotated in the spec warns like any other connection change.
+	if changed := changedConnections(old, s); len(changed) > 0 {
+		d.log.Warn("backend connections changed; restart coordd to use them (objects keep using the open connections)",
+			"backends", strings.Join(changed, ","))
+		if s.Hash() == old.Hash() {
+			// Only a password changed: keep the new spec, so that the
+			// next reload does not warn again, but nothing else to do.
+			d.mu.Lock()
+			d.spec = s
+			d.mu.Unlock()
+			return
+		}
+	}
 	if s.Hash() == old.Hash() {
 		return
-	}
-	if !reflect.DeepEqual(connections(s), connections(old)) {
-		d.log.Warn("backend connections changed; restart coordd to use them (objects keep using the open connections)")
 	}
 	d.mu.Lock()
 	d.spec = s
@@ -358,14 +423,31 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.kickHosts()
 }
 
-// connections is what a reload cannot change without reopening backends.
-func connections(s *spec.Spec) map[string]spec.Backend {
-	out := map[string]spec.Backend{}
-	for n, b := range s.Backends {
-		c := *b
-		c.Pos = spec.Pos{}
-		out[n] = c
+// changedConnections names, sorted, the backends whose connection
+// settings (what a reload cannot change without reopening the backend:
+// the whole declaration but its position, passwords included) differ
+// between a and b, or that only one of them declares. Names only: the
+// settings hold secrets.
+func changedConnections(a, b *spec.Spec) []string {
+	var out []string
+	for n, ba := range a.Backends {
+		bb := b.Backends[n]
+		if bb == nil {
+			out = append(out, n)
+			continue
+		}
+		ca, cb := *ba, *bb
+		ca.Pos, cb.Pos = spec.Pos{}, spec.Pos{}
+		if !reflect.DeepEqual(ca, cb) {
+			out = append(out, n)
+		}
 	}
+	for n := range b.Backends {
+		if a.Backends[n] == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

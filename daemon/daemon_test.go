@@ -1,8 +1,10 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/coordd/coordd/daemon"
 	"github.com/coordd/coordd/internal/proctest"
 	"github.com/coordd/coordd/internal/testenv"
+	"github.com/coordd/coordd/spec"
 )
 
 type statusJSON struct {
@@ -246,4 +252,147 @@ func TestStaleCheckoutNotApplied(t *testing.T) {
 	}
 	d.Signal(syscall.SIGTERM)
 	d.Wait(t, 30*time.Second)
+}
+
+// startInProcess runs a daemon on specPath in this process, logging to the
+// returned buffer, and waits until it handles signals. Signals sent to the
+// test process while it runs go to it.
+func startInProcess(t *testing.T, specPath string, setup func(*daemon.Daemon)) (*proctest.SyncBuffer, <-chan error) {
+	t.Helper()
+	logs := &proctest.SyncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
+	d, err := daemon.New(context.Background(), daemon.Config{SpecPath: specPath, HostID: "solo", Version: "0.1.0", Log: log,
+		ShutdownGrace: time.Second, Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(d)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	// Run logs this once its signal handler is in place.
+	proctest.Eventually(t, 20*time.Second, "the daemon running", func() bool { return strings.Contains(logs.String(), "coordd running") })
+	return logs, done
+}
+
+func signalSelf(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(os.Getpid(), sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStuckReloadDoesNotBlockShutdown: a reload that never ends (a spec
+// read stuck in the file system, as a FIFO was before the loader refused
+// them) does not keep SIGTERM from stopping the daemon. SIGHUP used to run
+// the reload inside the signal loop, so SIGTERM waited behind it.
+func TestStuckReloadDoesNotBlockShutdown(t *testing.T) {
+	t.Setenv("COORDD_DATA_DIR", t.TempDir())
+	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
+	writeFile(t, specPath, "semaphores:\n  s: {limit: 1}\n")
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	_, done := startInProcess(t, specPath, func(d *daemon.Daemon) {
+		daemon.SetLoadSpec(d, func(p string, o spec.LoadOptions) (*spec.Spec, error) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+			return spec.Load(p, o)
+		})
+	})
+	signalSelf(t, syscall.SIGHUP)
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("SIGHUP started no reload")
+	}
+	signalSelf(t, syscall.SIGTERM)
+	select {
+	case err := <-done:
+		close(release)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		close(release) // lets the old code take the SIGTERM and return
+		<-done
+		t.Fatal("SIGTERM was not handled while a reload was stuck")
+	}
+}
+
+// withDSNPassword is a MySQL DSN with its password set to pw, the rest
+// unchanged (a password-only edit of the spec).
+func withDSNPassword(dsn, pw string) string {
+	at := strings.Index(dsn, "@")
+	user, _, _ := strings.Cut(dsn[:at], ":")
+	return user + ":" + pw + dsn[at:]
+}
+
+// withURLPassword is a redis URL with its password set to pw.
+func withURLPassword(t *testing.T, raw, pw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), pw)
+	return u.String()
+}
+
+// TestReloadWarnsOnPasswordChange: a reload whose only change is a
+// backend's password (in a MySQL DSN, then in a redis URL) warns that a
+// restart is needed, as other connection changes do, and names the backend
+// without printing the password. A password is not part of the spec hash,
+// so such a reload used to say nothing.
+func TestReloadWarnsOnPasswordChange(t *testing.T) {
+	t.Setenv("COORDD_DATA_DIR", t.TempDir())
+	// An empty password ("user:@"), so that setting one changes nothing
+	// but the password: the redacted DSN and URL stay the same.
+	dsn := withDSNPassword(testenv.MySQLDSN(t), "")
+	redisURL, prefix := testenv.RedisURL(t)
+	redisURL = withURLPassword(t, redisURL, "")
+	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
+	write := func(dsn, redisURL string) {
+		writeFile(t, specPath, fmt.Sprintf(`backends:
+  local: {type: sqlite}
+  db: {type: mysql, dsn: %q, table_prefix: "pw_"}
+  cache: {type: redis, url: %q, key_prefix: %q}
+cluster: {backend: local}
+semaphores:
+  s: {backend: db, limit: 1}
+`, dsn, redisURL, prefix))
+	}
+	write(dsn, redisURL)
+	logs, done := startInProcess(t, specPath, nil)
+	defer func() {
+		signalSelf(t, syscall.SIGTERM)
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	const warning = "backend connections changed; restart coordd to use them"
+	const dbPW, cachePW = "rot4ted-db-pw", "rot4ted-cache-pw"
+	newDSN, newURL := withDSNPassword(dsn, dbPW), withURLPassword(t, redisURL, cachePW)
+	if spec.RedactDSN(newDSN) != spec.RedactDSN(dsn) || spec.RedactURL(newURL) != spec.RedactURL(redisURL) {
+		t.Fatalf("not a password-only change: %s, %s", spec.RedactDSN(newDSN), spec.RedactURL(newURL))
+	}
+	write(newDSN, redisURL)
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for db", func() bool {
+		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
+	})
+	write(newDSN, newURL)
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
+	out := logs.String()
+	if n := strings.Count(out, warning); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, out)
+	}
+	if strings.Contains(out, dbPW) || strings.Contains(out, cachePW) {
+		t.Errorf("the log shows a password:\n%s", out)
+	}
 }

@@ -60,7 +60,10 @@ func (d *Daemon) hostLoop(ctx context.Context) {
 	beats := 0
 	var pruned time.Time
 	for {
-		d.heartbeat(ctx, false)
+		d.checkHostRecord(ctx)
+		if d.heartbeat(ctx, false) {
+			d.guard.beaten = true
+		}
 		if beats%appliedCheckBeats == 0 {
 			d.checkApplied(ctx)
 		}
@@ -102,9 +105,10 @@ func (d *Daemon) hostRecord(stopped bool) backends.HostRecord {
 	}
 }
 
-// heartbeat writes this host's record. A failure is logged at warn the
-// first time and at debug while it lasts; the recovery is logged at info.
-func (d *Daemon) heartbeat(ctx context.Context, stopped bool) {
+// heartbeat writes this host's record and reports whether it did. A
+// failure is logged at warn the first time and at debug while it lasts;
+// the recovery is logged at info.
+func (d *Daemon) heartbeat(ctx context.Context, stopped bool) bool {
 	hctx, cancel := context.WithTimeout(ctx, d.heartbeatTimeout())
 	defer cancel()
 	start := time.Now()
@@ -121,6 +125,7 @@ func (d *Daemon) heartbeat(ctx context.Context, stopped bool) {
 		d.beatFailing = false
 		d.log.Info("host heartbeat works again")
 	}
+	return err == nil
 }
 
 // checkApplied reads the latest apply record and compares its hash with

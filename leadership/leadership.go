@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -19,7 +20,7 @@ type Config struct {
 	// Leader is the cluster backend's leader lease.
 	Leader backends.Leader
 	// Host identifies this host; the holder id adds the pid and a random
-	// suffix.
+	// suffix. It must be a valid host id (spec.CheckHostID).
 	Host string
 	// Lease is the leader lease (cluster.leader_lease).
 	Lease time.Duration
@@ -52,8 +53,12 @@ type Elector struct {
 // Margin is the part of the lease a leader does not trust.
 func Margin(lease time.Duration) time.Duration { return min(lease/5, time.Second) }
 
-// New returns an elector; Run starts it.
-func New(cfg Config) *Elector {
+// New returns an elector; Run starts it. An invalid cfg.Host is
+// spec.ErrInvalidHostID: the holder id is stored, listed and printed.
+func New(cfg Config) (*Elector, error) {
+	if err := spec.CheckHostID(cfg.Host); err != nil {
+		return nil, fmt.Errorf("leadership: %w", err)
+	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 4 * time.Second
 	}
@@ -62,13 +67,9 @@ func New(cfg Config) *Elector {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	host := cfg.Host
-	if host == "" {
-		host = "unknown"
-	}
 	e := &Elector{
 		leader: cfg.Leader,
-		holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
+		holder: fmt.Sprintf("%s/%d/%s", cfg.Host, os.Getpid(), hex.EncodeToString(b[:])),
 		lease:  cfg.Lease,
 		margin: Margin(cfg.Lease),
 		log:    cfg.Log,
@@ -78,7 +79,7 @@ func New(cfg Config) *Elector {
 	}); ok {
 		e.clock = c.Now
 	}
-	return e
+	return e, nil
 }
 
 // Holder is the holder id this elector campaigns with.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,10 +12,32 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/spec"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// mustNew is New for a config the test knows is valid.
+func mustNew(t *testing.T, cfg Config) *Elector {
+	t.Helper()
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestInvalidHostRefused: the host id is stored, listed and printed in the
+// holder id, so New refuses one outside spec.CheckHostID instead of
+// campaigning with it (before, it campaigned as "a\n\x1b[2J/pid/nonce").
+func TestInvalidHostRefused(t *testing.T) {
+	for _, host := range []string{"", "a\n\x1b[2J", strings.Repeat("h", spec.MaxHostIDLen+1)} {
+		if _, err := New(Config{Leader: openStore(t, filepath.Join(t.TempDir(), "c.db")), Host: host}); !errors.Is(err, spec.ErrInvalidHostID) {
+			t.Errorf("New(Host %q): err %v, want spec.ErrInvalidHostID", host, err)
+		}
+	}
+}
 
 // openStore opens (and migrates) a handle on path.
 func openStore(t *testing.T, path string) *sqlite.Store {
@@ -59,7 +82,7 @@ func waitLeading(t *testing.T, e *Elector, d time.Duration) backends.Term {
 
 func TestOneElectorLeads(t *testing.T) {
 	s := openStore(t, filepath.Join(t.TempDir(), "c.db"))
-	e := New(Config{Leader: s, Host: "a", Lease: 2 * time.Second})
+	e := mustNew(t, Config{Leader: s, Host: "a", Lease: 2 * time.Second})
 	sub := e.Subscribe()
 	if _, ok := e.Leading(); ok {
 		t.Fatal("leading before Run")
@@ -92,8 +115,8 @@ func TestOneElectorLeads(t *testing.T) {
 
 func TestTwoElectorsOneLeaderAndResign(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
-	a := New(Config{Leader: openStore(t, path), Host: "a", Lease: 2 * time.Second})
-	b := New(Config{Leader: openStore(t, path), Host: "b", Lease: 2 * time.Second})
+	a := mustNew(t, Config{Leader: openStore(t, path), Host: "a", Lease: 2 * time.Second})
+	b := mustNew(t, Config{Leader: openStore(t, path), Host: "b", Lease: 2 * time.Second})
 	stopA, stopB := start(t, a), start(t, b)
 	var first, second *Elector
 	var stopFirst func()
@@ -153,7 +176,7 @@ func TestStepDownWhenRenewalsFail(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
 	f := &flaky{Leader: openStore(t, path)}
 	lease := 2 * time.Second
-	e := New(Config{Leader: f, Host: "a", Lease: lease})
+	e := mustNew(t, Config{Leader: f, Host: "a", Lease: lease})
 	sub := e.Subscribe()
 	start(t, e)
 	waitLeading(t, e, 5*time.Second)
@@ -180,7 +203,7 @@ func TestStepDownWhenRenewalsFail(t *testing.T) {
 		t.Fatalf("only %d renewals tried in the trust window", f.renews.Load()-before)
 	}
 	// Another elector takes over once the lease expires (not resigned).
-	other := New(Config{Leader: openStore(t, path), Host: "b", Lease: lease})
+	other := mustNew(t, Config{Leader: openStore(t, path), Host: "b", Lease: lease})
 	start(t, other)
 	waitLeading(t, other, 2*lease)
 	// The first one, renewals back, does not lead while the other does.
@@ -194,7 +217,7 @@ func TestStepDownWhenRenewalsFail(t *testing.T) {
 func TestStepDownOnNotLeader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
 	s := openStore(t, path)
-	e := New(Config{Leader: s, Host: "a", Lease: 3 * time.Second})
+	e := mustNew(t, Config{Leader: s, Host: "a", Lease: 3 * time.Second})
 	sub := e.Subscribe()
 	start(t, e)
 	term := waitLeading(t, e, 5*time.Second)

@@ -89,6 +89,7 @@ type Metrics struct {
 	cronLateness    *prometheus.HistogramVec
 	cronRuns        *prometheus.CounterVec
 	roundTrip       *prometheus.HistogramVec
+	hostIDConflict  prometheus.Gauge
 }
 
 // New returns the metrics of a daemon that src describes.
@@ -118,11 +119,15 @@ func New(src Source) *Metrics {
 			Help:    "Duration of the backend calls the daemon times: the scrape's observe calls and the leader lease calls.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}, []string{"backend", "op"}),
+		hostIDConflict: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coordd_host_id_conflict",
+			Help: "1 while another live daemon rewrites this daemon's host record: two daemons run with one --host-id.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconcileRuns, m.reconcileErrors, m.cronLateness, m.cronRuns, m.roundTrip,
+		m.reconcileRuns, m.reconcileErrors, m.cronLateness, m.cronRuns, m.roundTrip, m.hostIDConflict,
 		&collector{m: m},
 	)
 	for _, k := range []string{"apply", "resync"} {
@@ -130,6 +135,16 @@ func New(src Source) *Metrics {
 		m.reconcileErrors.WithLabelValues(k)
 	}
 	return m
+}
+
+// HostIDConflict sets coordd_host_id_conflict: whether another live
+// daemon runs with this daemon's host id.
+func (m *Metrics) HostIDConflict(on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.hostIDConflict.Set(v)
 }
 
 // Registry is the registry /metrics serves.

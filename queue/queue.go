@@ -6,16 +6,29 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/retry"
+	"github.com/coordd/coordd/spec"
 )
 
 // ErrLeaseLost is the cause of a handler's cancelled context when the job's
 // visibility lease was lost. It wraps backends.ErrLost.
 var ErrLeaseLost = fmt.Errorf("job lease lost: %w", backends.ErrLost)
+
+// ErrCannotStart, wrapped in a handler's error, says that the handler could
+// not even start on its job, for a reason that is the worker's, not the
+// job's: its command is missing or not executable. Retrying would spend
+// the attempts of every job the worker claims and send them to the dead
+// set, so Work instead puts the job back as it was (Queues.ReturnJob: ready
+// at once, its attempt not counted), stops claiming, waits for the other
+// running handlers and returns the handler's error.
+var ErrCannotStart = errors.New("the handler cannot start")
 
 // Waits of an idle worker. The backend's WaitQueue returns at the latest
 // after idleWait (drainWait while draining, so that jobs other workers
@@ -88,9 +101,14 @@ type PushOptions struct {
 // Push enqueues payload and wakes this process's idle workers of queue. A
 // push refused by the queue's unique setting returns the existing job with
 // an error wrapping backends.ErrDuplicate; an oversized payload returns
-// backends.ErrPayloadTooLarge.
+// backends.ErrPayloadTooLarge; a key outside the limits of spec.CheckKey
+// returns spec.ErrInvalidKey before the backend is touched.
 func (c *Client) Push(ctx context.Context, queue string, payload []byte, opts PushOptions) (backends.Job, error) {
-	j, err := c.q.Push(ctx, queue, backends.PushRequest{Payload: payload, Key: opts.Key, Delay: opts.Delay})
+	req := backends.PushRequest{Payload: payload, Key: opts.Key, Delay: opts.Delay}
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	j, err := c.q.Push(ctx, queue, req)
 	if err != nil {
 		return j, err
 	}
@@ -138,6 +156,9 @@ type Stats struct {
 	// Lost counts jobs whose lease was lost: not acked nor retried by this
 	// worker, since the job belongs to its next owner.
 	Lost atomic.Int64
+	// Returned counts jobs put back unworked, their attempt not counted
+	// (ErrCannotStart).
+	Returned atomic.Int64
 }
 
 // WorkerOptions tune Work.
@@ -154,8 +175,10 @@ type WorkerOptions struct {
 	// Drain makes Work return nil once the queue holds no job that is
 	// ready, delayed or in flight (dead jobs do not count).
 	Drain bool
-	// Owner prefixes the random owner token of each claim (a host name,
-	// say); it helps to read the store. Tokens are unique regardless.
+	// Owner prefixes the random owner token of each claim; it helps to read
+	// the store. Tokens are unique regardless. It is empty, a host id
+	// (spec.CheckHostID), or a host id, ":" and a pid, so that every token
+	// fits the backends' owner columns.
 	Owner string
 	// Stop, when closed, stops claiming; Work returns nil once the running
 	// handlers have returned and their jobs were acked or retried. Their
@@ -172,6 +195,22 @@ type WorkerOptions struct {
 // request, and for clocks that run at slightly different rates.
 func Margin(visibility time.Duration) time.Duration {
 	return min(visibility/10, 2*time.Second)
+}
+
+// checkOwner checks WorkerOptions.Owner: empty, a host id, or a host id,
+// ":" and a pid.
+func checkOwner(o string) error {
+	if o == "" {
+		return nil
+	}
+	host, pid, hasPID := strings.Cut(o, ":")
+	if err := spec.CheckHostID(host); err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(pid, 10, 32); hasPID && err != nil {
+		return fmt.Errorf("%q: after the host id comes \":\" and a pid", o)
+	}
+	return nil
 }
 
 func newOwner(prefix string) string {
@@ -264,6 +303,31 @@ type worker struct {
 	logf   func(string, ...any)
 	stats  *Stats
 	finish chan struct{} // a handler finished; buffered 1
+
+	// halt is closed when a handler could not start (ErrCannotStart);
+	// haltErr, set first, is what Work returns.
+	halt     chan struct{}
+	haltOnce sync.Once
+	haltErr  error
+}
+
+// stopAll makes Work stop claiming and return err once its handlers are
+// done; the first call wins.
+func (w *worker) stopAll(err error) {
+	w.haltOnce.Do(func() {
+		w.haltErr = err
+		close(w.halt)
+	})
+}
+
+// halted returns the error of stopAll, nil when it was not called.
+func (w *worker) halted() error {
+	select {
+	case <-w.halt:
+		return w.haltErr
+	default:
+		return nil
+	}
 }
 
 // Work claims jobs of queue and runs h on each, Concurrency at a time,
@@ -274,10 +338,14 @@ type worker struct {
 // returned, while its ack or retry is still on its way (at most
 // Concurrency of those are), so that the next claim and the ack's commit
 // overlap. It fails when the queue is absent or the backend keeps failing
-// in a way that will not pass (the queue was deleted).
-func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h Handler) error {
+// in a way that will not pass (the queue was deleted), and when a handler
+// returns an error wrapping ErrCannotStart (that error).
+func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h Handler) (err error) {
 	if h == nil {
 		return errors.New("work: nil handler")
+	}
+	if err := checkOwner(opts.Owner); err != nil {
+		return fmt.Errorf("work queue %q: owner: %w", queue, err)
 	}
 	cfg, err := c.Config(ctx, queue)
 	if err != nil {
@@ -288,19 +356,38 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 	}
 	conc := max(opts.Concurrency, 1)
 	batch := min(max(opts.Batch, 1), conc)
-	w := &worker{c: c, queue: queue, vis: cfg.VisibilityTimeout, opts: opts, h: h, logf: opts.Logf, stats: opts.Stats, finish: make(chan struct{}, 1)}
+	w := &worker{c: c, queue: queue, vis: cfg.VisibilityTimeout, opts: opts, h: h, logf: opts.Logf, stats: opts.Stats,
+		finish: make(chan struct{}, 1), halt: make(chan struct{})}
 	if w.logf == nil {
 		w.logf = func(string, ...any) {}
 	}
 	if w.stats == nil {
 		w.stats = &Stats{}
 	}
-	stop := opts.Stop // nil blocks for ever
+	// stop is closed by opts.Stop (nil blocks for ever) or by a handler
+	// that cannot start.
+	stop := make(chan struct{})
+	workDone := make(chan struct{})
+	defer close(workDone)
+	go func() {
+		select {
+		case <-opts.Stop:
+		case <-w.halt:
+		case <-workDone:
+			return
+		}
+		close(stop)
+	}()
 
 	slots := make(chan struct{}, conc)     // one token per running handler
 	finishing := make(chan struct{}, conc) // one token per ack or retry in flight
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		if herr := w.halted(); herr != nil {
+			err = herr
+		}
+	}()
 
 	errWait := time.Duration(0)
 	backendReady := false // the last idle wait ended because the backend saw a job
@@ -328,6 +415,9 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 			n += gather(ctx, stop, slots, batch-n)
 		}
 
+		if w.halted() != nil {
+			return nil // a handler could not start; the deferred func says so
+		}
 		wake := c.wakeChan(queue) // before the claim: a push after it closes this channel
 		sentAt := time.Now()
 		jobs, err := c.q.Claim(ctx, queue, newOwner(opts.Owner), n)
@@ -490,6 +580,15 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time, slot
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
 	defer cancel(nil)
 
+	if herr := w.halted(); herr != nil {
+		// Claimed while another handler found that none can start.
+		finishing <- struct{}{}
+		<-slots
+		defer func() { <-finishing }()
+		w.giveBack(ctx, j, herr)
+		return
+	}
+
 	// A claim that hung in a stalled backend leaves the handler little of
 	// its lease, and a command under it would be stopped at once: renew
 	// first, so that the handler starts with a fresh lease.
@@ -514,6 +613,12 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time, slot
 	stopKeep()
 	<-keepDone
 
+	cannotStart := errors.Is(err, ErrCannotStart)
+	if cannotStart {
+		// Stop claiming before this slot frees up: the job goes back
+		// ready, and this worker must not take it (or any job) again.
+		w.stopAll(fmt.Errorf("queue %s: job %d: %w", w.queue, j.ID, err))
+	}
 	if l.Lost() {
 		<-slots
 		w.stats.Lost.Add(1)
@@ -523,7 +628,32 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time, slot
 	finishing <- struct{}{}
 	<-slots
 	defer func() { <-finishing }()
+	if cannotStart {
+		w.giveBack(ctx, j, err)
+		return
+	}
 	w.record(ctx, j, err)
+}
+
+// giveBack returns a job no handler could start on to the queue, its
+// attempt not counted (Queues.ReturnJob).
+func (w *worker) giveBack(ctx context.Context, j backends.Job, why error) {
+	ferr := retry.Final(context.WithoutCancel(ctx), retry.Budget, func(ctx context.Context) error {
+		fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
+		return w.c.q.ReturnJob(fctx, j)
+	}, nil)
+	switch {
+	case ferr == nil:
+		w.stats.Returned.Add(1)
+		w.logf("queue %s: job %d returned to the queue unworked, attempt %d not counted: %v", w.queue, j.ID, j.Attempt, why)
+		w.c.wake(w.queue)
+	case errors.Is(ferr, backends.ErrLost):
+		w.stats.Lost.Add(1)
+		w.logf("queue %s: job %d could not be started (%v), and its lease was lost before it was returned: %v", w.queue, j.ID, why, ferr)
+	default:
+		w.logf("queue %s: job %d could not be started (%v); returning it failed too (it will run again after its visibility timeout, this attempt counted): %v", w.queue, j.ID, why, ferr)
+	}
 }
 
 // record acks j (the handler returned nil) or retries it (err).

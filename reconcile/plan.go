@@ -332,6 +332,13 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 			"the spec declares no objects but %d are applied; an empty or broken spec never deletes what is running (use --allow-empty to delete them all)",
 			len(st.Entries)))
 	}
+	if !opts.Resync {
+		blocked, err := e.checkPayloads(ctx, desired)
+		if err != nil {
+			return nil, err
+		}
+		p.Blocked = append(p.Blocked, blocked...)
+	}
 	for _, c := range append(append([]*Change{}, p.Changes...), p.Drift...) {
 		if c.Blocked != "" {
 			p.Blocked = append(p.Blocked, c.Address.String()+": "+c.Blocked)
@@ -355,6 +362,54 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// checkPayloads lists the queues of the spec whose max_payload exceeds what
+// their backend's server can store (backends.PayloadLimiter): every push
+// of a payload between the two would fail, so the spec is refused instead.
+// Every declared queue counts, changed or not, since the server's limit may
+// have been lowered after the queue was applied. A resync (the daemon's)
+// does not check: it only repairs what was applied.
+func (e *Engine) checkPayloads(ctx context.Context, desired []*object) ([]string, error) {
+	limits := map[string]int64{}
+	var blocked []string
+	for _, d := range desired {
+		if d.queue == nil {
+			continue
+		}
+		limit, ok := limits[d.backend]
+		if !ok {
+			b, err := e.backend(d.backend)
+			if err != nil {
+				return nil, err
+			}
+			limit = -1 // no limit but spec.MaxPayloadCap
+			if pl, isLimiter := b.(backends.PayloadLimiter); isLimiter {
+				if limit, err = pl.MaxPayload(ctx); err != nil {
+					return nil, fmt.Errorf("backend %q: payload limit: %w", d.backend, err)
+				}
+			}
+			limits[d.backend] = limit
+		}
+		if limit >= 0 && d.queue.MaxPayload > limit {
+			blocked = append(blocked, fmt.Sprintf(
+				"%s: max_payload %d exceeds the %d bytes that backend %q (%s) can store; lower max_payload or raise the server's limit%s",
+				d.addr, d.queue.MaxPayload, limit, d.backend, d.backendType, serverLimitHint(d.backendType)))
+		}
+	}
+	return blocked, nil
+}
+
+// serverLimitHint names the server setting behind a backend's payload
+// limit.
+func serverLimitHint(typ string) string {
+	switch typ {
+	case spec.TypeMySQL:
+		return " (max_allowed_packet, which must hold the payload twice over)"
+	case spec.TypeRedis:
+		return " (proto-max-bulk-len)"
+	}
+	return ""
 }
 
 // desired lists the objects the plan aims at: the spec's, or with Resync

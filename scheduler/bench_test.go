@@ -97,7 +97,11 @@ func startBenchHost(b *testing.B, path, name string, log hclog.Logger) *benchHos
 	st := benchStore(b, path)
 	h := &benchHost{st: st}
 	// Lease zero: the default leader_lease, 4s.
-	h.el = leadership.New(leadership.Config{Leader: st, Host: name, Log: log.Named("leader")})
+	el, err := leadership.New(leadership.Config{Leader: st, Host: name, Log: log.Named("leader")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.el = el
 	h.s = New(Config{
 		Host: name, Elector: h.el,
 		Backends: func() map[string]backends.Backend { return map[string]backends.Backend{"embedded": st} },

@@ -11,7 +11,9 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/retry"
 	"github.com/coordd/coordd/semaphore"
+	"github.com/hashicorp/go-hclog"
 )
 
 const (
@@ -124,11 +126,30 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	defer stopKeep()
 	go rl.keep(kctx)
 
+	// The semaphore slot, once taken, and the end of its renewals.
+	var slot *semaphore.Lease
+	stopSlot := func() {}
+
 	finish := func(res backends.RunResult, code int) (backends.RunResult, int) {
+		// The slot goes first, so that the next holder need not wait for
+		// the record; the run lease is renewed meanwhile.
+		if slot != nil {
+			stopSlot()
+			releaseSlot(context.WithoutCancel(ctx), log, slot)
+		}
 		stopKeep()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-		defer cancel()
-		if err := cb.FinishOccurrence(fctx, occ, res); err != nil {
+		// A result that is not recorded leaves the run "running" until its
+		// lease expires and then counts it as a lost host: retry a blip.
+		err := retry.Final(context.WithoutCancel(ctx), retry.Budget, func(ctx context.Context) error {
+			fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+			defer cancel()
+			return cb.FinishOccurrence(fctx, occ, res)
+		}, func(err error, next time.Duration) {
+			if next > 0 {
+				log.Warn("recording the result failed; retrying", "status", res.Status, "retry_in", next, "error", err)
+			}
+		})
+		if err != nil {
 			log.Warn("recording the result failed", "status", res.Status, "error", err)
 			if !errors.Is(err, backends.ErrLost) {
 				res.Status, res.Error = statusNotRecorded, err.Error()
@@ -143,7 +164,6 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 
 	// The semaphore slot is taken before the command starts, while the run
 	// lease is renewed.
-	var slot *semaphore.Lease
 	if def.Semaphore != "" {
 		if s.cfg.Semaphore == nil {
 			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: "no semaphore resolver"}, exitCoorddFailed)
@@ -160,7 +180,7 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			case <-actx.Done():
 			}
 		}()
-		slot, err = cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
+		acquired, err := cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
 		cancel()
 		if err != nil {
 			select {
@@ -170,13 +190,10 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			}
 			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q not acquired: %v", def.Semaphore, err)}, exitNotAcquired)
 		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-			defer cancel()
-			_ = slot.Release(rctx)
-		}()
-		sctx, stopSlot := context.WithCancel(context.WithoutCancel(ctx))
-		defer stopSlot()
+		slot = acquired
+		sctx, cancelSlot := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelSlot()
+		stopSlot = cancelSlot
 		go slot.KeepAlive(sctx, nil)
 	}
 	// A claim (or a semaphore wait) that hung in a stalled backend leaves
@@ -201,6 +218,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		Timeout: def.Timeout, KillGrace: max(def.KillGrace, time.Millisecond),
 		// Set by coordd's main; empty (no shim) in other programs.
 		Shim: child.DefaultShim,
+	}
+	if f := s.cfg.ChildEnvUnset; f != nil {
+		spec.Unset = f()
 	}
 	if len(def.Command.Argv) > 0 {
 		spec.Argv = def.Command.Argv
@@ -283,4 +303,25 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		}
 	}
 	return finish(rr, code)
+}
+
+// releaseSlot frees a run's semaphore slot, retrying a failure for
+// retry.Budget: a slot left taken by a blip stays taken for a whole lease.
+func releaseSlot(ctx context.Context, log hclog.Logger, slot *semaphore.Lease) {
+	err := retry.Final(ctx, retry.Budget, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
+		return slot.Release(rctx)
+	}, func(err error, next time.Duration) {
+		if next > 0 {
+			log.Warn("releasing the semaphore slot failed; retrying", "semaphore", slot.Name, "retry_in", next, "error", err)
+		}
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, backends.ErrLost):
+		log.Warn("releasing the semaphore slot: it was already lost", "semaphore", slot.Name, "error", err)
+	default:
+		log.Error("releasing the semaphore slot failed; it stays taken until its lease expires", "semaphore", slot.Name, "error", err)
+	}
 }

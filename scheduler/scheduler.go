@@ -51,6 +51,10 @@ type Config struct {
 	// Observer, if not nil, is told when a run starts and finishes (the
 	// daemon's metrics).
 	Observer Observer
+	// ChildEnvUnset, if not nil, names the variables the commands must not
+	// inherit (spec.Spec.ChildEnvUnset: the backends' secrets). It is
+	// called at each start, so that it follows reloads.
+	ChildEnvUnset func() []string
 }
 
 // Observer is told about runs as they start and finish.

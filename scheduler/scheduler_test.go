@@ -97,7 +97,11 @@ func startWith(t *testing.T, path, name string, poll, sweep time.Duration) *host
 	t.Helper()
 	st := openStore(t, path)
 	h := &host{store: st}
-	h.el = leadership.New(leadership.Config{Leader: st, Host: name, Lease: 2 * time.Second, Log: logger(t, name+".leader")})
+	el, err := leadership.New(leadership.Config{Leader: st, Host: name, Lease: 2 * time.Second, Log: logger(t, name+".leader")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.el = el
 	h.s = New(Config{
 		Host: name, Elector: h.el,
 		Backends: func() map[string]backends.Backend { return map[string]backends.Backend{"embedded": st} },

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
 )
 
 // ErrNotAcquired is returned when no slot was free in time (--no-wait, or
@@ -46,8 +47,11 @@ type Client struct {
 }
 
 // New returns a client for b. host identifies this machine in holder
-// records.
+// records; it must be a valid host id (spec.ErrInvalidHostID otherwise).
 func New(b backends.Backend, host string) (*Client, error) {
+	if err := spec.CheckHostID(host); err != nil {
+		return nil, err
+	}
 	s, ok := b.(backends.Semaphores)
 	if !ok {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold semaphores: %w", b.Name(), b.Type(), backends.ErrUnsupported)
@@ -298,17 +302,24 @@ func (l *Lease) KeepAlive(ctx context.Context, onRenew func(sentAt time.Time)) {
 }
 
 // Release frees the slot and wakes this process's waiters. It returns
-// backends.ErrLost when the lease had already been lost.
+// backends.ErrLost when the lease had already been lost. After any other
+// error the slot may still be held: Release may be called again (see
+// internal/retry); once it succeeded or found the lease lost, further calls
+// return nil.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
 		return nil
 	}
-	l.released = true
 	l.mu.Unlock()
 	err := l.c.sems.Release(ctx, l.Name, l.Owner)
 	l.c.wake(l.Name)
+	if err == nil || errors.Is(err, backends.ErrLost) {
+		l.mu.Lock()
+		l.released = true
+		l.mu.Unlock()
+	}
 	if err != nil {
 		if errors.Is(err, backends.ErrLost) {
 			l.markLost()

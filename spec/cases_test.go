@@ -36,6 +36,7 @@ var goodSpecs = []string{
 	"backends:\n  mc: {type: memcached, servers: [\"mc1:11211\", \"mc2:11211\"]}\n  db: {type: sqlite, path: data/db.sqlite}\ncluster: {backend: db}\nsemaphores:\n  c: {backend: mc, limit: 1, mode: counter}\n",
 	"cron:\n  every:\n    schedule: \"@every 7m\"\n    command: \"echo ${HOME} $$\"\n    env: {A: \"1\", B: 2}\n    catch_up: all\n    catch_up_limit: 5\n",
 	"queues:\n  q: {max_payload: 64KiB, unique: pending, timeout: 1m}\n",
+	mcPrefix("app/prod~1:" + strings.Repeat("x", MaxMemcachedKeyPrefix-11)), // printable, at the length limit
 	"backends:\n  db: {type: mysql, dsn: \"u:${PW:-x}@tcp(h:3306)/d\", table_prefix: app_}\nsemaphores:\n  s: {limit: 2, mode: session, wake: kill}\nqueues:\n  q: {claim: skip_locked}\n",
 }
 
@@ -56,6 +57,12 @@ const mcHeader = `backends:
   mc: {type: memcached, servers: ["mc1:11211"]}
 cluster: {backend: db}
 `
+
+// mcPrefix is a spec with a memcached backend mc whose key_prefix is the
+// YAML double-quoted string prefix, at a.yaml:3:61.
+func mcPrefix(prefix string) string {
+	return "backends:\n  db: {type: sqlite}\n  mc: {type: memcached, servers: [\"mc1:11211\"], key_prefix: \"" + prefix + "\"}\ncluster: {backend: db}\n"
+}
 
 const redisHeader = `backends:
   r: {type: redis, url: "redis://h:6379/0"}
@@ -168,10 +175,27 @@ var badCases = []badCase{
 		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: invalid DSN: missing the slash"},
 	{name: "bad mysql pool parameter", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)/d?maxOpenConns=0\"}\n"),
 		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: parameter maxOpenConns: want an integer of at least 1, got \"0\""},
+	{name: "mysql dsn with a multibyte charset", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)/d?charset=utf8mb4,gbk\"}\n"),
+		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: charset \"gbk\": the connection charset must be one of utf8mb4, utf8, utf8mb3, latin1, ascii, binary"},
+	{name: "mysql dsn setting the charset as a session variable", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)/d?character_set_client=big5\"}\n"),
+		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: parameter character_set_client sets the connection charset or collation"},
 	{name: "bad table prefix", files: one("backends:\n  db: {type: mysql, dsn: \"u:p@tcp(h:3306)/d\", table_prefix: \"bad-prefix\"}\n"),
 		pos: "a.yaml:2:61", msg: "backends.db.table_prefix: must be at most 32 letters"},
 	{name: "bad memcached server", files: one(mcHeader[:len("backends:\n  db: {type: sqlite}\n")] + "  mc: {type: memcached, servers: [\"mc1\"]}\ncluster: {backend: db}\n"),
 		pos: "a.yaml:3:35", msg: `backends.mc.servers[0]: must be host:port, got "mc1"`},
+	{name: "memcached key_prefix with a space", files: one(mcPrefix("a b")),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must be printable ASCII without spaces (memcached keys are), got "a b" whose byte 1 is 0x20`},
+	{name: "memcached key_prefix with a newline", files: one(mcPrefix(`a\nb`)),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must be printable ASCII without spaces (memcached keys are), got "a\nb" whose byte 1 is 0x0a`},
+	{name: "memcached key_prefix not ASCII", files: one(mcPrefix("café:")),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must be printable ASCII without spaces`},
+	{name: "memcached key_prefix with a brace", files: one(mcPrefix("app{x}:")),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must not hold braces`},
+	{name: "memcached key_prefix too long", files: one(mcPrefix(strings.Repeat("p", MaxMemcachedKeyPrefix+1))),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must be at most 115 bytes, got 116: memcached keys are at most 250 bytes`},
+	{name: "memcached key_prefix from the environment", files: one(mcPrefix("${SPACED}")),
+		pos: "a.yaml:3:61", msg: `backends.mc.key_prefix: must be printable ASCII`,
+		opts: LoadOptions{Getenv: func(k string) (string, bool) { return "a b", k == "SPACED" }}},
 	{name: "empty command list", files: one("cron:\n  x: {schedule: \"@daily\", command: []}\n"),
 		pos: "a.yaml:2:36", msg: "cron.x.command: must not be empty"},
 	{name: "empty program", files: one("cron:\n  x: {schedule: \"@daily\", command: [\"\", a]}\n"),

@@ -2,6 +2,8 @@ package spec
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -12,6 +14,9 @@ type envResult struct {
 	value string
 	// refs counts ${...} references.
 	refs int
+	// names lists the referenced variables, set or not, in order of
+	// appearance (also without a lookup function).
+	names []string
 	// missing lists referenced variables that are unset and have no default.
 	missing []string
 	// malformed describes a syntax error; the value is then unusable.
@@ -55,6 +60,7 @@ func expandEnv(s string, getenv func(string) (string, bool)) envResult {
 			return r
 		}
 		r.refs++
+		r.names = append(r.names, name)
 		i += 2 + end + 1
 		if getenv == nil {
 			continue
@@ -75,6 +81,56 @@ func expandEnv(s string, getenv func(string) (string, bool)) envResult {
 		r.value = b.String()
 	}
 	return r
+}
+
+// Values of cluster.child_env.
+const (
+	// ChildEnvScrub (the default) removes the variables that backend
+	// connection fields reference from the environment of every command
+	// coordd starts.
+	ChildEnvScrub = "scrub"
+	// ChildEnvInherit passes coordd's whole environment on.
+	ChildEnvInherit = "inherit"
+)
+
+// BackendEnv lists, sorted, the environment variables that backend
+// connection fields reference (dsn, url, path, key_prefix, ...): they
+// hold, or lead to, the backends' secrets. Loading with SkipEnv records
+// them too.
+func (s *Spec) BackendEnv() []string {
+	return slices.Clone(s.backendEnv)
+}
+
+// ChildEnvUnset lists the variables to remove from the environment of the
+// commands coordd starts (cron commands, `sem run`, `queue work`): the
+// BackendEnv, unless cluster.child_env is inherit. A command must not
+// read the backends' passwords, nor print them into the output that a
+// cron run stores for every host to read.
+func (s *Spec) ChildEnvUnset() []string {
+	if s.Cluster.InheritEnv {
+		return nil
+	}
+	return s.BackendEnv()
+}
+
+// noteEnv records the variables a connection field referenced.
+func (l *loader) noteEnv(names []string) {
+	if l.backendEnv == nil {
+		l.backendEnv = map[string]bool{}
+	}
+	for _, n := range names {
+		l.backendEnv[n] = true
+	}
+}
+
+// sortedEnv is the recorded variables, sorted.
+func (l *loader) sortedEnv() []string {
+	out := make([]string, 0, len(l.backendEnv))
+	for n := range l.backendEnv {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func validEnvName(name string) bool {

@@ -1,9 +1,26 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+)
+
+// Sentinels for the limits Load enforces; errors.Is finds them in the
+// Errors that Load returns.
+var (
+	// ErrNotRegular: a spec file is a FIFO, a device, a socket, or a
+	// symlink to one. Reading such a file can hang or never end.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge: a spec file, or all of them together, exceed
+	// MaxFileSize or MaxTotalSize.
+	ErrTooLarge = errors.New("spec too large")
+	// ErrTooManyObjects: the spec declares more than MaxObjects objects.
+	ErrTooManyObjects = errors.New("too many objects")
+	// ErrTooManyErrors: more than MaxErrors problems were found; the last
+	// entry of the Errors says how many more.
+	ErrTooManyErrors = errors.New("too many errors")
 )
 
 // Error is one problem in a spec, located at the YAML node that caused it so
@@ -15,7 +32,14 @@ type Error struct {
 	// belong to no field, such as invalid YAML.
 	Address string
 	Msg     string
+	// Err is a sentinel for the limits above, nil for other problems.
+	Err error
+	// more is the number of errors the summary entry stands for.
+	more int
 }
+
+// Unwrap returns the sentinel, if any.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Error formats the problem as "FILE:LINE:COL: ADDRESS: MSG".
 func (e *Error) Error() string {
@@ -42,6 +66,18 @@ func (e Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// Count is the number of problems found: the entries, plus those that the
+// closing "... and N more errors" entry stands for.
+func (e Errors) Count() int {
+	n := len(e)
+	for _, err := range e {
+		if err.more > 0 {
+			n += err.more - 1
+		}
+	}
+	return n
+}
+
 // Unwrap lets errors.As find the individual *Error values.
 func (e Errors) Unwrap() []error {
 	out := make([]error, len(e))
@@ -51,25 +87,74 @@ func (e Errors) Unwrap() []error {
 	return out
 }
 
+// posLess orders positions by file, line and column.
+func posLess(a, b Pos) bool {
+	if a.File != b.File {
+		return a.File < b.File
+	}
+	if a.Line != b.Line {
+		return a.Line < b.Line
+	}
+	return a.Col < b.Col
+}
+
 // sortErrors orders errors by position and drops exact duplicates, which
 // can arise when one bad node is reachable from two checks.
 func sortErrors(errs Errors) Errors {
-	sort.SliceStable(errs, func(i, j int) bool {
-		a, b := errs[i].Pos, errs[j].Pos
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Col < b.Col
-	})
+	sort.SliceStable(errs, func(i, j int) bool { return posLess(errs[i].Pos, errs[j].Pos) })
 	out := errs[:0]
 	for i, e := range errs {
 		if i > 0 && *e == *errs[i-1] {
 			continue
 		}
 		out = append(out, e)
+	}
+	return out
+}
+
+// errorList collects a load's errors and keeps only the MaxErrors first by
+// position, so that a file with a million mistakes costs neither a million
+// errors in memory nor a million lines of output. It sorts and trims
+// whenever it holds four times that many, which keeps exactly the first
+// ones at a cost linear in the number added.
+type errorList struct {
+	errs    Errors
+	dropped int
+	// next is the position of the first error dropped, where the closing
+	// summary entry points.
+	next Pos
+}
+
+func (l *errorList) add(e *Error) {
+	l.errs = append(l.errs, e)
+	if len(l.errs) >= 4*MaxErrors {
+		l.trim()
+	}
+}
+
+func (l *errorList) trim() {
+	l.errs = sortErrors(l.errs)
+	if len(l.errs) <= MaxErrors {
+		return
+	}
+	if first := l.errs[MaxErrors].Pos; l.dropped == 0 || posLess(first, l.next) {
+		l.next = first
+	}
+	l.dropped += len(l.errs) - MaxErrors
+	l.errs = append(Errors(nil), l.errs[:MaxErrors]...)
+}
+
+// result returns the sorted errors, ending with a summary entry when some
+// were dropped; nil when there are none.
+func (l *errorList) result() Errors {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	l.trim()
+	out := l.errs
+	if l.dropped > 0 {
+		out = append(out, &Error{Pos: l.next, Err: ErrTooManyErrors, more: l.dropped,
+			Msg: fmt.Sprintf("... and %d more errors (only the first %d are shown; the next is here)", l.dropped, MaxErrors)})
 	}
 	return out
 }

@@ -339,5 +339,5 @@ func parseSize(s string) (int64, bool) {
 
 // errAt records an error at node n of file f.
 func (l *loader) errAt(f *srcFile, n *yaml.Node, addr, format string, args ...any) {
-	l.errs = append(l.errs, &Error{Pos: f.posOf(n), Address: addr, Msg: fmt.Sprintf(format, args...)})
+	l.errs.add(&Error{Pos: f.posOf(n), Address: addr, Msg: fmt.Sprintf(format, args...)})
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -30,30 +31,50 @@ type LoadOptions struct {
 	DataDir string
 }
 
+// Limits on what Load reads. A spec comes from the operators, but a
+// stray FIFO, a symlink to a device or a generated file gone wrong must
+// not hang or exhaust coordd (issue 14). Real specs stay far below them:
+// 10,000 objects (reconcile's BenchmarkReconcile10k) take about 400 KB
+// written one object a line and 700 KB in block style.
+const (
+	// MaxFileSize bounds one spec file: a parse costs about 50 bytes of
+	// memory per byte of YAML.
+	MaxFileSize = 8 << 20
+	// MaxTotalSize bounds all the files of a spec together.
+	MaxTotalSize = 16 << 20
+	// MaxObjects bounds the semaphores, cron tasks and queues of a spec.
+	MaxObjects = 50000
+	// MaxErrors is how many errors a failed load returns; the rest are
+	// counted in a closing "... and N more errors" entry.
+	MaxErrors = 50
+)
+
 // Load reads a spec from a file or from a directory of *.yaml/*.yml files
 // (not recursive, hidden files skipped, merged in name order). On failure
-// the error is an Errors listing every problem found.
+// the error is an Errors listing every problem found (at most MaxErrors).
+// Only regular files are read, or symlinks to them: see readSpecFile.
 func Load(path string, opts LoadOptions) (*Spec, error) {
-	fail := func(msg string) (*Spec, error) {
-		return nil, Errors{{Pos: Pos{File: path, Line: 1, Col: 1}, Msg: msg}}
+	fail := func(msg string, sentinel error) (*Spec, error) {
+		return nil, Errors{{Pos: Pos{File: path, Line: 1, Col: 1}, Msg: msg, Err: sentinel}}
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fail("cannot read spec: " + pathErr(err))
+		return fail("cannot read spec: "+pathErr(err), nil)
 	}
 	if !fi.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := readSpecFile(path, MaxFileSize)
 		if err != nil {
-			return fail("cannot read spec: " + pathErr(err))
+			return fail("cannot read spec: "+pathErr(err), sentinelOf(err))
 		}
-		return load([]input{{name: path, data: data}}, opts)
+		return load([]input{{name: path, data: data}}, nil, opts)
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
-		return fail("cannot read spec directory: " + pathErr(err))
+		return fail("cannot read spec directory: "+pathErr(err), nil)
 	}
 	var ins []input
 	var readErrs Errors
+	total := 0
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
@@ -63,23 +84,106 @@ func Load(path string, opts LoadOptions) (*Spec, error) {
 		if st, err := os.Stat(full); err == nil && st.IsDir() {
 			continue
 		}
-		data, err := os.ReadFile(full)
+		limit := min(MaxFileSize, MaxTotalSize-total)
+		data, err := readSpecFile(full, limit)
 		if err != nil {
-			readErrs = append(readErrs, &Error{Pos: Pos{File: full, Line: 1, Col: 1}, Msg: "cannot read spec: " + pathErr(err)})
+			msg := "cannot read spec: " + pathErr(err)
+			if errors.Is(err, ErrTooLarge) && limit < MaxFileSize {
+				msg += fmt.Sprintf(" (the files of a spec together hold at most %s)", sizeString(MaxTotalSize))
+			}
+			readErrs = append(readErrs, &Error{Pos: Pos{File: full, Line: 1, Col: 1}, Msg: msg, Err: sentinelOf(err)})
 			continue
 		}
+		total += len(data)
 		ins = append(ins, input{name: full, data: data})
 	}
 	if len(ins) == 0 && len(readErrs) == 0 {
-		return fail("no *.yaml or *.yml files in directory")
+		return fail("no *.yaml or *.yml files in directory", nil)
 	}
-	s, err := load(ins, opts)
-	if len(readErrs) > 0 {
-		var errs Errors
-		errors.As(err, &errs)
-		return nil, sortErrors(append(errs, readErrs...))
+	return load(ins, readErrs, opts)
+}
+
+// readSpecFile reads the file at path, which must be a regular file (or
+// resolve to one) of at most limit bytes. A FIFO's open would block until
+// a writer comes, and a device such as /dev/zero never ends, so the name
+// is checked with stat first (refused without being opened), then opened
+// without blocking, and the open descriptor is checked again with fstat,
+// so that a name swapped in between changes nothing. The read stops at
+// limit+1 bytes whatever the size said.
+func readSpecFile(path string, limit int) ([]byte, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if err := checkSpecFile(path, fi, limit); err != nil {
+		return nil, err
 	}
-	return s, err
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSpecFile(path, fi, limit); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > limit {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: larger than %s", ErrTooLarge, sizeString(limit))}
+	}
+	return data, nil
+}
+
+// checkSpecFile refuses what readSpecFile must not read.
+func checkSpecFile(path string, fi fs.FileInfo, limit int) error {
+	if !fi.Mode().IsRegular() {
+		return &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(fi.Mode()))}
+	}
+	if fi.Size() > int64(limit) {
+		return &fs.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %d bytes, more than %s", ErrTooLarge, fi.Size(), sizeString(limit))}
+	}
+	return nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "irregular file"
+}
+
+// sizeString formats a size limit: whole MiB, else bytes.
+func sizeString(n int) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// sentinelOf is the limit sentinel err wraps, or nil.
+func sentinelOf(err error) error {
+	for _, s := range []error{ErrNotRegular, ErrTooLarge} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
 }
 
 // LoadFiles loads a spec from named contents, merged in name order. Names
@@ -93,7 +197,7 @@ func LoadFiles(files map[string][]byte, opts LoadOptions) (*Spec, error) {
 	for name, data := range files {
 		ins = append(ins, input{name: name, data: data})
 	}
-	return load(ins, opts)
+	return load(ins, nil, opts)
 }
 
 func pathErr(err error) string {
@@ -155,7 +259,10 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 type loader struct {
 	getenv  func(string) (string, bool) // nil with SkipEnv
 	dataDir string
-	errs    Errors
+	errs    errorList
+	// objects counts the semaphores, cron tasks and queues collected, up
+	// to MaxObjects; past it the rest are dropped with one error.
+	objects int
 
 	named   map[string]map[string]*decl // section -> name -> declaration
 	cluster *decl
@@ -172,9 +279,14 @@ type loader struct {
 	def       string
 	defOK     bool
 	ambiguous bool
+
+	// backendEnv is the set of variables connection fields reference.
+	backendEnv map[string]bool
 }
 
-func load(ins []input, opts LoadOptions) (*Spec, error) {
+// load parses and decodes the inputs; readErrs are the files Load could
+// not read, reported with the rest.
+func load(ins []input, readErrs Errors, opts LoadOptions) (*Spec, error) {
 	sort.Slice(ins, func(i, j int) bool { return ins[i].name < ins[j].name })
 	l := &loader{
 		getenv:  opts.Getenv,
@@ -203,12 +315,23 @@ func load(ins []input, opts LoadOptions) (*Spec, error) {
 		Cron:       map[string]*CronTask{},
 		Queues:     map[string]*Queue{},
 	}
+	for _, e := range readErrs {
+		l.errs.add(e)
+	}
+	total := 0
 	for _, in := range ins {
 		f := &srcFile{name: in.name, dir: filepath.Dir(in.name)}
 		if abs, err := filepath.Abs(f.dir); err == nil {
 			f.dir = abs
 		}
 		s.Files = append(s.Files, in.name)
+		// Load has checked these limits already; LoadFiles relies on them.
+		total += len(in.data)
+		if len(in.data) > MaxFileSize || total > MaxTotalSize {
+			l.errs.add(&Error{Pos: Pos{File: in.name, Line: 1, Col: 1}, Err: ErrTooLarge,
+				Msg: fmt.Sprintf("spec too large: a file holds at most %s, and the files of a spec together %s", sizeString(MaxFileSize), sizeString(MaxTotalSize))})
+			continue
+		}
 		root := l.parse(f, in.data)
 		if root == nil {
 			continue
@@ -221,8 +344,9 @@ func load(ins []input, opts LoadOptions) (*Spec, error) {
 	l.decodeSemaphores(s)
 	l.decodeCron(s)
 	l.decodeQueues(s)
-	if len(l.errs) > 0 {
-		return nil, sortErrors(l.errs)
+	s.backendEnv = l.sortedEnv()
+	if errs := l.errs.result(); errs != nil {
+		return nil, errs
 	}
 	return s, nil
 }
@@ -232,11 +356,12 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // parse returns the root mapping of a file, nil when the file is empty or
 // broken (one error is recorded for a broken file).
 func (l *loader) parse(f *srcFile, data []byte) *yaml.Node {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	cr := &countingReader{r: bytes.NewReader(data)}
+	dec := yaml.NewDecoder(cr)
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if err != io.EOF {
-			l.syntaxErr(f, data, err)
+			l.syntaxErr(f, data, cr.n, err)
 		}
 		return nil
 	}
@@ -244,7 +369,7 @@ func (l *loader) parse(f *srcFile, data []byte) *yaml.Node {
 	switch err := dec.Decode(&extra); {
 	case err == io.EOF:
 	case err != nil:
-		l.syntaxErr(f, data, err)
+		l.syntaxErr(f, data, cr.n, err)
 		return nil
 	default:
 		if body := docBody(&extra); body != nil && !isNull(body) {
@@ -272,7 +397,7 @@ func docBody(doc *yaml.Node) *yaml.Node {
 	return doc
 }
 
-func (l *loader) syntaxErr(f *srcFile, data []byte, err error) {
+func (l *loader) syntaxErr(f *srcFile, data []byte, read int, err error) {
 	line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
 	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 {
@@ -280,19 +405,50 @@ func (l *loader) syntaxErr(f *srcFile, data []byte, err error) {
 		}
 		msg = m[2]
 	}
-	if n := syntaxLine(data, msg); n > 0 {
+	if n := syntaxLine(data, msg, line, read); n > 0 {
 		line = n
 	}
-	l.errs = append(l.errs, &Error{Pos: Pos{File: f.name, Line: line, Col: 1}, Msg: "invalid YAML: " + msg})
+	l.errs.add(&Error{Pos: Pos{File: f.name, Line: line, Col: 1}, Msg: "invalid YAML: " + msg})
 }
 
-// syntaxLine finds the line of a YAML syntax error. The parser reports the
-// line where the enclosing construct starts, often far from the mistake
-// (and 0-based at that). The first prefix of the file, cut at a line end,
-// that fails with the same message ends on the line that made it fail;
-// it is found by bisection, assuming that once a prefix fails that way
-// longer ones do too. It returns 0 when it finds none.
-func syntaxLine(data []byte, msg string) int {
+// countingReader counts the bytes the YAML parser pulled: it reads in
+// small chunks and stops at the error, so the error lies before that count.
+type countingReader struct {
+	r *bytes.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// syntaxBudget bounds the bytes syntaxLine re-parses for one error: a
+// prefix parse costs as much as a load, and a plain bisection over a large
+// file costs twenty loads (a 50 MB spec took 100 s).
+var syntaxBudget = 16 << 20
+
+// syntaxSlack is how far past an error the parser usually reads: a 512-byte
+// chunk, more when a long key or a flow collection makes it look ahead.
+const syntaxSlack = 2 << 10
+
+// parsePrefix is parseAll; tests wrap it to count the work done.
+var parsePrefix = parseAll
+
+// syntaxLine finds the line of a YAML syntax error: the first prefix of
+// the file, cut at a line end, that fails with the same message ends on
+// the line that made it fail. The parser's own line, from, is where the
+// enclosing construct starts (0-based for parser errors, exact for scanner
+// errors): the answer is not before it. The parser read only read bytes,
+// so the prefix that ends on the line holding the last of them fails the
+// same way: the answer is not after it. The answer is found by bisection
+// between the two, first trying the last syntaxSlack bytes read, assuming
+// that once a prefix fails that way longer ones do too. When the search
+// would re-parse more than syntaxBudget bytes it stops at the best upper
+// bound found, a line at or just after the mistake. It returns 0 when it
+// cannot tell.
+func syntaxLine(data []byte, msg string, from, read int) int {
 	var ends []int // ends[k-1] is the length of the first k lines
 	for i, c := range data {
 		if c == '\n' {
@@ -302,22 +458,62 @@ func syntaxLine(data []byte, msg string) int {
 	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
 		ends = append(ends, len(data))
 	}
-	same := func(k int) bool {
-		err := parseAll(data[:ends[k-1]])
+	// lineAt is the line that holds byte offset-1 (the offset-th byte).
+	lineAt := func(offset int) int { return min(sort.SearchInts(ends, offset)+1, len(ends)) }
+	budget := syntaxBudget
+	// same reports whether the first k lines fail with msg; ok is false
+	// once the budget is spent.
+	same := func(k int) (fails, ok bool) {
+		n := ends[k-1]
+		if n > budget {
+			return false, false
+		}
+		budget -= n
+		err := parsePrefix(data[:n])
 		if err == nil {
-			return false
+			return false, true
 		}
 		m := strings.TrimPrefix(err.Error(), "yaml: ")
 		if sm := yamlLineRE.FindStringSubmatch(err.Error()); sm != nil {
 			m = sm[2]
 		}
-		return m == msg
+		return m == msg, true
 	}
-	k := sort.Search(len(ends), func(i int) bool { return same(i + 1) }) + 1
-	if k > len(ends) {
-		return 0
+	// The answer is in [lo, hi], and the first hi lines fail with msg.
+	lo, hi := max(min(from, len(ends)), 1), lineAt(max(read, 1))
+	if hi < lo {
+		return 0 // the parser's count disagrees with its line
 	}
-	return k
+	if fails, ok := same(lo); !ok {
+		return hi
+	} else if fails {
+		return lo
+	}
+	lo++
+	if w := lineAt(read - syntaxSlack); w > lo && w <= hi {
+		fails, ok := same(w - 1)
+		switch {
+		case !ok:
+			return hi
+		case fails:
+			hi = w - 1
+		default:
+			lo = w
+		}
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		fails, ok := same(mid)
+		switch {
+		case !ok:
+			return hi
+		case fails:
+			hi = mid
+		default:
+			lo = mid + 1
+		}
+	}
+	return hi
 }
 
 // parseAll parses every document in data and returns the first error.
@@ -408,6 +604,17 @@ func (l *loader) collectNamed(f *srcFile, section string, n *yaml.Node) {
 		if prev, dup := m[name]; dup {
 			l.errAt(f, k, prefix+"."+name, "declared twice: %s and %s", prev.file.pos(prev.key), f.pos(k))
 			continue
+		}
+		if section != "backends" {
+			if l.objects >= MaxObjects {
+				if l.objects == MaxObjects {
+					l.errs.add(&Error{Pos: f.posOf(k), Address: prefix + "." + name, Err: ErrTooManyObjects,
+						Msg: fmt.Sprintf("too many objects: a spec holds at most %d semaphores, cron tasks and queues together; this one and those after it are ignored", MaxObjects)})
+					l.objects++
+				}
+				continue
+			}
+			l.objects++
 		}
 		m[name] = &decl{file: f, key: k, val: v}
 	}

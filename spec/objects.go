@@ -38,7 +38,7 @@ const (
 	defaultQueueAttempts   = 5
 	defaultQueueBackoff    = 10 * time.Second
 	defaultMaxPayload      = 1 << 20
-	maxMaxPayload          = 64 << 20
+	maxMaxPayload          = MaxPayloadCap
 	positive               = time.Nanosecond // duration lower bound for "> 0"
 	implicitStoreFile      = "coordd.db"
 	memcachedClusterAdvice = "memcached cannot hold cluster state (inventory, leader lease); use sqlite, mysql or redis"
@@ -153,12 +153,43 @@ func (l *loader) decodeBackends(s *Spec) {
 		case TypeMemcached:
 			b.Servers = l.servers(fs)
 			b.KeyPrefix = defaultKeyPrefix
-			if v, _, ok := l.expandField(fs, "key_prefix", false); ok {
+			if v, checkable, ok := l.expandField(fs, "key_prefix", false); ok {
 				b.KeyPrefix = v
+				if msg := checkMemcachedPrefix(v); checkable && msg != "" {
+					fs.errf("key_prefix", "%s", msg)
+				}
 			}
 		}
 		s.Backends[name] = b
 	}
+}
+
+// MaxMemcachedKeyPrefix bounds a memcached key_prefix in bytes. memcached
+// refuses keys over 250 bytes, and backends/memcached (keys.go) adds up to
+// 135 to the prefix: "{sem:", a name encoded in at most 120 bytes
+// (maxEncodedName; a spec name is at most 63), "}" and "slot:9999" (slots
+// are numbered below maxLimit).
+const MaxMemcachedKeyPrefix = 250 - len("{sem:") - 120 - len("}") - len("slot:9999")
+
+// checkMemcachedPrefix says what makes prefix unusable in memcached keys,
+// or "". memcached's text protocol ends a key at a space or a control
+// character; backends/memcached also refuses braces, which delimit its
+// hash tags, and the spec keeps to printable ASCII so that a prefix reads
+// the same in every tool.
+func checkMemcachedPrefix(prefix string) string {
+	if len(prefix) > MaxMemcachedKeyPrefix {
+		return fmt.Sprintf("must be at most %d bytes, got %d: memcached keys are at most 250 bytes and coordd adds up to %d to the prefix",
+			MaxMemcachedKeyPrefix, len(prefix), 250-MaxMemcachedKeyPrefix)
+	}
+	for i := 0; i < len(prefix); i++ {
+		switch c := prefix[i]; {
+		case c == '{' || c == '}':
+			return fmt.Sprintf("must not hold braces (coordd's keys use them), got %s", quote(prefix))
+		case c <= ' ' || c >= 0x7f:
+			return fmt.Sprintf("must be printable ASCII without spaces (memcached keys are), got %s whose byte %d is 0x%02x", quote(prefix), i, c)
+		}
+	}
+	return ""
 }
 
 // peekType reads a backend's type before its fields are checked, so that
@@ -191,6 +222,7 @@ func (l *loader) expandField(fs *fieldSet, name string, secret bool) (v string, 
 
 func (l *loader) expand(f *srcFile, addr string, n *yaml.Node, raw string) (v string, checkable, ok bool) {
 	r := expandEnv(raw, l.getenv)
+	l.noteEnv(r.names)
 	if r.malformed != "" {
 		l.errAt(f, n, addr, "%s", r.malformed)
 		return "", false, false
@@ -283,9 +315,11 @@ func (l *loader) decodeCluster(s *Spec) {
 	var fs *fieldSet
 	if d := l.cluster; d != nil {
 		s.Cluster.Pos = d.file.posOf(d.key)
-		fs = l.fields(d.file, "cluster", d.key, d.val, []string{"backend", "leader_lease"}, nil)
+		fs = l.fields(d.file, "cluster", d.key, d.val, []string{"backend", "leader_lease", "child_env"}, nil)
 		if fs != nil {
 			s.Cluster.LeaderLease, _ = fs.duration("leader_lease", defaultLeaderLease, minLeaderLease)
+			childEnv, _ := fs.enum("child_env", ChildEnvScrub, ChildEnvScrub, ChildEnvInherit)
+			s.Cluster.InheritEnv = childEnv == ChildEnvInherit
 			if fs.has("backend") {
 				explicit, explicitOK = fs.str("backend", false)
 				if !explicitOK {

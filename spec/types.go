@@ -77,7 +77,12 @@ type Cluster struct {
 	// Backend holds the leader lease, the inventory and the apply records.
 	Backend     string        `json:"backend"`
 	LeaderLease time.Duration `json:"leader_lease"`
-	Pos         Pos           `json:"-"`
+	// InheritEnv is cluster.child_env: inherit: the commands coordd starts
+	// keep the variables that backend connection fields reference (see
+	// Spec.ChildEnvUnset). Omitted when false, so that the default leaves
+	// Hash as it was before the field existed.
+	InheritEnv bool `json:"inherit_env,omitempty"`
+	Pos        Pos  `json:"-"`
 }
 
 // Semaphore modes, wake strategies, claim strategies and other enums.
@@ -186,6 +191,9 @@ type Spec struct {
 
 	// Files are the files that were read, in merge order.
 	Files []string `json:"-"`
+
+	// backendEnv: see BackendEnv.
+	backendEnv []string
 }
 
 // Schedule yields the occurrences of a cron schedule.

@@ -80,6 +80,7 @@ var capabilities = []capability{
 	{"Crons", is[backends.Crons], testCronsRuntime},
 	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
 	{"Queues", is[backends.Queues], testQueues},
+	{"QueueReturn", is[backends.Queues], testQueueReturn},
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 

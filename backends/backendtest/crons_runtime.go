@@ -595,6 +595,37 @@ func testCronsRuntime(t *testing.T, h Harness) {
 			t.Fatalf("history_limit 0 after the last finish: %+v, %v; want none", runs, err)
 		}
 	})
+	// A command's output is whatever it printed: every byte value, invalid
+	// UTF-8, quotes and backslashes, SQL. It is stored and read back byte
+	// for byte on every backend, and the error text with it.
+	t.Run("OutputBytes", func(t *testing.T) {
+		t.Parallel()
+		c, open := freshCrons(t, h)
+		other := open()
+		c.putAt("noisy", def, time.Hour)
+		var all []byte
+		for i := range 256 {
+			all = append(all, byte(i))
+		}
+		errText := `exit status 1: '"\'; DROP TABLE x; -- é`
+		outputs := [][]byte{
+			all,
+			[]byte("\xbf'; CREATE TABLE coordd_injected (i int); -- "),
+			[]byte("\xbf\\'; SELECT 1; -- \x00\xff\xfe\xed\xa0\x80\xc0\x80"),
+			bytes.Repeat([]byte("\xe2\x82"), 40<<10), // cut runes, past the 64 KiB tail
+		}
+		for i, out := range outputs {
+			occ := c.claim(manual("noisy", newOwner(fmt.Sprint("o", i)), time.Minute))
+			c.finish(occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Error: errText, Output: out})
+			runs := other.history("noisy")
+			r := findRun(t, runs, occ)
+			want := out[max(0, len(out)-64<<10):]
+			if !bytes.Equal(r.Output, want) || r.Error != errText || r.Status != backends.RunFailed {
+				t.Fatalf("output %d read back as %d bytes %.40q (error %q), want %d bytes %.40q (error %q)",
+					i, len(r.Output), r.Output, r.Error, len(want), want, errText)
+			}
+		}
+	})
 	t.Run("Running", func(t *testing.T) {
 		t.Parallel()
 		c, open := freshCrons(t, h)

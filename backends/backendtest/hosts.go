@@ -1,12 +1,14 @@
 package backendtest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/spec"
 )
 
 // testHostRegistry checks the host registry: upserts keyed by host id,
@@ -205,23 +207,33 @@ func testHostsPrune(t *testing.T, h Harness) {
 	}
 }
 
+// testHostsNames: host ids are limited (spec.CheckHostID), so odd ones
+// are refused before anything is written; the other fields are free text,
+// bound as data.
 func testHostsNames(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, r, _ := freshHosts(t, h)
-	odd := []string{"Web 1", "x'; DROP TABLE hosts; --", "{global}:hosts", "*", "é/ü:1", `a"b\c`}
-	for i, host := range odd {
-		rec := hostRec(host, host+`/"run"/`+string(rune('a'+i)), `spec "hash" {`+host+`}`)
-		rec.Version = `v'"\` + host
-		ok(t, r.Heartbeat(ctx, rec), "heartbeat "+host)
+	for _, host := range []string{"", "Web 1", "x'; DROP TABLE hosts; --", "{global}:hosts", "*", "é", "a\n\x1b[2J", strings.Repeat("h", spec.MaxHostIDLen+1)} {
+		wantErr(t, r.Heartbeat(ctx, hostRec(host, "run", "hash")), spec.ErrInvalidHostID, fmt.Sprintf("heartbeat %q", host))
+	}
+	if hs := listHosts(t, b, r); len(hs.Hosts) != 0 {
+		t.Fatalf("refused heartbeats wrote %+v", hs.Hosts)
+	}
+	odd := []string{"x'; DROP TABLE hosts; --", "{global}:hosts", "*", "é/ü:1", `a"b\c`}
+	hosts := []string{"web1", "WEB1", "Web-1.example_2", strings.Repeat("h", spec.MaxHostIDLen), "0"}
+	for i, o := range odd {
+		rec := hostRec(hosts[i], o+`/"run"/`+string(rune('a'+i)), `spec "hash" {`+o+`}`)
+		rec.Version = `v'"\` + o
+		ok(t, r.Heartbeat(ctx, rec), "heartbeat "+hosts[i])
 	}
 	hs := listHosts(t, b, r)
 	if len(hs.Hosts) != len(odd) {
 		t.Fatalf("hosts %+v, want %d", hs.Hosts, len(odd))
 	}
-	for i, host := range odd {
-		got := find(t, hs, host)
-		if got.RunID != host+`/"run"/`+string(rune('a'+i)) || got.SpecHash != `spec "hash" {`+host+`}` || got.Version != `v'"\`+host {
-			t.Errorf("record of %q came back as %+v", host, got)
+	for i, o := range odd {
+		got := find(t, hs, hosts[i])
+		if got.RunID != o+`/"run"/`+string(rune('a'+i)) || got.SpecHash != `spec "hash" {`+o+`}` || got.Version != `v'"\`+o {
+			t.Errorf("record of %q came back as %+v", hosts[i], got)
 		}
 	}
 }

@@ -462,6 +462,9 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
 	}
+	if err := backends.CheckAcquire(req); err != nil {
+		return backends.Grant{}, s.semErr("acquire", name, err)
+	}
 	if req.Owner == "" {
 		return backends.Grant{}, s.semErr("acquire", name, errors.New("empty owner"))
 	}

@@ -480,7 +480,7 @@ func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, r
 	if len(out) > cronMaxOutput {
 		out = out[len(out)-cronMaxOutput:]
 	}
-	errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
+	errText := sql.NullString{String: storableText(res.Error), Valid: res.Error != ""}
 	var n int64
 	err := s.runScript(ctx, qCronFinish, []any{res.Status, res.ExitCode, errText, out,
 		occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, occ.Task, occ.Task, occ.Task},

@@ -17,7 +17,9 @@
 // other value are bound parameters. Queries are named constants with a {p}
 // placeholder, and each Store substitutes its prefix once per query. The
 // driver interpolates parameters client-side (interpolateParams), so a
-// statement costs one round trip and nothing is prepared. Batched statements
+// statement costs one round trip and nothing is prepared; that escaping is
+// sound only in the charsets package dsn allows, which Open enforces on the
+// DSN and on every new connection (charsetChecked). Batched statements
 // (IN lists, multi-row VALUES) are a constant head plus one "?" group per
 // item. All tables are InnoDB, utf8mb4 with the binary collation, so names
 // compare byte for byte as they do in SQLite (the default collation would

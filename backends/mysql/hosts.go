@@ -54,8 +54,8 @@ func isNoSuchTable(err error) bool {
 // Heartbeat upserts rec with last_seen (and, for a new record or run id,
 // started_at) at the server's clock. One autocommit statement.
 func (s *Store) Heartbeat(ctx context.Context, rec backends.HostRecord) error {
-	if rec.Host == "" {
-		return errors.New("heartbeat: empty host")
+	if err := backends.CheckHeartbeat(rec); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
 	}
 	stopped := 0
 	if rec.Stopped {

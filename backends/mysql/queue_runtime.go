@@ -387,6 +387,9 @@ func nonNegMicros(d time.Duration) int64 { return max(d, 0).Microseconds() }
 // (or, under pending_or_running, running) is returned with ErrDuplicate
 // instead.
 func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
 	var job backends.Job
 	err := s.write(ctx, func(c conn) error {
 		job = backends.Job{}
@@ -394,8 +397,8 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 		if err != nil {
 			return err
 		}
-		if cfg.MaxPayload > 0 && int64(len(req.Payload)) > cfg.MaxPayload {
-			return fmt.Errorf("payload of %d bytes exceeds max_payload %d: %w", len(req.Payload), cfg.MaxPayload, backends.ErrPayloadTooLarge)
+		if err := backends.CheckPayload(len(req.Payload), cfg.MaxPayload); err != nil {
+			return err
 		}
 		var key sql.NullString
 		partition := 0
@@ -820,7 +823,7 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 			return err
 		}
 		ready = cfg.MaxAttempts <= 0 || j.Attempt < cfg.MaxAttempts
-		return jobAffected(c.exec(ctx, qJobRetry, cfg.MaxAttempts, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
+		return jobAffected(c.exec(ctx, qJobRetry, cfg.MaxAttempts, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), storableText(reason), j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
 		return fmt.Errorf("retry job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)

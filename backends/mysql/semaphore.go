@@ -289,6 +289,9 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // name; a stale cache costs one wasted statement, since each path checks
 // the stored mode.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	if err := backends.CheckAcquire(req); err != nil {
+		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
+	}
 	if s.sess.isSession(name) {
 		return s.sessionAcquire(ctx, name, req)
 	}

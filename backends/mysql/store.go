@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -90,7 +91,10 @@ type Store struct {
 	dbName string
 	opts   backends.Options
 	db     *sql.DB
-	trips  atomic.Uint64
+	// clientPacket is the driver's own bound on a packet it sends
+	// (maxAllowedPacket in the DSN, 64 MiB by default; 0: the server's).
+	clientPacket int64
+	trips        atomic.Uint64
 	// schema caches a positive qHasSchema: migrations are never undone.
 	schema atomic.Bool
 	// queries caches each query constant with {p} replaced by the prefix.
@@ -111,7 +115,9 @@ type Store struct {
 // tablePrefix. It does not migrate; call Migrate. Whatever the DSN says,
 // times are parsed (parseTime) in UTC, the session time zone is +00:00,
 // parameters are interpolated client-side (one round trip per statement)
-// and UPDATE reports matched rather than changed rows.
+// and UPDATE reports matched rather than changed rows. A DSN asking for an
+// unsafe charset is refused (mysqldsn.ErrUnsafeCharset), and so is every
+// connection whose server-side charset is unsafe (charsetChecked).
 func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Options) (*Store, error) {
 	if !prefixPattern.MatchString(tablePrefix) {
 		return nil, fmt.Errorf("mysql %q: invalid table prefix %q", name, tablePrefix)
@@ -135,12 +141,12 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	if err != nil {
 		return nil, fmt.Errorf("mysql %q: %w", name, err)
 	}
-	db := sql.OpenDB(conn)
+	db := sql.OpenDB(charsetChecked{conn})
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
-	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db}
+	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db, clientPacket: int64(cfg.MaxAllowedPacket)}
 	// Claims of several workers gather (a lone claimer pays nothing).
 	s.queues.claims.Limit, s.queues.claims.Gather = maxClaimGroup, true
 	// Acks gather too: a commit costs far more than the wait.
@@ -158,7 +164,7 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 		db.Close()
 		return nil, fmt.Errorf("mysql %q: %w", name, err)
 	}
-	s.sess = newSessions(sql.OpenDB(sessConn), pool)
+	s.sess = newSessions(sql.OpenDB(charsetChecked{sessConn}), pool)
 	var version string
 	s.trips.Add(1)
 	if err := db.QueryRowContext(ctx, qVersion).Scan(&version); err != nil {
@@ -168,6 +174,61 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
 	return s, nil
 }
+
+// qConnCharset reads the charsets the server parses a connection's
+// statements in (client) and converts them to (connection).
+const qConnCharset = `SELECT @@character_set_client, @@character_set_connection`
+
+// charsetChecked wraps the driver's connector: each new connection reads
+// its charsets and is refused unless both are safe for client-side escaping
+// (see package dsn). The DSN cannot ask for another charset (Parse), but
+// the server can force one (init_connect, skip-character-set-client-
+// handshake), and then a quote in a value would end its literal. One
+// statement per new connection; pooled connections pay nothing.
+type charsetChecked struct{ sqldriver.Connector }
+
+// Connect opens a connection and checks its charsets.
+func (c charsetChecked) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkConnCharset(ctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func checkConnCharset(ctx context.Context, conn sqldriver.Conn) error {
+	q, ok := conn.(sqldriver.QueryerContext)
+	if !ok {
+		return fmt.Errorf("check connection charset: the driver cannot query")
+	}
+	rows, err := q.QueryContext(ctx, qConnCharset, nil)
+	if err != nil {
+		return fmt.Errorf("check connection charset: %w", err)
+	}
+	defer rows.Close()
+	vals := make([]sqldriver.Value, 2)
+	if err := rows.Next(vals); err != nil {
+		return fmt.Errorf("check connection charset: %w", err)
+	}
+	for i, name := range []string{"character_set_client", "character_set_connection"} {
+		cs := fmt.Sprintf("%s", vals[i])
+		if !mysqldsn.SafeCharset(cs) {
+			return fmt.Errorf("the server set %s to %s: %w", name, cs, mysqldsn.ErrUnsafeCharset)
+		}
+	}
+	return nil
+}
+
+// storableText makes an error text (a retry reason, a run's error) fit a
+// utf8mb4 TEXT column: under strict mode an invalid UTF-8 sequence, such as
+// a rune cut by a length limit, fails the whole statement, and the job or
+// run would not be recorded at all. Such sequences become U+FFFD. Payloads
+// and output are BLOBs and are stored byte for byte.
+func storableText(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // Name is the name the spec gave the backend.
 func (s *Store) Name() string { return s.name }

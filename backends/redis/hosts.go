@@ -102,8 +102,8 @@ func (s *Store) Heartbeat(ctx context.Context, rec backends.HostRecord) error {
 	if err := s.writable(); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	if rec.Host == "" {
-		return errors.New("heartbeat: empty host")
+	if err := backends.CheckHeartbeat(rec); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
 	}
 	stopped := "0"
 	if rec.Stopped {

@@ -56,6 +56,9 @@ func queueJobAt(queue string, res []any, i int) backends.Job {
 // Push enqueues a job (queuePushScript): ErrNotFound, ErrPayloadTooLarge,
 // or ErrDuplicate with the existing job.
 func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
 	if err := s.writable(); err != nil {
 		return backends.Job{}, err
 	}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -45,8 +44,8 @@ ORDER BY h.host`
 // Heartbeat upserts rec with last_seen (and, for a new record or run id,
 // started_at) at the store's clock. One write transaction.
 func (s *Store) Heartbeat(ctx context.Context, rec backends.HostRecord) error {
-	if rec.Host == "" {
-		return errors.New("heartbeat: empty host")
+	if err := backends.CheckHeartbeat(rec); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
 	}
 	err := s.write(ctx, func(c conn) error {
 		_, err := c.exec(ctx, qHostBeat, rec.Host, rec.RunID, rec.PID, rec.Version, rec.SpecHash,

@@ -186,14 +186,17 @@ func nonNegMicros(d time.Duration) int64 { return max(d, 0).Microseconds() }
 // the same key that is ready (or, under pending_or_running, running) is
 // returned with ErrDuplicate instead.
 func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
 	var job backends.Job
 	err := s.write(ctx, func(c conn) error {
 		cfg, err := loadQueueConfig(ctx, c, queue)
 		if err != nil {
 			return err
 		}
-		if cfg.MaxPayload > 0 && int64(len(req.Payload)) > cfg.MaxPayload {
-			return fmt.Errorf("payload of %d bytes exceeds max_payload %d: %w", len(req.Payload), cfg.MaxPayload, backends.ErrPayloadTooLarge)
+		if err := backends.CheckPayload(len(req.Payload), cfg.MaxPayload); err != nil {
+			return err
 		}
 		var key sql.NullString
 		partition := -1

@@ -203,6 +203,9 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // already reach the limit (the guard that keeps a lowered limit safe).
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	var g backends.Grant
+	if err := backends.CheckAcquire(req); err != nil {
+		return g, fmt.Errorf("acquire %q: %w", name, err)
+	}
 	if req.Owner == "" {
 		return g, fmt.Errorf("acquire %q: empty owner", name)
 	}

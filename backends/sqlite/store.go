@@ -97,6 +97,7 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 	}
 	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}, writeTurn: make(chan struct{}, 1)}
 	var dsn string
+	created := false // this Open makes the file (see perm.go)
 	switch {
 	case opts.ReadOnly:
 		if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
@@ -111,6 +112,7 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 		if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 			return nil, fmt.Errorf("sqlite %s: create directory: %w", abs, err)
 		}
+		created = !exists(abs)
 		dsn = fileURI(abs) + "?" + dsnParams(false)
 	}
 	db, err := sql.Open("sqlite", dsn)
@@ -128,7 +130,17 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 	}
 	if !opts.ReadOnly {
-		if err := enableWAL(ctx, db); err != nil {
+		// The database file first, so that SQLite creates the -wal and
+		// -shm files with its mode; then those, if another process made
+		// them first.
+		err := restrict(abs, created, storeFiles[0])
+		if err == nil {
+			err = enableWAL(ctx, db)
+		}
+		if err == nil {
+			err = restrict(abs, created, storeFiles[1:]...)
+		}
+		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 		}

@@ -27,7 +27,7 @@ func loadSpec(env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
 			for _, e := range errs {
 				fmt.Fprintln(env.stderr, e.Error())
 			}
-			fmt.Fprintf(env.stderr, "%d error(s) in %s\n", len(errs), path)
+			fmt.Fprintf(env.stderr, "%d error(s) in %s\n", errs.Count(), path)
 		} else {
 			fmt.Fprintf(env.stderr, "coordd: %v\n", err)
 		}

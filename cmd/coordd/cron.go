@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +29,9 @@ var cronCmd = &command{
 cron run runs task NAME now, in this process, as the applied spec defines it
 (command, env, workdir, timeout, semaphore, overlap), and records the run in
 the task's history as manual. The command gets COORDD_TASK,
-COORDD_SCHEDULED_AT, COORDD_ATTEMPT, COORDD_RUN_ID and COORDD_FENCING_TOKEN.
+COORDD_SCHEDULED_AT, COORDD_ATTEMPT, COORDD_RUN_ID and COORDD_FENCING_TOKEN,
+and lacks the environment variables that the spec's backend connection fields
+reference (unless cluster.child_env is inherit).
 
 cron list shows each task's schedule, next run and last result; cron history
 shows a task's past runs, newest first.
@@ -78,6 +79,11 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "coordd cron run: want exactly one task NAME")
 		return child.ExitCoorddFailed
 	}
+	h, err := hostID(env, *host)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd cron run: %v\n", err)
+		return child.ExitCoorddFailed
+	}
 	name := pos[0]
 	s, ok := loadSpec(env, *path, false)
 	if !ok {
@@ -100,7 +106,6 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			o.Close()
 		}
 	}()
-	h := hostID(*host)
 	resolve := func(sem string) (*semaphore.Client, backends.SemaphoreConfig, error) {
 		decl := s.Semaphores[sem]
 		if decl == nil {
@@ -125,7 +130,7 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		cl, err := semaphore.New(sb, h)
 		return cl, m[sem].Config, err
 	}
-	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve})
+	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, ChildEnvUnset: s.ChildEnvUnset})
 	code, err := sc.RunManual(ctx, b, name, env.stdout, env.stderr)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "coordd cron run: %v\n", err)
@@ -218,9 +223,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		out = append(out, rows[n])
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+		_ = writeJSON(env.stdout, out)
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
@@ -234,7 +237,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			}
 		}
 		if r.Last != nil {
-			last = fmt.Sprintf("%s (exit %d) at %s", r.Last.Status, r.Last.ExitCode, r.Last.StartedAt.UTC().Format(time.RFC3339))
+			last = fmt.Sprintf("%s (exit %d) at %s", esc(r.Last.Status), r.Last.ExitCode, r.Last.StartedAt.UTC().Format(time.RFC3339))
 		}
 		if r.Running > 0 {
 			last += fmt.Sprintf(", %d running", r.Running)
@@ -283,9 +286,7 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 		if runs == nil {
 			runs = []backends.Run{}
 		}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(runs)
+		_ = writeJSON(env.stdout, runs)
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
@@ -299,8 +300,8 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 		if r.Manual {
 			manual = "manual"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ScheduledAt.UTC().Format(time.RFC3339), r.Attempt, r.Status, r.ExitCode,
-			r.Host, r.StartedAt.UTC().Format(time.RFC3339), fin, manual, r.Error)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ScheduledAt.UTC().Format(time.RFC3339), r.Attempt, esc(r.Status), r.ExitCode,
+			esc(r.Host), r.StartedAt.UTC().Format(time.RFC3339), fin, manual, esc(r.Error))
 	}
 	tw.Flush()
 	return 0

@@ -58,6 +58,8 @@ type cliEnv struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	isTerminal     bool
+	// hostname is the default --host-id; nil means os.Hostname.
+	hostname func() (string, error)
 }
 
 var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, cronCmd, queueCmd, versionCmd}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
@@ -47,11 +48,21 @@ queue's timeout, if one is set. With --drain, work exits once no job is
 ready, delayed or in flight. On SIGINT or SIGTERM it stops claiming, forwards
 the signal to the running commands and exits 0 once they have finished.
 
+If CMD cannot be started (not found, not executable), work claims nothing
+and exits 127 or 126. If a start fails later (CMD was removed, its #!
+interpreter is missing), the job goes back to the queue without counting an
+attempt, no new job is claimed, and work exits 127, 126 or 1 once the
+running commands have finished. A CMD that runs and exits 127 itself is a
+failed attempt like any other. CMD does not inherit the environment
+variables that the spec's backend connection fields reference (unless
+cluster.child_env is inherit).
+
 queue stats shows ready, in-flight, delayed and dead jobs and the age of the
 oldest ready job. queue dead lists dead jobs, or with --requeue makes them
 ready again (attempts reset), or with --purge deletes them, printing how many.
 
-Exit status: 0 ok, 1 error.
+Exit status: 0 ok, 1 error; queue work also 126 (CMD not executable) and
+127 (CMD not found).
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return dispatch(ctx, c, env, args, map[string]runFunc{
@@ -70,6 +81,8 @@ type queueTarget struct {
 	local   *spec.Queue
 	backend backends.Backend
 	applied backends.QueueConfig
+	// unset: the variables the worker's commands must not inherit.
+	unset []string
 }
 
 // openQueue loads the spec, finds name, opens its backend and reads the
@@ -102,14 +115,14 @@ func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly boo
 	if a.VisibilityTimeout != local.VisibilityTimeout || a.MaxAttempts != local.MaxAttempts || a.Timeout != local.Timeout || a.Unique != local.Unique || a.MaxPayload != local.MaxPayload {
 		fmt.Fprintf(env.stderr, "coordd: warning: queue %q: the local spec differs from the applied one; the applied one is enforced (coordd plan shows the difference)\n", name)
 	}
-	return &queueTarget{name: name, local: local, backend: b, applied: a}, nil
+	return &queueTarget{name: name, local: local, backend: b, applied: a, unset: s.ChildEnvUnset()}, nil
 }
 
 func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	fs := newFlags(c, env)
 	path := specFlag(fs, env)
 	delay := fs.Duration("delay", 0, "make the job claimable only after this long")
-	key := fs.String("key", "", "partition key; the deduplication key under unique")
+	key := fs.String("key", "", "partition key; the deduplication key under unique (at most 255 bytes of UTF-8, no control characters)")
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -125,6 +138,12 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	}
 	if *delay < 0 {
 		fmt.Fprintln(env.stderr, "coordd queue push: --delay must not be negative")
+		return 1
+	}
+	// The key's limits are the backends' (spec.CheckKey): refused here,
+	// before the spec is read or a backend opened.
+	if err := spec.CheckKey(*key); err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue push: --key: %v\n", err)
 		return 1
 	}
 	name := pos[0]
@@ -225,6 +244,17 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		fmt.Fprintln(env.stderr, "coordd queue work: --concurrency must be at least 1")
 		return 1
 	}
+	// A command that cannot start would fail every job it is given and
+	// spend its attempts: refuse before claiming anything.
+	if _, err := child.Resolve(argv[0]); err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue work: %s: cannot run the command: %v; no job was claimed\n", name, err)
+		return workExit(err)
+	}
+	hid, err := hostID(env, *host)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
+		return 1
+	}
 
 	// Signals: the first stops claiming; every one is forwarded to the
 	// running commands, which are left to finish.
@@ -286,10 +316,20 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			},
 			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.RenewedAt(),
 			Timeout: t.applied.Timeout, KillGrace: grace,
-			Shim: selfExe(),
+			Shim:  selfExe(),
+			Unset: t.unset,
 		})
 		if err != nil {
-			return err
+			if hctx.Err() != nil {
+				return err // the lease was lost before the start
+			}
+			// Not the job's fault (the command vanished since the check,
+			// its #! interpreter is missing): the job goes back with its
+			// attempt not counted, and the worker stops.
+			if errors.Is(err, child.ErrNotFound) {
+				return fmt.Errorf("%w: %w (the command or its #! interpreter is missing)", queue.ErrCannotStart, err)
+			}
+			return fmt.Errorf("%w: %w", queue.ErrCannotStart, err)
 		}
 		l.OnRenew(p.Renewed)
 		p.Renewed(l.RenewedAt()) // a renewal between Start and OnRenew
@@ -307,17 +347,33 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	err = cl.Work(context.WithoutCancel(ctx), name, queue.WorkerOptions{
 		Concurrency: *conc,
 		Drain:       *drain,
-		Owner:       fmt.Sprintf("%s:%d", hostID(*host), os.Getpid()),
+		Owner:       fmt.Sprintf("%s:%d", hid, os.Getpid()),
 		Stop:        stop,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "coordd queue work: "+format+"\n", args...)
 		},
 	}, handler)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordd queue work: %v\n", err)
-		return 1
+		if errors.Is(err, queue.ErrCannotStart) {
+			fmt.Fprintf(stderr, "coordd queue work: stopped, the command cannot start: %v\n", err)
+		} else {
+			fmt.Fprintf(stderr, "coordd queue work: %v\n", err)
+		}
+		return workExit(err)
 	}
 	return 0
+}
+
+// workExit is the exit status of queue work for err: 127 or 126 when the
+// command was not found or is not executable, as a shell says, else 1.
+func workExit(err error) int {
+	switch {
+	case errors.Is(err, child.ErrNotFound):
+		return child.ExitNotFound
+	case errors.Is(err, child.ErrNotExecutable):
+		return child.ExitNotExecutable
+	}
+	return 1
 }
 
 // resultError is nil when the command succeeded, else why it failed (the
@@ -414,9 +470,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		out = append(out, row)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+		_ = writeJSON(env.stdout, out)
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
@@ -502,9 +556,7 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		out = append(out, deadJobJSON{ID: j.ID, Key: j.Key, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, LastError: j.LastError})
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+		_ = writeJSON(env.stdout, out)
 		return 0
 	}
 	if len(out) == 0 {
@@ -512,19 +564,29 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tKEY\tATTEMPT\tENQUEUED\tLAST ERROR")
 	for _, j := range out {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\n", j.ID, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), oneLine(j.LastError))
+		key := "-"
+		if j.Key != "" {
+			key = esc(j.Key)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", j.ID, key, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), esc(oneLine(j.LastError)))
 	}
 	tw.Flush()
 	return 0
 }
 
-// oneLine keeps a table row on one line.
+// oneLine keeps a table row on one line: white space runs become one
+// space, and the text is cut at a character boundary after 200 bytes.
+// What it leaves is still to be escaped (esc).
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 200 {
-		s = s[:200] + "..."
+		cut := 200
+		for cut > 196 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

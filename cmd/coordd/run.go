@@ -61,8 +61,25 @@ failed). Without it nothing listens.
 		})
 		_ = mysql.SetLogger(driverLog{log.Named("mysql")})
 		goredis.SetLogger(driverLog{log.Named("redis")})
+		id, err := hostID(env, *host)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd run: %v\n", err)
+			return 1
+		}
+		unlock, err := daemon.LockHostID(spec.DefaultDataDir(), id)
+		switch {
+		case errors.Is(err, daemon.ErrHostIDInUse):
+			fmt.Fprintf(env.stderr, "coordd run: %v\n", err)
+			return 1
+		case err != nil:
+			// A data directory this user cannot write (a MySQL-only
+			// spec needs none) leaves only the heartbeat's check.
+			log.Warn("cannot lock the host id on this machine; a second daemon with the same --host-id is noticed only by the heartbeat", "error", err)
+		default:
+			defer unlock()
+		}
 		d, err := daemon.New(ctx, daemon.Config{
-			SpecPath: *path, HostID: hostID(*host), Version: version.Version, Log: log,
+			SpecPath: *path, HostID: id, Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
 			ShutdownGrace: *grace, ResyncEvery: *resync, Listen: *listen,
 		})

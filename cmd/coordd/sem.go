@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/retry"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
 )
@@ -31,8 +31,10 @@ sem run takes a slot of semaphore NAME, runs CMD while renewing the lease, and
 releases the slot when CMD exits. Without --wait or --no-wait it waits as long
 as it takes, as flock(1) does. The child runs in its own process group, gets
 INT, TERM, HUP and QUIT forwarded, and has COORDD_SEMAPHORE, COORDD_SLOT and
-COORDD_FENCING_TOKEN set. It never outlives the lease: if renewals stop, it gets
-TERM and then KILL before the lease ends.
+COORDD_FENCING_TOKEN set, and lacks the environment variables that the spec's
+backend connection fields reference (unless cluster.child_env is inherit). It
+never outlives the lease: if renewals stop, it gets TERM and then KILL before
+the lease ends. A release that fails is retried for a few seconds.
 
 Exit status of sem run:
   the child's code, or 128+N when signal N killed it
@@ -56,6 +58,8 @@ type semTarget struct {
 	local   *spec.Semaphore
 	backend backends.Backend
 	applied backends.SemaphoreConfig
+	// unset: the variables the command must not inherit.
+	unset []string
 }
 
 // openSem loads the spec, finds name and opens its backend. The runtime
@@ -88,18 +92,32 @@ func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, e
 		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s) differs from the applied one (limit %d, lease %s); the applied one is enforced\n",
 			name, local.Limit, local.Lease, st.Config.Limit, st.Config.Lease)
 	}
-	return &semTarget{name: name, local: local, backend: b, applied: st.Config}, nil
+	return &semTarget{name: name, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
 }
 
-func hostID(flagVal string) string {
+// hostID is --host-id, or the hostname when the flag is empty. Either must
+// be a valid host id (spec.CheckHostID): it is stored in every backend and
+// printed by status. A hostname that is not one is an error that says to
+// pass --host-id, never a silent substitute.
+func hostID(env *cliEnv, flagVal string) (string, error) {
 	if flagVal != "" {
-		return flagVal
+		if err := spec.CheckHostID(flagVal); err != nil {
+			return "", fmt.Errorf("--host-id: %w", err)
+		}
+		return flagVal, nil
 	}
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "unknown"
+	hostname := env.hostname
+	if hostname == nil {
+		hostname = os.Hostname
 	}
-	return h
+	h, err := hostname()
+	if err != nil {
+		return "", fmt.Errorf("cannot read the hostname for the default host id (%v); pass --host-id", err)
+	}
+	if err := spec.CheckHostID(h); err != nil {
+		return "", fmt.Errorf("the hostname cannot serve as the host id: %w; pass --host-id", err)
+	}
+	return h, nil
 }
 
 // forwarded are the signals sem run passes to the child's process group.
@@ -131,6 +149,11 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "coordd sem run: --wait and --no-wait exclude each other")
 		return child.ExitCoorddFailed
 	}
+	hid, err := hostID(env, *host)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		return child.ExitCoorddFailed
+	}
 
 	// Signal handlers go in before waiting starts, so a signal while
 	// waiting ends the wait cleanly instead of killing us with a slot taken.
@@ -157,7 +180,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return child.ExitCoorddFailed
 	}
 	defer t.backend.Close()
-	cl, err := semaphore.New(t.backend, hostID(*host))
+	cl, err := semaphore.New(t.backend, hid)
 	if err != nil {
 		close(stopWatch)
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
@@ -205,13 +228,10 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 		},
 		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.RenewedAt(),
 		Timeout: t.applied.MaxHold, KillGrace: grace,
-		Shim: selfExe(),
+		Shim:  selfExe(),
+		Unset: t.unset,
 	})
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = l.Release(rctx)
-	}
+	release := func() { releaseLease(ctx, env, t.name, l) }
 	if err != nil {
 		release()
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
@@ -325,9 +345,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		out = append(out, row)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+		_ = writeJSON(env.stdout, out)
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
@@ -336,7 +354,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			fmt.Fprintf(tw, "semaphore.%s\tnot applied (run coordd apply)\n", r.Name)
 			continue
 		}
-		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tmode %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, r.Mode, r.Limit, r.Lease, len(r.Holders), r.Waiters)
+		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tmode %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, esc(r.Mode), r.Limit, r.Lease, len(r.Holders), r.Waiters)
 		for _, h := range r.Holders {
 			// A session-mode slot has no expiry: it is held while the
 			// MySQL connection (processlist id) holds its lock.
@@ -348,9 +366,31 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			if !h.AcquiredAt.IsZero() {
 				since = h.AcquiredAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\t%s\tfencing %d\n", h.Slot, h.Host, h.PID, since, until, h.Fencing)
+			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\t%s\tfencing %d\n", h.Slot, esc(h.Host), h.PID, since, until, h.Fencing)
 		}
 	}
 	tw.Flush()
 	return 0
+}
+
+// releaseLease releases the slot of sem run, retrying a failure for
+// retry.Budget: a slot left taken by a blip stays taken for a whole lease.
+// Each failure is reported on stderr.
+func releaseLease(ctx context.Context, env *cliEnv, name string, l *semaphore.Lease) {
+	err := retry.Final(context.WithoutCancel(ctx), retry.Budget, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return l.Release(rctx)
+	}, func(err error, next time.Duration) {
+		if next > 0 {
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: releasing the slot failed (retrying in %v): %v\n", name, next, err)
+		}
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, backends.ErrLost):
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: releasing the slot: it was already lost: %v\n", name, err)
+	default:
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: releasing the slot failed; it stays taken until its lease expires: %v\n", name, err)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +38,11 @@ task and queue. It changes nothing.
 		if !noPositional(env, c.name, pos) {
 			return 1
 		}
+		hid, err := hostID(env, *host)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd status: %v\n", err)
+			return 1
+		}
 		s, ok := loadSpec(env, *path, false)
 		if !ok {
 			return 1
@@ -48,15 +52,13 @@ task and queue. It changes nothing.
 			return 1
 		}
 		defer e.Close()
-		st, err := collectStatus(ctx, s, e.Backends, e.State, hostID(*host))
+		st, err := collectStatus(ctx, s, e.Backends, e.State, hid)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "coordd status: %v\n", err)
 			return 1
 		}
 		if *asJSON {
-			enc := json.NewEncoder(env.stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(st)
+			_ = writeJSON(env.stdout, st)
 			return 0
 		}
 		st.writeText(env)
@@ -194,7 +196,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					return nil, err
 				}
 				if len(h) > 0 {
-					ob.LastResult = fmt.Sprintf("%s (exit %d, %s)", h[0].Status, h[0].ExitCode, h[0].ScheduledAt.UTC().Format(time.RFC3339))
+					ob.LastResult = fmt.Sprintf("%s (exit %d, %s)", esc(h[0].Status), h[0].ExitCode, h[0].ScheduledAt.UTC().Format(time.RFC3339))
 				}
 			}
 		case spec.KindQueue:
@@ -256,24 +258,30 @@ func (r *statusReport) addHosts(hs backends.Hosts) {
 			if g.Applied {
 				tag = " (applied)"
 			}
-			parts[i] = fmt.Sprintf("%s%s on %s", short12(g.SpecHash), tag, strings.Join(g.Hosts, ", "))
+			hosts := make([]string, len(g.Hosts))
+			for j, h := range g.Hosts {
+				hosts[j] = esc(h)
+			}
+			parts[i] = fmt.Sprintf("%s%s on %s", esc(short12(g.SpecHash)), tag, strings.Join(hosts, ", "))
 		}
 		r.HostsWarning = fmt.Sprintf("live hosts run %d different spec hashes (a rollout in flight, or a stale checkout): %s",
 			len(r.HostSpecHashes), strings.Join(parts, "; "))
 	}
 }
 
+// writeText prints the report for a person. Every value read from a store
+// goes through esc: other hosts wrote it.
 func (r *statusReport) writeText(env *cliEnv) {
 	w := env.stdout
 	if r.Leader != nil {
-		fmt.Fprintf(w, "Leader:    %s (term %d, lease until %s)\n", r.Leader.Holder, r.Leader.Term, r.Leader.ExpiresAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "Leader:    %s (term %d, lease until %s)\n", esc(r.Leader.Holder), r.Leader.Term, r.Leader.ExpiresAt.UTC().Format(time.RFC3339))
 	} else {
 		fmt.Fprintln(w, "Leader:    none (no coordd run holds the lease)")
 	}
-	fmt.Fprintf(w, "This host: %s\n", r.Host)
+	fmt.Fprintf(w, "This host: %s\n", esc(r.Host))
 	applied := "none"
 	if r.Applied != nil {
-		applied = fmt.Sprintf("%s (generation %d, %s, by %s)", short12(r.Applied.SpecHash), r.Applied.Generation, r.Applied.At.UTC().Format(time.RFC3339), r.Applied.Host)
+		applied = fmt.Sprintf("%s (generation %d, %s, by %s)", esc(short12(r.Applied.SpecHash)), r.Applied.Generation, r.Applied.At.UTC().Format(time.RFC3339), esc(r.Applied.Host))
 	}
 	fmt.Fprintf(w, "Spec:      local %s, applied %s\n", short12(r.LocalHash), applied)
 	if r.HashWarning != "" {
@@ -342,8 +350,8 @@ func (r *statusReport) writeHosts(w io.Writer) {
 		if h.RunsApplied {
 			applied = "applied"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\tversion %s\tspec %s\t%s\tstarted %s\tseen %s ago\n", h.Host, role, h.State,
-			h.Version, short12(h.SpecHash), applied, h.StartedAt.UTC().Format(time.RFC3339),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\tversion %s\tspec %s\t%s\tstarted %s\tseen %s ago\n", esc(h.Host), role, h.State,
+			esc(h.Version), esc(short12(h.SpecHash)), applied, h.StartedAt.UTC().Format(time.RFC3339),
 			(time.Duration(h.LastSeenAgo * float64(time.Second))).Round(time.Second))
 	}
 	tw.Flush()

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"os"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
 )
@@ -10,4 +15,63 @@ import (
 // is a character device too, so this asks the terminal driver, not Stat.
 func stdinIsTerminal() bool {
 	return isatty.IsTerminal(os.Stdin.Fd())
+}
+
+// esc makes a value read from a store safe to print as text. Records in a
+// shared store are written by other hosts, and a hostile or broken one can
+// put anything there (issue 14): a host id, key, error or output holding a
+// newline, a tab or a terminal escape would forge lines, break the columns
+// or move the cursor. A value of printable characters only (strconv.IsPrint,
+// no backslash or double quote) prints as it is; any other is printed
+// quoted and escaped as strconv.Quote does (invalid UTF-8 as \x..), so that
+// the quotes show that it was escaped. Every text output of status, sem
+// status, cron list/history and queue dead passes store values through it.
+func esc(s string) string {
+	for i, r := range s {
+		if r == '\\' || r == '"' || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return strconv.Quote(s)
+			}
+		}
+	}
+	return s
+}
+
+// writeJSON writes v as indented JSON. encoding/json escapes C0 controls
+// and replaces invalid UTF-8, but writes DEL and the C1 controls
+// (U+0080-U+009F, which some terminals obey as escapes) as they are; they
+// are escaped here too, so that `--json` on a terminal is as safe as text.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSONControls(b), '\n'))
+	return err
+}
+
+// escapeJSONControls rewrites DEL and C1 characters in JSON text as \u
+// escapes. Outside strings JSON holds only ASCII without them, so every
+// match is inside a string, where the escape means the same character.
+func escapeJSONControls(b []byte) []byte {
+	if bytes.IndexByte(b, 0x7f) < 0 && bytes.IndexByte(b, 0xc2) < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == 0x7f:
+			out = append(out, `\u007f`...)
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			out = append(out, `\u00`...)
+			out = strconv.AppendUint(out, uint64(b[i+1]), 16)
+			i++
+		default:
+			out = append(out, b[i])
+		}
+	}
+	return out
 }

@@ -12,7 +12,9 @@ var validateCmd = &command{
 
 Loads the spec and checks it: syntax, field types, references and backend
 capabilities. Every error is printed on stderr as FILE:LINE:COL: ADDRESS: what
-is wrong. validate never connects to a backend.
+is wrong; after the first 50, one line counts the rest. Only regular files
+(or symlinks to them) are read, of at most 8 MiB each and 16 MiB together.
+validate never connects to a backend.
 
 Exit status: 0 valid, 1 invalid.
 `,

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -52,6 +54,11 @@ type Spec struct {
 	Dir string
 	// Env is appended to os.Environ(); later entries win.
 	Env []string
+	// Unset names variables of os.Environ() that the command must not
+	// inherit (the backends' secrets: spec.Spec.ChildEnvUnset). Entries of
+	// Env are kept even when named here. With a shim, the shim gets the
+	// reduced environment and passes it on, so neither has them.
+	Unset []string
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -172,7 +179,7 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 		deathSig = syscall.SIGTERM
 	}
 	cmd.Dir = s.Dir
-	cmd.Env = append(os.Environ(), s.Env...)
+	cmd.Env = append(without(os.Environ(), s.Unset), s.Env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Stdin, s.Stdout, s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
 	cmd.WaitDelay = WaitDelay
@@ -228,6 +235,52 @@ func validate(s Spec) error {
 		}
 	}
 	return nil
+}
+
+// without returns env minus the entries whose name is in names.
+func without(env, names []string) []string {
+	if len(names) == 0 {
+		return env
+	}
+	drop := make(map[string]bool, len(names))
+	for _, n := range names {
+		drop[n] = true
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !drop[name] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Resolve checks, before anything is claimed or acquired, that argv0 names
+// a command that can be started: the PATH lookup Start makes (when argv0
+// has no slash) and, for a file, that it is a regular file this process
+// may execute. It returns the path, or an error wrapping ErrNotFound or
+// ErrNotExecutable. A command that passes can still fail to start (it was
+// removed since, its #! interpreter is missing); Start reports that.
+func Resolve(argv0 string) (string, error) {
+	if argv0 == "" {
+		return "", fmt.Errorf("%w: empty command name", ErrNotFound)
+	}
+	path, err := exec.LookPath(argv0)
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return "", fmt.Errorf("%w: %w", ErrNotExecutable, err)
+		}
+		return "", mapStartErr(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", mapStartErr(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is not a regular file", ErrNotExecutable, path)
+	}
+	return path, nil
 }
 
 func mapStartErr(err error) error {

@@ -549,6 +549,8 @@ func TestWithShim(t *testing.T) {
 		{"Timeout", TestTimeout},
 		{"TimeoutChildHonoursTerm", TestTimeoutChildHonoursTerm},
 		{"ContextCancel", TestContextCancel},
+		{"UnsetEnv", TestUnsetEnv},
+		{"Resolve", TestResolve},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -65,6 +65,13 @@
 // mismatch fails the start). Each running command costs one more small Go
 // process.
 //
+// # Environment
+//
+// The command gets coordd's environment minus Spec.Unset (the variables the
+// spec's backend connection fields reference: the backends' secrets), plus
+// Spec.Env. With a shim, the shim is started with that environment and
+// passes it on unchanged, so neither process holds the removed variables.
+//
 // # Lease deadline
 //
 // With a non-zero Spec.Lease the supervisor keeps a deadline on the monotonic
@@ -101,6 +108,11 @@
 // 128+N when signal N killed it, 126 when the command could not be executed
 // (permission denied, exec format error), 127 when it was not found; plus
 // coordd's own codes ExitNotAcquired, ExitLeaseLost and ExitCoorddFailed.
+// A command that cannot be executed is reported by Start (ErrNotFound,
+// ErrNotExecutable), never as a Result, so a command that runs and exits
+// 127 itself stays distinguishable from one that could not start.
+// [Resolve] makes the same lookup up front, before a caller commits to
+// anything (`queue work` claims no job for a command that cannot start).
 //
 // # Limits
 //

@@ -6,11 +6,32 @@
 // coordd's own parameters before the driver sees the DSN. The spec loader
 // and the backend both parse with it, so a bad value is a spec error that
 // names the field, and never a surprise at connect time.
+//
+// # Charsets
+//
+// The backend has the driver interpolate parameters client-side
+// (interpolateParams) and sends several statements per request on some
+// connections (multiStatements), so values it does not trust (job keys and
+// payloads, a cron command's output) are escaped by the driver and parsed by
+// the server in the connection's character set. In gbk, big5, sjis, cp932,
+// gb2312 and gb18030 a multibyte character may end in the byte 0x5c: the
+// backslash the driver puts before a quote then belongs to the character
+// before it, the quote ends the literal, and the rest of the value runs as
+// SQL. The driver refuses only unsafe collations, and only when the DSN
+// itself sets interpolateParams. Parse therefore accepts a charset or
+// collation only from the safe set (SafeCharset), and session-variable
+// parameters only as a plain name with one literal value that does not
+// touch the charset or collation; the backend checks each new connection's
+// charset again, so that a server forcing another one is refused too.
 package dsn
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,15 +70,108 @@ const (
 	ParamConnMaxIdleTime = "connMaxIdleTime"
 )
 
+// ErrUnsafeCharset is returned for a DSN that asks for a connection
+// charset or collation under which the driver's escaping is unsafe.
+var ErrUnsafeCharset = errors.New("the connection charset must be one of " + safeList +
+	" (under multibyte charsets such as gbk, client-side escaping lets a value run as SQL)")
+
+// ErrSessionVariable is returned for a parameter the driver would send as
+// a session variable (SET name = value) whose name is not a plain name or
+// whose value is not one literal: the driver splices both into SQL text.
+var ErrSessionVariable = errors.New("a session variable parameter must be a plain name with one value: a number, a word or a quoted string without quotes or backslashes inside")
+
+// safeCharsets are the connection charsets in which no multibyte character
+// contains the bytes 0x5c (backslash) or 0x27 (quote): single-byte ones,
+// and UTF-8, whose continuation bytes are all 0x80 or above.
+var safeCharsets = map[string]bool{"utf8mb4": true, "utf8mb3": true, "utf8": true, "latin1": true, "ascii": true, "binary": true}
+
+const safeList = "utf8mb4, utf8, utf8mb3, latin1, ascii, binary"
+
+// SafeCharset reports whether cs is a connection charset under which
+// client-side escaping is sound (case-insensitive).
+func SafeCharset(cs string) bool { return safeCharsets[strings.ToLower(cs)] }
+
+// safeCollation is a collation of a safe charset: binary, or
+// <charset>_<suffix> in plain lowercase letters, digits and underscores (the
+// driver splices it into SET NAMES).
+func safeCollation(c string) bool {
+	c = strings.ToLower(c)
+	if c == "binary" {
+		return true
+	}
+	cs, rest, ok := strings.Cut(c, "_")
+	return ok && safeCharsets[cs] && cs != "binary" && collationSuffix.MatchString(rest)
+}
+
+var (
+	plainName       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	collationSuffix = regexp.MustCompile(`^[a-z0-9_]+$`)
+	// plainValue is one literal: a word or number, or a quoted string
+	// that cannot end early or escape.
+	plainValue = regexp.MustCompile(`^(?:[A-Za-z0-9_.+-]+|'[^'\\]*'|"[^"\\]*")$`)
+)
+
+// splitQuery cuts dsn where the driver does: the parameters follow the
+// first '?' after the last '/' (a password may hold '?' or '/').
+func splitQuery(dsn string) (base, query string, ok bool) {
+	slash := strings.LastIndexByte(dsn, '/')
+	if slash < 0 {
+		return dsn, "", false
+	}
+	q := strings.IndexByte(dsn[slash:], '?')
+	if q < 0 {
+		return dsn, "", false
+	}
+	return dsn[:slash+q], dsn[slash+q+1:], true
+}
+
+// checkCharset refuses the driver's charset (a comma list, tried in order)
+// and collation parameters outside the safe set. The driver uses both
+// values as written, without unescaping.
+func checkCharset(k, v string) error {
+	switch k {
+	case "charset":
+		for _, cs := range strings.Split(v, ",") {
+			if !SafeCharset(cs) {
+				return fmt.Errorf("charset %q: %w", cs, ErrUnsafeCharset)
+			}
+		}
+	case "collation":
+		if !safeCollation(v) {
+			return fmt.Errorf("collation %q: %w", v, ErrUnsafeCharset)
+		}
+	}
+	return nil
+}
+
+// checkSessionVariable checks a parameter the driver sends as SET k = v.
+func checkSessionVariable(k, v string) error {
+	if !plainName.MatchString(k) {
+		return fmt.Errorf("parameter %q: %w", k, ErrSessionVariable)
+	}
+	if lk := strings.ToLower(k); strings.HasPrefix(lk, "character_set") || strings.HasPrefix(lk, "collation") || lk == "names" {
+		return fmt.Errorf("parameter %s sets the connection charset or collation (use charset= or collation=): %w", k, ErrUnsafeCharset)
+	}
+	if !plainValue.MatchString(v) {
+		return fmt.Errorf("parameter %s value %q: %w", k, v, ErrSessionVariable)
+	}
+	return nil
+}
+
 // Parse splits dsn into the driver's config (without coordd's parameters)
-// and the pool settings, defaults filled in.
+// and the pool settings, defaults filled in. It refuses a charset or
+// collation outside the safe set and malformed session variables (see the
+// package doc).
 func Parse(dsn string) (*driver.Config, Pool, error) {
 	pool := DefaultPool
-	base, query, hasQuery := strings.Cut(dsn, "?")
+	base, query, hasQuery := splitQuery(dsn)
 	var kept []string
 	if hasQuery {
 		for _, kv := range strings.Split(query, "&") {
 			k, v, _ := strings.Cut(kv, "=")
+			if err := checkCharset(k, v); err != nil {
+				return nil, pool, err
+			}
 			var err error
 			switch k {
 			case ParamMaxOpenConns:
@@ -83,6 +197,15 @@ func Parse(dsn string) (*driver.Config, Pool, error) {
 	cfg, err := driver.ParseDSN(base)
 	if err != nil {
 		return nil, pool, err
+	}
+	if cfg.Collation != "" && !safeCollation(cfg.Collation) {
+		return nil, pool, fmt.Errorf("collation %q: %w", cfg.Collation, ErrUnsafeCharset)
+	}
+	// The driver keeps in Params only what it sends as session variables.
+	for _, k := range slices.Sorted(maps.Keys(cfg.Params)) {
+		if err := checkSessionVariable(k, cfg.Params[k]); err != nil {
+			return nil, pool, err
+		}
 	}
 	return cfg, pool, nil
 }

@@ -24,6 +24,43 @@ func TestParse(t *testing.T) {
 		{in: "u@tcp(db)/x?connMaxLifetime=5", wantErr: "connMaxLifetime"},
 		{in: "u@tcp(db)/x?connMaxIdleTime=-1s", wantErr: "connMaxIdleTime"},
 		{in: "u@tcp(db)/x?readTimeout=banana", wantErr: "invalid duration"},
+		// Charsets: only those under which client-side escaping is safe.
+		{in: "u@tcp(db)/x?charset=utf8mb4,utf8&collation=utf8mb4_bin", pool: DefaultPool},
+		{in: "u@tcp(db)/x?charset=latin1&collation=latin1_swedish_ci", pool: DefaultPool},
+		{in: "u@tcp(db)/x?charset=ascii", pool: DefaultPool},
+		{in: "u@tcp(db)/x?charset=binary&collation=binary", pool: DefaultPool},
+		{in: "u@tcp(db)/x?collation=utf8mb4_0900_ai_ci", pool: DefaultPool},
+		{in: "u@tcp(db)/x?charset=gbk", wantErr: `charset "gbk"`},
+		{in: "u@tcp(db)/x?charset=utf8mb4,big5", wantErr: `charset "big5"`},
+		{in: "u@tcp(db)/x?charset=SJIS", wantErr: `charset "SJIS"`},
+		{in: "u@tcp(db)/x?charset=cp932&charset=utf8mb4", wantErr: `charset "cp932"`},
+		{in: "u@tcp(db)/x?charset=gb2312", wantErr: `charset "gb2312"`},
+		{in: "u@tcp(db)/x?charset=utf8mb4%2Cgbk", wantErr: `charset "utf8mb4%2Cgbk"`},
+		{in: "u@tcp(db)/x?charset=utf8mb4 COLLATE gbk_bin", wantErr: "charset"},
+		{in: "u@tcp(db)/x?collation=gbk_chinese_ci", wantErr: `collation "gbk_chinese_ci"`},
+		{in: "u@tcp(db)/x?collation=gb18030_bin", wantErr: `collation "gb18030_bin"`},
+		{in: "u@tcp(db)/x?collation=binary_x", wantErr: `collation "binary_x"`},
+		{in: "u@tcp(db)/x?collation=utf8mb4_bin;SET", wantErr: "collation"},
+		// Session variables: the driver sends SET k = v.
+		{in: "u@tcp(db)/x?character_set_client=gbk", wantErr: "character_set_client"},
+		{in: "u@tcp(db)/x?CHARACTER_SET_CONNECTION=gbk", wantErr: "CHARACTER_SET_CONNECTION"},
+		{in: "u@tcp(db)/x?character_set_results=big5", wantErr: "character_set_results"},
+		{in: "u@tcp(db)/x?collation_connection=gbk_bin", wantErr: "collation_connection"},
+		{in: "u@tcp(db)/x?names=gbk", wantErr: "names"},
+		{in: "u@tcp(db)/x?@@character_set_client=gbk", wantErr: "plain name"},
+		{in: "u@tcp(db)/x?sql_mode='',character_set_client=gbk", wantErr: "plain name"},
+		{in: "u@tcp(db)/x?sql_mode=%27%27%2Ccharacter_set_client%3Dgbk", wantErr: "plain name"},
+		{in: "u@tcp(db)/x?sql_mode='a\\',character_set_client=gbk -- '", wantErr: "plain name"},
+		{in: "u@tcp(db)/x?sql_mode=_gbk'x'", wantErr: "plain name"},
+		{
+			in:     "u@tcp(db)/x?sql_mode=%27STRICT_ALL_TABLES%2CANSI_QUOTES%27&time_zone=%27%2B01%3A00%27&autocommit=1&transaction_isolation=READ-COMMITTED",
+			pool:   DefaultPool,
+			params: map[string]string{"sql_mode": "'STRICT_ALL_TABLES,ANSI_QUOTES'", "time_zone": "'+01:00'", "autocommit": "1", "transaction_isolation": "READ-COMMITTED"},
+		},
+		// The parameters start where the driver says: after the last '/',
+		// so a '?' in the password hides nothing.
+		{in: "u:p?charset=utf8mb4@tcp(db)/x?charset=gbk", wantErr: `charset "gbk"`},
+		{in: "u:p?x@tcp(db)/x?maxOpenConns=3", pool: Pool{MaxOpenConns: 3, MaxIdleConns: 16, ConnMaxLifetime: 5 * time.Minute, ConnMaxIdleTime: time.Minute}},
 	}
 	for _, c := range cases {
 		cfg, pool, err := Parse(c.in)

@@ -1,0 +1,102 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on the values that reach a backend at run time without passing
+// through the spec loader: host ids (--host-id, the hostname, the Go APIs),
+// job keys and payloads. They are one set for every backend, checked before
+// any backend is touched (the CLI, the semaphore, queue and leadership
+// APIs) and again at the top of each backend's TryAcquire, Heartbeat and
+// Push, with these same functions, so that a value one backend stores is
+// stored by all of them and a refused one is refused the same way
+// everywhere (issue 14). They fit MySQL's columns: VARCHAR(255) in utf8mb4
+// (255 characters, so at least 255 bytes) for keys, host ids and the owner
+// tokens built from a host id.
+const (
+	// MaxNameLen bounds the names of backends, semaphores, cron tasks and
+	// queues (the loader's name rule).
+	MaxNameLen = 63
+	// MaxHostIDLen bounds a host id in bytes. Owner tokens add a pid and a
+	// random suffix to it (":4194304:" and 24 hex digits at most) and must
+	// still fit a VARCHAR(255).
+	MaxHostIDLen = 128
+	// MaxKeyLen bounds a job key in bytes (MySQL unique_key VARCHAR(255)).
+	MaxKeyLen = 255
+	// MaxPayloadCap is the largest max_payload a queue may declare, and so
+	// the largest payload any push sends to a backend.
+	MaxPayloadCap = 64 << 20
+)
+
+// Sentinel errors of the limits, for errors.Is.
+var (
+	// ErrInvalidHostID: a host id breaks the host id rule.
+	ErrInvalidHostID = errors.New("invalid host id")
+	// ErrInvalidKey: a job key breaks the key rule.
+	ErrInvalidKey = errors.New("invalid job key")
+)
+
+// CheckHostID returns an error wrapping ErrInvalidHostID unless id is a
+// valid host id: 1 to MaxHostIDLen bytes of ASCII letters, digits, "_", "."
+// and "-", starting with a letter or a digit. That is a name that may hold
+// uppercase letters, as host names do; like a name, it can be printed,
+// logged and put in a key or a column as it is.
+func CheckHostID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: it must not be empty", ErrInvalidHostID)
+	case len(id) > MaxHostIDLen:
+		return fmt.Errorf("%w %s: a host id has at most %d bytes, this one has %d", ErrInvalidHostID, quoteShort(id), MaxHostIDLen, len(id))
+	case !isAlnum(id[0]):
+		return fmt.Errorf("%w %s: a host id starts with a letter or a digit", ErrInvalidHostID, quoteShort(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return fmt.Errorf(`%w %s: a host id holds only letters, digits, "_", "." and "-"`, ErrInvalidHostID, quoteShort(id))
+		}
+	}
+	return nil
+}
+
+// CheckKey returns an error wrapping ErrInvalidKey unless key is a valid
+// job key: at most MaxKeyLen bytes of valid UTF-8 without control
+// characters (U+0000-U+001F, U+007F-U+009F). The empty key is valid: it
+// means no key. Keys come from whoever pushes jobs, so they are data to
+// every backend; the rule keeps them storable everywhere and keeps NUL,
+// newlines and terminal escapes out of the store.
+func CheckKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w %s: a key has at most %d bytes, this one has %d", ErrInvalidKey, quoteShort(key), MaxKeyLen, len(key))
+	}
+	for i, r := range key {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(key[i:]); size == 1 {
+				return fmt.Errorf("%w %s: a key is valid UTF-8, byte %d is not", ErrInvalidKey, quoteShort(key), i)
+			}
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w %s: a key holds no control characters, byte %d is %U", ErrInvalidKey, quoteShort(key), i, r)
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// quoteShort quotes the first bytes of a refused value for an error
+// message: escaped (strconv.Quote shows invalid bytes as \x..) and short,
+// since the value may be huge or hostile.
+func quoteShort(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:max]) + "..."
+}
