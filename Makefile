@@ -26,7 +26,7 @@ ifneq ($(GIT_COMMIT),)
 LDFLAGS += -X $(PKG)/internal/version.Commit=$(GIT_COMMIT)
 endif
 
-.PHONY: help build test test-short lint bench chaos fuzz quickstart clean
+.PHONY: help build test test-short lint bench bench-peers chaos fuzz quickstart clean
 
 help: ## Show this list of targets
 	@echo "Usage: make <target>"
@@ -57,6 +57,10 @@ bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaD
 	$(GO) test -run "^$$" -bench "Sem|CronClaimFinish" ./backends/redis/; \
 	$(GO) test -run "^$$" -bench Queue -benchtime 1x ./backends/redis/; \
 	$(GO) test -run "^$$" -bench AcquireRelease -benchtime 2000x ./backends/memcached/'
+
+bench-peers: ## Measure coordd against bsm/redislock, go-redsync, asynq, goqite and textbook MySQL, side by side (bench/peers, its own module; ~5 min)
+	bash scripts/test-services.sh bash -euo pipefail -c '\
+	cd bench/peers && $(GO) test -count=1 -run "^$$" -bench . -benchtime 1x -timeout 60m .'
 
 chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the verdict table (private servers; see docs/reliability.md)
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \

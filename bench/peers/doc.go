@@ -1,0 +1,14 @@
+// Package peers measures coordd against the libraries a Go user would pick
+// instead, side by side in one run on the same servers (issue 15):
+//
+//	make bench-peers
+//
+// It is a module of its own so that the peers (bsm/redislock,
+// go-redsync, asynq, goqite) never become dependencies of coordd. Every row
+// runs the peer and coordd alternately, in chunks, so that both see the
+// same machine load; the table prints each side's rate and their ratio.
+// Peers run with their documented defaults and no-op handlers; coordd runs
+// with the defaults of its spec and Go API. Redis rows use a private
+// redis-server (asynq's keys have no prefix of ours), MariaDB rows a
+// database of their own, SQLite rows temp files.
+package peers
