@@ -56,7 +56,8 @@ var (
 	// over, retired or deleted).
 	ErrLost = errors.New("lease lost")
 	// ErrHeld: the object still has holders or running occurrences, so it
-	// cannot be removed yet.
+	// cannot be removed yet (or, for an Exclusive claim, a run of the task
+	// is still live).
 	ErrHeld = errors.New("still held")
 	// ErrHasJobs: a queue still holds jobs.
 	ErrHasJobs = errors.New("queue still holds jobs")
@@ -200,6 +201,9 @@ type SemaphoreConfig struct {
 	// MaxWaiting < 0 means unbounded.
 	MaxWaiting int           `json:"max_waiting"`
 	MaxHold    time.Duration `json:"max_hold,omitempty"`
+	// Keyed: the semaphore holds no slot of its own; each key given at run
+	// time is an instance with this config (instance.go).
+	Keyed bool `json:"keyed,omitempty"`
 }
 
 // Holder is one held slot.
@@ -215,6 +219,8 @@ type Holder struct {
 	// Session is the id of the MySQL connection (processlist id) whose
 	// named lock holds the slot, in mode session; 0 otherwise.
 	Session int64 `json:"session,omitempty"`
+	// Key is the instance's key, for a holder of a keyed semaphore.
+	Key string `json:"key,omitempty"`
 }
 
 // SemaphoreState is what a backend observes of one semaphore.
@@ -228,6 +234,10 @@ type SemaphoreState struct {
 	Expired int `json:"expired"`
 	// Waiters counts live waiter records (backends with Waiters).
 	Waiters int `json:"waiters"`
+	// Instances lists the live instances of a keyed semaphore by key.
+	// Holders and Waiters above count those of every instance too, so that
+	// a drain or a replacement waits for them; Slots is then WantSlots().
+	Instances []InstanceState `json:"instances,omitempty"`
 }
 
 // WantSlots is the number of slots a consistent semaphore has.
@@ -264,12 +274,23 @@ type Grant struct {
 	ExpiresAt time.Time // backend time
 }
 
-// Semaphores is the runtime side of semaphores.
+// Semaphores is the runtime side of semaphores. Every name below may also
+// be the reference of an instance of a keyed semaphore (Instance, in
+// instance.go): TryAcquire then refuses a plain name of a keyed semaphore
+// (ErrKeyRequired) and a reference to one that is not keyed (ErrNotKeyed),
+// and checks the key (CheckInstanceKey) before anything is read or written.
 type Semaphores interface {
 	// TryAcquire takes a free or expired slot without waiting. It returns
 	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent,
 	// spec.ErrInvalidHostID when req.Host is neither empty nor a host id
 	// (CheckAcquire, before anything is read or written).
+	//
+	// A backend with Waiters serves its line first come, first served: it
+	// grants a slot only while fewer live waiters are ahead of req.Owner in
+	// line than slots are free (limit minus live holders), an owner not in
+	// line having every live waiter ahead of it, and otherwise returns
+	// ErrNoSlot; the check and the grant are one transaction or script, and
+	// the grant removes req.Owner's waiter record.
 	TryAcquire(ctx context.Context, name string, req AcquireRequest) (Grant, error)
 	// Extend renews owner's lease to now+lease in backend time.
 	Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error)
@@ -280,16 +301,24 @@ type Semaphores interface {
 	Holders(ctx context.Context, name string) ([]Holder, error)
 }
 
-// Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO).
+// Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO):
+// the line that TryAcquire follows. An instance of a keyed semaphore has a
+// line of its own, bounded by the semaphore's max_waiting.
 type Waiters interface {
-	// EnterWait registers owner as a waiter with a lease. It returns
+	// EnterWait registers owner as a waiter with a lease, at the tail of
+	// the line; an owner already in line renews its lease and keeps its
+	// place. A record whose lease expired (its waiter crashed) no longer
+	// counts, so it holds the line for at most its lease. It returns
 	// ErrTooManyWaiters when max_waiting live waiters exist.
 	EnterWait(ctx context.Context, name, owner string, lease time.Duration) error
-	// LeaveWait removes owner's waiter record.
+	// LeaveWait removes owner's waiter record, waking whoever that makes
+	// it the turn of.
 	LeaveWait(ctx context.Context, name, owner string) error
-	// WaitSemaphore blocks owner until a slot may have been freed, max
-	// elapsed or ctx ended. Backends with a push mechanism (BLPOP, KILL
-	// QUERY) use it; others poll with a bounded backoff. A backend whose
+	// WaitSemaphore blocks owner, a waiter in line, until it may be its
+	// turn (a slot was freed, a waiter ahead left or its record expired),
+	// max elapsed or ctx ended; an owner not in line waits as a newcomer.
+	// Backends with a push mechanism (BLPOP, KILL QUERY) wake the waiter
+	// whose turn it is; others poll with a bounded backoff. A backend whose
 	// slots belong to a connection (MySQL mode session) waits on the
 	// connection that will hold the slot and may take the slot already:
 	// owner's next TryAcquire then completes that grant, and LeaveWait frees
@@ -298,10 +327,12 @@ type Waiters interface {
 }
 
 // WakeRepairer is implemented by backends whose semaphore waiters sleep in
-// the backend until a release wakes them (MySQL mode session with wake
-// kill). A release that never came (its releaser died) or a slot the
-// backend freed by itself (a holder's connection died) leaves them asleep
-// until their sleep ends; the leader's repair pass wakes them sooner.
+// the backend until a release wakes them (MySQL: mode lease, and mode
+// session with wake kill). A release that never came (its releaser died) or
+// a slot the backend freed by itself (a holder's connection died) leaves
+// them asleep until their sleep ends; the repair pass wakes them sooner. The
+// semaphore package runs it when a caller starts waiting, so a waiter never
+// depends on a daemon; the daemon's leader runs it periodically too.
 type WakeRepairer interface {
 	// RepairWakeups wakes parked waiters of the named semaphores that have
 	// a free slot, one per free slot, and returns how many it woke.
@@ -561,6 +592,37 @@ type ClaimRequest struct {
 	// Skip, when not empty, records the occurrence as skipped with this
 	// reason (and still advances next_exec) instead of starting it.
 	Skip string
+	// Exclusive (overlap forbid): the claim is made only while no
+	// occurrence of the task holds a live run lease, checked in the same
+	// transaction or script as the claim; otherwise it is ErrHeld and
+	// nothing is written. Ignored with Skip.
+	Exclusive bool
+}
+
+// ClaimResult is the outcome of one request of ClaimOccurrences: the
+// occurrence, or the error ClaimOccurrence would have returned.
+type ClaimResult struct {
+	Occurrence Occurrence
+	Err        error
+}
+
+// Extension asks to renew one run lease (ExtendOccurrences).
+type Extension struct {
+	Occurrence Occurrence
+	Lease      time.Duration
+}
+
+// ExtendResult is the outcome of one Extension: the new expiry, or the
+// error ExtendOccurrence would have returned.
+type ExtendResult struct {
+	ExpiresAt time.Time
+	Err       error
+}
+
+// Finish is one result to record (FinishOccurrences).
+type Finish struct {
+	Occurrence Occurrence
+	Result     RunResult
 }
 
 // Crons is the runtime side of the scheduler.
@@ -585,13 +647,35 @@ type Crons interface {
 	// With Skip the occurrence is recorded as skipped and finished, without
 	// a lease, and the task's history is trimmed. An existing occurrence
 	// with the same key is ErrConflict (another host claimed it first); an
-	// absent task is ErrNotFound.
+	// absent task is ErrNotFound; with Exclusive, a live run of the task
+	// is ErrHeld.
 	ClaimOccurrence(ctx context.Context, req ClaimRequest) (Occurrence, error)
+	// ClaimOccurrences makes many claims in one round trip and one commit
+	// (a burst of due tasks must not pay one store write per task). Each
+	// request, except a manual one (ErrUnsupported: those are claimed one
+	// at a time), follows ClaimOccurrence's rules and gets the result
+	// ClaimOccurrence would have given, the requests being decided in the
+	// order given, atomically each; concurrent claimers, batched or not,
+	// never claim one occurrence twice. The returned slice has one result
+	// per request. A non-nil error is about the call as a whole: no claim
+	// may be relied on (as with a ClaimOccurrence whose answer was lost,
+	// one that was made anyway is reaped when its run lease expires).
+	ClaimOccurrences(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 	// ExtendOccurrence renews Owner's run lease (ErrLost otherwise).
 	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)
+	// ExtendOccurrences renews many run leases in one round trip, each
+	// under ExtendOccurrence's rules, with one result per extension; a
+	// non-nil error is about the call as a whole (no lease may be taken
+	// as renewed).
+	ExtendOccurrences(ctx context.Context, exts []Extension) ([]ExtendResult, error)
 	// FinishOccurrence records the result if occ.Owner still holds the run
 	// (ErrLost otherwise), and trims history to the task's history_limit.
 	FinishOccurrence(ctx context.Context, occ Occurrence, res RunResult) error
+	// FinishOccurrences records many results in as few round trips and
+	// commits as the backend allows, each under FinishOccurrence's rules,
+	// with one error per finish (nil: recorded); a non-nil error is about
+	// the call as a whole (no result may be taken as recorded).
+	FinishOccurrences(ctx context.Context, fins []Finish) ([]error, error)
 	// ExpiredOccurrences lists running occurrences whose run lease expired:
 	// their host was lost.
 	ExpiredOccurrences(ctx context.Context, limit int) ([]Occurrence, error)
@@ -629,10 +713,12 @@ type QueueConfig struct {
 type QueueState struct {
 	Config QueueConfig `json:"config"`
 	// PartitionsPresent counts partition lock rows (or lists) present.
-	PartitionsPresent int   `json:"partitions_present"`
-	Ready             int64 `json:"ready"`
-	InFlight          int64 `json:"in_flight"`
-	Dead              int64 `json:"dead"`
+	PartitionsPresent int `json:"partitions_present"`
+	// Ready counts the jobs waiting to be claimed, the Delayed ones
+	// included; ReadyNow is what the CLI and /metrics call ready.
+	Ready    int64 `json:"ready"`
+	InFlight int64 `json:"in_flight"`
+	Dead     int64 `json:"dead"`
 	// Delayed counts ready jobs whose available_at is in the future.
 	Delayed int64 `json:"delayed"`
 	// OldestReady is the enqueue time of the oldest ready job (zero: none).
@@ -643,6 +729,12 @@ type QueueState struct {
 
 // Jobs is the number of jobs a queue holds in any state.
 func (q *QueueState) Jobs() int64 { return q.Ready + q.InFlight + q.Dead }
+
+// ReadyNow counts the ready jobs that are available now: Ready without the
+// Delayed ones (a delayed push, a retry in its backoff). A job waiting
+// behind an earlier job of its key counts here too. coordd status, queue
+// stats and coordd_queue_ready all report this number.
+func (q *QueueState) ReadyNow() int64 { return q.Ready - q.Delayed }
 
 // QueueAdmin is reconcile's view of queues.
 type QueueAdmin interface {
@@ -689,9 +781,9 @@ type Job struct {
 // PushRequest enqueues one job.
 type PushRequest struct {
 	Payload []byte
-	// Key: jobs with one key go to one partition (FIFO among them); empty
-	// spreads jobs over the partitions. With unique, a second push of a key
-	// returns the existing job and ErrDuplicate.
+	// Key: jobs with one key run one at a time in push order (see
+	// Queues.Claim); empty spreads jobs over the partitions. With unique, a
+	// second push of a key returns the existing job and ErrDuplicate.
 	Key   string
 	Delay time.Duration
 }
@@ -702,11 +794,22 @@ type Queues interface {
 	// with the existing job). It first runs CheckPush: a key outside
 	// spec.CheckKey is spec.ErrInvalidKey, with nothing written.
 	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
-	// Claim takes up to max ready jobs of one partition in insert order,
-	// each leased to owner for the queue's visibility timeout and counted
-	// as an attempt. A job whose visibility expired is ready again; one
-	// whose attempts are used up moves to the dead set instead. No job and
-	// no error when none is ready.
+	// Claim takes up to max claimable jobs, oldest (lowest id: push order)
+	// first, whatever their partition, each leased to owner for the queue's
+	// visibility timeout and counted as an attempt. A job whose visibility
+	// expired is ready again; one whose attempts are used up moves to the
+	// dead set instead. No job and no error when none is claimable.
+	//
+	// A ready job is claimable once its available_at has passed, except a
+	// job with a key (claim partition), which is claimable only while no
+	// job of its key is in flight and no ready job of its key (delayed ones
+	// included) is older: the jobs of one key run one at a time, in push
+	// order, and a claim takes at most one of them. A retried job keeps its
+	// id, so the next job of its key waits through its backoff; an expired
+	// lease keeps the key until a claim sweeps it, and the job then comes
+	// first; a dead job no longer holds its key. MySQL's claim skip_locked
+	// orders nothing: it takes available jobs in (available_at, id) order
+	// and ignores keys.
 	Claim(ctx context.Context, queue, owner string, max int) ([]Job, error)
 	// Ack deletes a finished job if j.Owner still holds it (ErrLost).
 	Ack(ctx context.Context, j Job) error

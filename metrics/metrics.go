@@ -195,8 +195,12 @@ var (
 		"Held slots whose lease has not expired.", []string{"semaphore", "backend"}, nil)
 	descSemWaiters = prometheus.NewDesc("coordd_semaphore_waiters",
 		"Live waiter records (backends that record waiters; 0 elsewhere).", []string{"semaphore", "backend"}, nil)
+	descSemInstances = prometheus.NewDesc("coordd_semaphore_instances",
+		"Live instances of a keyed semaphore: keys with a holder or a waiter (holders and waiters count those of every instance).", []string{"semaphore", "backend"}, nil)
 	descQReady = prometheus.NewDesc("coordd_queue_ready",
-		"Jobs ready to be claimed (delayed ones included).", []string{"queue", "backend"}, nil)
+		"Jobs ready now: waiting to be claimed, delayed ones not included (coordd status and queue stats show the same).", []string{"queue", "backend"}, nil)
+	descQDelayed = prometheus.NewDesc("coordd_queue_delayed",
+		"Jobs waiting out a delay or a retry backoff.", []string{"queue", "backend"}, nil)
 	descQInFlight = prometheus.NewDesc("coordd_queue_in_flight",
 		"Jobs claimed by a worker and not yet acked.", []string{"queue", "backend"}, nil)
 	descQDead = prometheus.NewDesc("coordd_queue_dead",
@@ -218,7 +222,7 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descQReady, descQInFlight, descQDead, descQAge,
+		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge,
 		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
@@ -349,6 +353,9 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 				gauge(descSemLimit, float64(s.Config.Limit), n, o.Backend),
 				gauge(descSemHolders, float64(len(s.Holders)), n, o.Backend),
 				gauge(descSemWaiters, float64(s.Waiters), n, o.Backend))
+			if s.Config.Keyed {
+				out = append(out, gauge(descSemInstances, float64(len(s.Instances)), n, o.Backend))
+			}
 		}
 	}
 	if qa, isQueue := o.B.(backends.QueueAdmin); isQueue && len(o.Queues) > 0 {
@@ -369,7 +376,8 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 				age = max(now.Sub(q.OldestReady).Seconds(), 0)
 			}
 			out = append(out,
-				gauge(descQReady, float64(q.Ready), n, o.Backend),
+				gauge(descQReady, float64(q.ReadyNow()), n, o.Backend),
+				gauge(descQDelayed, float64(q.Delayed), n, o.Backend),
 				gauge(descQInFlight, float64(q.InFlight), n, o.Backend),
 				gauge(descQDead, float64(q.Dead), n, o.Backend),
 				gauge(descQAge, age, n, o.Backend))

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -249,6 +250,38 @@ func TestMetricsHosts(t *testing.T) {
 		src.applied, src.known = c.applied, true
 		if _, body := get(t, base+"/metrics"); !hasLine(body, c.want) {
 			t.Errorf("applied %s: no line %q", c.applied, c.want)
+		}
+	}
+}
+
+// TestMetricsKeyedInstances: a keyed semaphore's gauges count the holders
+// and waiters of every instance, and coordd_semaphore_instances its live
+// instances.
+func TestMetricsKeyedInstances(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	defer st.Close()
+	if err := st.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "k", Limit: 1, Lease: time.Minute, Mode: "lease", MaxWaiting: -1, Keyed: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"a", "b"} {
+		if _, err := st.TryAcquire(ctx, backends.Instance("k", key), backends.AcquireRequest{Owner: fmt.Sprintf("o%d", i), Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.EnterWait(ctx, backends.Instance("k", "a"), "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, Semaphores: []string{"k"}}}}
+	base := serve(t, metrics.New(src))
+	_, body := get(t, base+"/metrics")
+	for _, l := range []string{
+		`coordd_semaphore_holders{backend="local",semaphore="k"} 2`,
+		`coordd_semaphore_waiters{backend="local",semaphore="k"} 1`,
+		`coordd_semaphore_instances{backend="local",semaphore="k"} 2`,
+	} {
+		if !hasLine(body, l) {
+			t.Errorf("no line %q in /metrics", l)
 		}
 	}
 }

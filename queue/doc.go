@@ -1,14 +1,16 @@
 // Package queue is the Go API for coordd queues: push jobs, and work them
 // with a handler while their visibility lease is kept alive.
 //
-// The backend does the queueing (see backends.Queues): partitions, FIFO
-// order within a partition, visibility leases, attempts, retry backoff and
-// the dead set. This package adds waiting and lease keeping.
+// The backend does the queueing (see backends.Queues): claims in push
+// order, the jobs of one key one at a time, visibility leases, attempts,
+// retry backoff and the dead set. This package adds waiting and lease
+// keeping.
 //
 // # Waiting
 //
 // In one process, an idle worker is woken by a Push through the same Client
-// with no lost wake-ups: the worker takes the queue's current wake channel
+// (and by the ack of a job with a key, which may let the next job of its
+// key start) with no lost wake-ups: the worker takes the queue's current wake channel
 // *before* it tries to claim, and Push closes that channel, so a push that
 // lands between an empty claim and the wait still wakes it (the scheme of
 // package semaphore, seed 004). Across processes the backend's WaitQueue

@@ -91,8 +91,9 @@ func (c *Client) wake(queue string) {
 
 // PushOptions tune one push.
 type PushOptions struct {
-	// Key sends jobs with one key to one partition (FIFO among them) and,
-	// when the queue has unique set, is the deduplication key.
+	// Key: the jobs of one key run one at a time, in push order (claim
+	// partition; see backends.Queues.Claim). When the queue has unique set,
+	// it is also the deduplication key.
 	Key string
 	// Delay makes the job claimable only after this long.
 	Delay time.Duration
@@ -665,6 +666,9 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 		switch {
 		case ferr == nil:
 			w.stats.Acked.Add(1)
+			if j.Key != "" {
+				w.c.wake(w.queue) // the next job of its key may start
+			}
 		case errors.Is(ferr, backends.ErrLost):
 			w.stats.Lost.Add(1)
 			w.logf("queue %s: job %d done, but its lease was lost before the ack: %v", w.queue, j.ID, ferr)

@@ -86,6 +86,15 @@ func (e *Engine) Apply(ctx context.Context, opts Options, approved string) (*Res
 		return res, ErrBlocked
 	}
 	if p.held > 0 {
+		// Cron tasks and queues come back at once; nothing is recorded,
+		// so the apply after the hold adopts them (Put is idempotent)
+		// and records the whole spec, semaphores included.
+		for _, c := range append(append([]*Change{}, p.Changes...), p.Drift...) {
+			if _, _, err := e.applyChange(ctx, c, opts); err != nil {
+				return res, fmt.Errorf("%s: %s: %w", c.Address, c.Action, err)
+			}
+			res.Applied++
+		}
 		return res, fmt.Errorf("%w: %d semaphore change(s) wait until holders from before the loss have stopped; apply again then", ErrLossHold, p.held)
 	}
 	if !p.HasChanges() {

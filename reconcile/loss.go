@@ -214,9 +214,11 @@ func lostBackends(loss map[string]*lossInfo) []LostBackend {
 }
 
 // ErrLossHold is returned by Apply while a backend that lost its data is in
-// its hold and the plan would put semaphores on it: nothing is applied
-// until the hold has passed, so that no apply records a spec whose
-// semaphores it could not create.
+// its hold and the plan would put semaphores on it. The other changes (cron
+// tasks and queues re-created on that backend) are applied at once, but
+// nothing is recorded until the hold has passed, so that no apply records a
+// spec whose semaphores it could not create: the apply after the hold
+// adopts what was created meanwhile.
 var ErrLossHold = errors.New("waiting for a data-loss hold")
 
 // holdLost moves the changes that would put semaphore tokens on a backend

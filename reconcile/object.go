@@ -27,9 +27,14 @@ type object struct {
 
 // placement is what forces a replacement when it changes: the backend, and
 // for a semaphore also its mode (a session lock and a lease row cannot share
-// holders).
+// holders) and whether it is keyed (the semaphore's own slots and its
+// instances' cannot share holders either: the new kind admits nobody until
+// holders of the old one release).
 func (o *object) placement() string {
 	if o.sem != nil {
+		if o.sem.Keyed {
+			return o.backend + "/" + o.sem.Mode + "/keyed"
+		}
 		return o.backend + "/" + o.sem.Mode
 	}
 	return o.backend
@@ -117,7 +122,7 @@ func semConfig(s *spec.Semaphore, limit int) backends.SemaphoreConfig {
 	}
 	return backends.SemaphoreConfig{
 		Name: s.Name, Limit: limit, Lease: s.Lease, Mode: s.Mode, Wake: s.Wake,
-		MaxWaiting: mw, MaxHold: s.MaxHold,
+		MaxWaiting: mw, MaxHold: s.MaxHold, Keyed: s.Keyed,
 	}
 }
 
@@ -153,7 +158,7 @@ func (o *object) attrs() []attr {
 		return []attr{
 			{"backend", s.Backend}, {"limit", i(s.Limit)}, {"lease", dur(s.Lease)},
 			{"mode", s.Mode}, {"wake", s.Wake}, {"max_waiting", mw},
-			{"max_hold", dur(s.MaxHold)}, {"prevent_destroy", b(s.PreventDestroy)},
+			{"max_hold", dur(s.MaxHold)}, {"keyed", b(s.Keyed)}, {"prevent_destroy", b(s.PreventDestroy)},
 		}
 	case o.cron != nil:
 		c := o.cron

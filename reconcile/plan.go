@@ -100,6 +100,9 @@ type Plan struct {
 	// Lost lists the backends that lost their data and hold objects that
 	// existed there (see loss.go).
 	Lost []LostBackend `json:"lost,omitempty"`
+	// Warnings are the spec's (spec.Spec.Warnings): advice that does not
+	// block the apply.
+	Warnings []spec.Warning `json:"warnings"`
 
 	SpecHash          string  `json:"spec_hash"`
 	AppliedGeneration int64   `json:"applied_generation"`
@@ -284,7 +287,8 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 		return nil, err
 	}
 
-	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{}}
+	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{},
+		Warnings: append([]spec.Warning{}, e.Spec.Warnings()...)}
 	if opts.Resync {
 		p.SpecHash = ""
 		if st.Last != nil {
@@ -556,6 +560,20 @@ func planReplace(c *Change, old, d *object, obs *observations, opts Options) {
 func updateNotes(old, d *object, obs *observations) []string {
 	var notes []string
 	switch {
+	case d.sem != nil && d.sem.Keyed:
+		// Each instance has the limit: count the instances above it.
+		over, held := 0, 0
+		if st := obs.sem[obsKey{d.backend, d.addr}]; st != nil && d.sem.Limit < old.sem.Limit {
+			for _, i := range st.Instances {
+				if len(i.Holders) > d.sem.Limit {
+					over++
+					held += len(i.Holders)
+				}
+			}
+		}
+		if over > 0 {
+			notes = append(notes, fmt.Sprintf("%d holder(s) of %d key(s) above the new limit keep their slots until they release; nobody is admitted above %d per key", held, over, d.sem.Limit))
+		}
 	case d.sem != nil:
 		held := obs.semHolders(d.backend, d.addr)
 		if d.sem.Limit < old.sem.Limit && held > d.sem.Limit {

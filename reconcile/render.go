@@ -41,7 +41,7 @@ func (c *Change) headline() string {
 
 // forcesReplacement names the attributes whose change forces a replace.
 func forcesReplacement(c *Change, name string) bool {
-	return c.Action == Replace && (name == "backend" || (c.Address.Kind == "semaphore" && name == "mode"))
+	return c.Action == Replace && (name == "backend" || (c.Address.Kind == "semaphore" && (name == "mode" || name == "keyed")))
 }
 
 func writeChange(w io.Writer, c *Change) {

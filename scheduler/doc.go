@@ -33,11 +33,19 @@
 //     late (a host that was briefly busy still runs the current time).
 //
 // overlap forbid records an on-time occurrence as skipped while a run of the
-// task is live. A failed, timed-out or lost attempt with attempts left runs
-// again as attempt+1 after retry_backoff; with on_host_loss fail a lost
-// attempt is not retried. Manual runs (`coordd cron run`) are not retried.
+// task is live. A failed or timed-out attempt with attempts left runs again
+// as attempt+1 after retry_backoff. A lost attempt does too under
+// on_host_loss retry, even when it was the last max_attempts allows: a host
+// loss earns one attempt beyond max_attempts (at most max_attempts+1 per
+// scheduled time); with on_host_loss fail it is not retried. Manual runs
+// (`coordd cron run`) are not retried.
 // A task with history_limit 0 loses its failed runs at once and so is never
 // retried.
+//
+// A run of a task with a semaphore takes a slot before its command starts
+// and holds it to the end; the semaphore's max_hold, when shorter than the
+// task's timeout, stops the command as a timeout would, so a hung command
+// cannot keep the slot renewed forever.
 //
 // A run holds a run lease (run_lease, renewed every run_lease/3); the child
 // supervisor kills the command before a lease it failed to renew ends, and

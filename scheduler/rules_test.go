@@ -97,7 +97,7 @@ func TestCatchUp(t *testing.T) {
 			}
 			var wantLog []string
 			for _, at := range times[len(times)-tc.runs:] {
-				wantLog = append(wantLog, at.UTC().Format(time.RFC3339))
+				wantLog = append(wantLog, at.UTC().Format(scheduledAtLayout))
 			}
 			if got := lines(t, log); strings.Join(got, " ") != strings.Join(wantLog, " ") {
 				t.Fatalf("ran %v, want %v in order", got, wantLog)

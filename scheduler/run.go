@@ -25,7 +25,9 @@ const (
 
 // runLease keeps one occurrence's run lease alive.
 type runLease struct {
-	cb    *cronBackend
+	// ext renews the lease (ExtendOccurrence, coalesced with the other
+	// runs' renewals).
+	ext   func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error)
 	occ   backends.Occurrence
 	lease time.Duration
 
@@ -74,7 +76,7 @@ func (l *runLease) trustLeft() time.Duration {
 func (l *runLease) extend(ctx context.Context, d time.Duration) error {
 	sent := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, d)
-	_, err := l.cb.ExtendOccurrence(ectx, l.occ, l.lease)
+	_, err := l.ext(ectx, l.occ, l.lease)
 	cancel()
 	switch {
 	case err == nil:
@@ -118,10 +120,22 @@ func (l *runLease) keep(ctx context.Context) {
 
 // execute runs a claimed occurrence to the end and records the result. It
 // returns the result and the exit code for `cron run`.
-func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, stdout, stderr io.Writer) (backends.RunResult, int) {
+//
+// started, if not nil, is called once when the command started or the run
+// ended without starting it.
+func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, stdout, stderr io.Writer, started func()) (backends.RunResult, int) {
 	def := t.def
+	var startedOnce sync.Once
+	markStarted := func() {
+		if started != nil {
+			startedOnce.Do(started)
+		}
+	}
 	log := s.log.With("task", t.name, "scheduled_at", occ.ScheduledAt.UTC().Format(time.RFC3339Nano), "attempt", occ.Attempt, "run_id", occ.RunID)
-	rl := &runLease{cb: cb, occ: occ, lease: def.RunLease, lastSent: sent, lost: make(chan struct{})}
+	ext := func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
+		return s.extendOccurrence(ctx, cb, occ, lease)
+	}
+	rl := &runLease{ext: ext, occ: occ, lease: def.RunLease, lastSent: sent, lost: make(chan struct{})}
 	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopKeep()
 	go rl.keep(kctx)
@@ -129,26 +143,33 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	// The semaphore slot, once taken, and the end of its renewals.
 	var slot *semaphore.Lease
 	stopSlot := func() {}
+	// The command's time limit: the task's timeout, or the semaphore's
+	// max_hold when that is shorter, so that a hung command cannot keep
+	// the slot renewed forever (the bound `sem run` holders have too).
+	timeout, timedOut := def.Timeout, fmt.Sprintf("timed out after %s", def.Timeout)
 
 	finish := func(res backends.RunResult, code int) (backends.RunResult, int) {
+		markStarted()
 		// The slot goes first, so that the next holder need not wait for
-		// the record; the run lease is renewed meanwhile.
+		// the record; the run lease is renewed meanwhile, and until the
+		// result is recorded (the record may wait for a burst's starts).
 		if slot != nil {
 			stopSlot()
 			releaseSlot(context.WithoutCancel(ctx), log, slot)
 		}
-		stopKeep()
 		// A result that is not recorded leaves the run "running" until its
-		// lease expires and then counts it as a lost host: retry a blip.
+		// lease expires (renewals stop below) and then counts it as a lost
+		// host: retry a blip.
 		err := retry.Final(context.WithoutCancel(ctx), retry.Budget, func(ctx context.Context) error {
 			fctx, cancel := context.WithTimeout(ctx, finishTimeout)
 			defer cancel()
-			return cb.FinishOccurrence(fctx, occ, res)
+			return s.finishOccurrence(fctx, cb, occ, res)
 		}, func(err error, next time.Duration) {
 			if next > 0 {
 				log.Warn("recording the result failed; retrying", "status", res.Status, "retry_in", next, "error", err)
 			}
 		})
+		stopKeep()
 		if err != nil {
 			log.Warn("recording the result failed", "status", res.Status, "error", err)
 			if !errors.Is(err, backends.ErrLost) {
@@ -191,6 +212,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q not acquired: %v", def.Semaphore, err)}, exitNotAcquired)
 		}
 		slot = acquired
+		if cfg.MaxHold > 0 && (timeout == 0 || cfg.MaxHold < timeout) {
+			timeout, timedOut = cfg.MaxHold, fmt.Sprintf("held semaphore %q longer than its max_hold %s", def.Semaphore, cfg.MaxHold)
+		}
 		sctx, cancelSlot := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancelSlot()
 		stopSlot = cancelSlot
@@ -211,13 +235,22 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	out := &tail{}
 	spec := child.Spec{
 		Dir:    def.Workdir,
-		Env:    env(t, occ),
+		Env:    env(t, occ, slot),
 		Stdout: io.MultiWriter(stdout, out),
 		Stderr: io.MultiWriter(stderr, out),
 		Lease:  def.RunLease, Margin: rl.margin(), Grace: min(def.RunLease/3, 10*time.Second),
-		Timeout: def.Timeout, KillGrace: max(def.KillGrace, time.Millisecond),
-		// Set by coordd's main; empty (no shim) in other programs.
-		Shim: child.DefaultShim,
+		Timeout: timeout, KillGrace: max(def.KillGrace, time.Millisecond),
+		// Set by coordd's main; empty (no guard) in other programs. One
+		// guard process starts every command: a shim per command would
+		// cost a process start per run, which a burst of runs cannot
+		// afford (the shim is for a command too large for the guard).
+		Guard: child.DefaultShim, Shim: child.DefaultShim,
+	}
+	if stdout == stderr {
+		// One writer, hence one pipe (a scheduled run's lines all go to
+		// the daemon's log): the lines keep their order, and a run costs
+		// one pipe and one copy less.
+		spec.Stderr = spec.Stdout
 	}
 	if f := s.cfg.ChildEnvUnset; f != nil {
 		spec.Unset = f()
@@ -236,6 +269,7 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		o.CronStarted(t.name, occ.ScheduledAt, occ.Attempt, time.Now())
 	}
 	p, err := child.Start(ctx, spec)
+	markStarted()
 	if err == nil {
 		rl.proc = p
 		// A renewal between reading lastSent and setting proc.
@@ -289,7 +323,7 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		rr.Status, rr.Error, code = backends.RunLost, "lease lost: the command was stopped", child.ExitLeaseLost
 		rr.ExitCode = code
 	case res.TimedOut:
-		rr.Status, rr.Error = backends.RunTimedOut, fmt.Sprintf("timed out after %s", def.Timeout)
+		rr.Status, rr.Error = backends.RunTimedOut, timedOut
 	case res.Canceled:
 		rr.Status, rr.Error = backends.RunLost, "stopped: coordd shut down or was interrupted"
 	case rr.ExitCode == 0:

@@ -12,9 +12,11 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
@@ -115,6 +117,11 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	closing bool
+	// batch holds each backend's coalescers (batch.go), under mu.
+	batch map[backends.Crons]*cronBatchers
+	// starting counts runs claimed whose command has not started yet:
+	// while there are any, results wait to be recorded (batch.go).
+	starting atomic.Int64
 
 	// offsets holds, per backend name, its clock minus this host's and
 	// when that was measured; only Run's goroutine uses it.
@@ -166,7 +173,7 @@ func New(cfg Config) *Scheduler {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel,
-		offsets: map[string]clockOffset{}}
+		offsets: map[string]clockOffset{}, batch: map[backends.Crons]*cronBatchers{}}
 }
 
 // Wake makes the loop re-read the backends at once (the spec changed, a run
@@ -210,15 +217,22 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		leadCh = s.cfg.Elector.Subscribe()
 	}
 	var sweepAt time.Time // zero: sweep on the next pass
+	// backlog: the last pass left due tasks unclaimed (a burst larger
+	// than a page). The next page is claimed at once, and a sweep that
+	// a finished run asked for waits until the backlog is claimed (or a
+	// whole Sweep passed since the last one): starting the due runs
+	// comes first.
+	var backlog bool
+	var swept time.Time
 	for {
 		if s.isClosing() || ctx.Err() != nil {
 			return nil
 		}
 		sleep := s.cfg.Poll
 		if s.leading() {
-			sweep := !time.Now().Before(sweepAt)
+			sweep := !time.Now().Before(sweepAt) && (!backlog || time.Since(swept) >= s.cfg.Sweep)
 			if sweep {
-				sweepAt, s.reapAt = time.Now().Add(s.cfg.Sweep), time.Time{}
+				sweepAt, s.reapAt, swept = time.Now().Add(s.cfg.Sweep), time.Time{}, time.Now()
 			}
 			for _, bn := range s.sortedBackends() {
 				d, retryIn := s.pass(ctx, bn, s.cfg.Backends()[bn], sweep)
@@ -230,7 +244,20 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if !s.reapAt.IsZero() && s.reapAt.Before(sweepAt) {
 				sweepAt = s.reapAt
 			}
+			backlog = sleep <= 0
 			sleep = min(sleep, time.Until(sweepAt))
+		} else {
+			backlog = false
+		}
+		if backlog {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.wake:
+				sweepAt = time.Time{}
+			default:
+			}
+			continue
 		}
 		sleep = max(sleep, 5*time.Millisecond)
 		t := time.NewTimer(sleep)
@@ -301,6 +328,24 @@ func parseTask(name string, raw json.RawMessage) (*task, error) {
 	return t, nil
 }
 
+// retryable reports whether r, the latest attempt of its scheduled time,
+// which ended failed, timed out or lost, gets another attempt.
+//
+// A failed or timed-out attempt is retried while r.Attempt < max_attempts.
+// A lost one (its host vanished or stopped renewing: nothing says the
+// command failed) is retried under on_host_loss retry while r.Attempt <=
+// max_attempts: a host loss earns one attempt beyond max_attempts, so that
+// the default max_attempts 1 survives a kill -9, and a command that kills
+// its host every time still runs at most max_attempts+1 times per
+// scheduled time. The bound needs only r's attempt number, not a count of
+// earlier losses that history_limit might have trimmed.
+func (t *task) retryable(r backends.Run) bool {
+	if r.Status == backends.RunLost {
+		return t.def.OnHostLoss != spec.HostLossFail && r.Attempt <= t.def.MaxAttempts
+	}
+	return r.Attempt < t.def.MaxAttempts
+}
+
 // pass does one round on backend bn: with sweep, reap and retries first;
 // then the due tasks. It returns how long the loop may sleep as far as b is
 // concerned and, with sweep, how long until the next pending retry is due.
@@ -327,11 +372,35 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 			return sleep, retryIn
 		}
 	}
+	// Tasks with one on-time due time, the burst case, are claimed
+	// together in one call; catch-up goes one task at a time.
+	var items []claimItem
 	for _, d := range due {
 		if !s.leading() {
 			return sleep, retryIn
 		}
+		t, err := parseTask(d.Name, d.Def)
+		if err != nil {
+			s.log.Error("cannot schedule task", "task", d.Name, "error", err)
+			continue
+		}
+		next := t.sched.Next(d.NextExec)
+		if (next.IsZero() || next.After(now)) && (t.def.CatchUp != spec.CatchUpNone || now.Sub(d.NextExec) <= noneLate) {
+			items = append(items, claimItem{t: t, due: d, req: backends.ClaimRequest{
+				Task: t.name, ScheduledAt: d.NextExec, Next: next, Attempt: 1, Lease: t.def.RunLease,
+				Exclusive: t.def.Overlap != spec.OverlapAllow,
+			}})
+			continue
+		}
 		s.due(ctx, cb, d, now)
+	}
+	for _, it := range s.claimAndStartMany(ctx, cb, items) {
+		// A run of the task is live (overlap forbid): the one-task path
+		// reads it, records the skip and watches its lease.
+		if !s.leading() {
+			return sleep, retryIn
+		}
+		s.due(ctx, cb, it.due, now)
 	}
 	switch {
 	case len(due) == batch:
@@ -420,34 +489,31 @@ func (s *Scheduler) retries(ctx context.Context, cb *cronBackend) time.Duration 
 	if err != nil {
 		return sleep
 	}
+	var items []claimItem
 	for _, r := range pend {
 		st := states[r.Task]
 		if st == nil || r.Manual {
 			continue // deleted task; manual runs are retried by whoever ran them
 		}
 		t, err := parseTask(r.Task, st.Def)
-		if err != nil || r.Attempt >= t.def.MaxAttempts {
-			continue
-		}
-		if r.Status == backends.RunLost && t.def.OnHostLoss == spec.HostLossFail {
+		if err != nil || !t.retryable(r) {
 			continue
 		}
 		if at := r.FinishedAt.Add(t.def.RetryBackoff); at.After(now) {
 			sleep = min(sleep, at.Sub(now))
 			continue
 		}
-		if t.def.Overlap != spec.OverlapAllow {
-			if running, err := cb.Running(ctx, r.Task); err != nil || len(running) > 0 {
-				continue // wait for the running one
-			}
-		}
-		if !s.leading() {
-			return sleep
-		}
-		s.claimAndStart(ctx, cb, t, backends.ClaimRequest{
+		// With overlap forbid a retry waits for the running one: its
+		// claim is refused (ErrHeld) and the next sweep tries again.
+		items = append(items, claimItem{t: t, req: backends.ClaimRequest{
 			Task: r.Task, ScheduledAt: r.ScheduledAt, Attempt: r.Attempt + 1, Lease: t.def.RunLease,
-		})
+			Exclusive: t.def.Overlap != spec.OverlapAllow,
+		}})
 	}
+	if !s.leading() {
+		return sleep
+	}
+	s.claimAndStartMany(ctx, cb, items)
 	return sleep
 }
 
@@ -548,31 +614,98 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 
 // claimAndStart claims req and starts the occurrence in its own goroutine.
 func (s *Scheduler) claimAndStart(ctx context.Context, cb *cronBackend, t *task, req backends.ClaimRequest) bool {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	if !s.addRuns(1) {
 		return false
 	}
-	s.runs.Add(1) // under mu, so that Shutdown's Wait never races an Add
-	s.mu.Unlock()
 	req.Owner, req.Host = newOwner(), s.cfg.Host
 	sent := time.Now()
 	occ, err := cb.ClaimOccurrence(ctx, req)
 	if err != nil {
 		s.runs.Done()
-		if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
-			s.log.Warn("claim failed", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt, "error", err)
-		}
+		s.claimFailed(ctx, t, req, err)
 		return false
 	}
+	s.start(cb, t, occ, sent)
+	return true
+}
+
+// claimItem is one claim of a batch: its task and request, and the due
+// task it claims (zero for a retry).
+type claimItem struct {
+	t   *task
+	req backends.ClaimRequest
+	due backends.DueTask
+}
+
+// claimAndStartMany claims items in one ClaimOccurrences call and starts
+// each occurrence claimed in its own goroutine, without waiting for any
+// other store write. It returns the items whose claim found a live run of
+// their task (ErrHeld).
+func (s *Scheduler) claimAndStartMany(ctx context.Context, cb *cronBackend, items []claimItem) []claimItem {
+	if len(items) == 0 || !s.addRuns(len(items)) {
+		return nil
+	}
+	reqs := make([]backends.ClaimRequest, len(items))
+	for i, it := range items {
+		reqs[i] = it.req
+		reqs[i].Owner, reqs[i].Host = newOwner(), s.cfg.Host
+	}
+	sent := time.Now()
+	res, err := cb.ClaimOccurrences(ctx, reqs)
+	if err != nil {
+		s.runs.Add(-len(items))
+		if ctx.Err() == nil {
+			s.log.Warn("claim failed", "claims", len(items), "error", err)
+		}
+		return nil
+	}
+	s.log.Debug("claimed due occurrences", "backend", cb.Name(), "claims", len(items), "took", time.Since(sent))
+	var held []claimItem
+	for i, r := range res {
+		if r.Err != nil {
+			s.runs.Done()
+			if errors.Is(r.Err, backends.ErrHeld) {
+				held = append(held, items[i])
+			} else {
+				s.claimFailed(ctx, items[i].t, reqs[i], r.Err)
+			}
+			continue
+		}
+		s.start(cb, items[i].t, r.Occurrence, sent)
+	}
+	return held
+}
+
+// addRuns counts n runs about to be claimed, unless Shutdown began.
+func (s *Scheduler) addRuns(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.runs.Add(n) // under mu, so that Shutdown's Wait never races an Add
+	return true
+}
+
+// claimFailed logs a claim that failed for another reason than another
+// host (or pass) having claimed it first.
+func (s *Scheduler) claimFailed(ctx context.Context, t *task, req backends.ClaimRequest, err error) {
+	if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
+		s.log.Warn("claim failed", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt, "error", err)
+	}
+}
+
+// start runs a claimed occurrence in its own goroutine; sent is when its
+// claim was sent (its run lease started no earlier). addRuns counted it.
+func (s *Scheduler) start(cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time) {
+	s.starting.Add(1)
 	go func() {
 		defer s.runs.Done()
 		defer s.Wake()
 		pw := &prefixer{mu: &s.outMu, w: s.cfg.Stdout, prefix: []byte("[" + t.name + " " + occ.RunID + "] ")}
-		s.execute(s.runCtx, cb, t, occ, sent, pw, pw)
+		s.execute(s.runCtx, cb, t, occ, sent, pw, pw, func() { s.starting.Add(-1) })
 		pw.Close()
 	}()
-	return true
 }
 
 // Shutdown stops claiming and waits for running occurrences until ctx
@@ -643,29 +776,48 @@ func (s *Scheduler) RunManual(ctx context.Context, b backends.Backend, name stri
 	if err != nil {
 		return exitCoorddFailed, err
 	}
-	res, code := s.execute(ctx, cb, t, occ, sent, stdout, stderr)
+	res, code := s.execute(ctx, cb, t, occ, sent, stdout, stderr, nil)
 	if res.Status == statusNotRecorded {
 		return exitCoorddFailed, errors.New(res.Error)
 	}
 	return code, nil
 }
 
-// env is the child's environment for occ.
-func env(t *task, occ backends.Occurrence) []string {
+// scheduledAtLayout is the format of COORDD_SCHEDULED_AT: RFC 3339 in UTC
+// with exactly six fractional digits. Every backend keeps scheduled times
+// to the microsecond, so the value is exact and has one width everywhere
+// (a manual run's time comes from the backend's clock: milliseconds on
+// SQLite, microseconds on MySQL and Redis).
+const scheduledAtLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// env is the child's environment for occ. With a semaphore, slot is the
+// slot it holds: COORDD_FENCING_TOKEN is then the slot's number, the one a
+// resource guarded by the semaphore compares with those of `sem run`
+// holders, and the task's own number is COORDD_TASK_FENCING_TOKEN.
+func env(t *task, occ backends.Occurrence, slot *semaphore.Lease) []string {
 	keys := make([]string, 0, len(t.def.Env))
 	for k := range t.def.Env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	out := make([]string, 0, len(keys)+5)
+	out := make([]string, 0, len(keys)+8)
 	for _, k := range keys {
 		out = append(out, k+"="+t.def.Env[k])
 	}
+	taskFencing := strconv.FormatInt(occ.Fencing, 10)
+	out = append(out,
+		child.VarTask+"="+t.name,
+		child.VarScheduledAt+"="+occ.ScheduledAt.UTC().Format(scheduledAtLayout),
+		child.VarAttempt+"="+strconv.Itoa(occ.Attempt),
+		child.VarRunID+"="+occ.RunID,
+		child.VarTaskFencingToken+"="+taskFencing,
+	)
+	if slot == nil {
+		return append(out, child.VarFencingToken+"="+taskFencing)
+	}
 	return append(out,
-		"COORDD_TASK="+t.name,
-		"COORDD_SCHEDULED_AT="+occ.ScheduledAt.UTC().Format(time.RFC3339Nano),
-		"COORDD_ATTEMPT="+strconv.Itoa(occ.Attempt),
-		"COORDD_RUN_ID="+occ.RunID,
-		"COORDD_FENCING_TOKEN="+strconv.FormatInt(occ.Fencing, 10),
+		child.VarSemaphore+"="+t.def.Semaphore,
+		child.VarSlot+"="+strconv.Itoa(slot.Slot),
+		child.VarFencingToken+"="+strconv.FormatInt(slot.Fencing, 10),
 	)
 }

@@ -2,6 +2,7 @@ package semaphore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,4 +60,34 @@ func ExampleClient_Acquire_noWait() {
 	fmt.Println(err)
 	_ = first.Release(ctx)
 	// Output: semaphore not acquired: no free slot
+}
+
+// Coalesce per data key (seed 003): a keyed semaphore with limit 1 and
+// max_waiting 1 lets one run and one wait per user id; a third caller of
+// the same key is dropped at once, and another key is independent.
+func ExampleClient_Acquire_keyed() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "coordd-example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlite.Open(ctx, "db", filepath.Join(dir, "coordd.db"), backends.Options{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+	_ = st.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "reindex", Limit: 1, Lease: time.Minute, Mode: "lease", MaxWaiting: 1, Keyed: true})
+
+	c, _ := semaphore.New(st, "web1")
+	running, _ := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, Key: "user-7"})
+	// A second caller of user-7 waits in line (here in the backend
+	// directly, so that the example does not block).
+	w := backends.Waiters(st)
+	_ = w.EnterWait(ctx, backends.Instance("reindex", "user-7"), "second-caller", time.Minute)
+	_, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, Key: "user-7"})
+	fmt.Println("third caller of user-7:", errors.Is(err, backends.ErrTooManyWaiters))
+	other, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true, Key: "user-8"})
+	fmt.Println("first caller of user-8:", err == nil, other.Key)
+	_ = other.Release(ctx)
+	_ = w.LeaveWait(ctx, backends.Instance("reindex", "user-7"), "second-caller")
+	_ = running.Release(ctx)
+	// Output:
+	// third caller of user-7: true
+	// first caller of user-8: true user-8
 }

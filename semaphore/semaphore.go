@@ -3,13 +3,43 @@
 // when it is lost, and release it.
 //
 // The backend does the counting (see backends.Semaphores); this package adds
-// waiting. In one process, waiters are woken on release with no lost
-// wake-ups: a waiter takes the current wake channel *before* it tries to
-// acquire, and a release closes that channel, so a release that lands between
-// a failed try and the wait still wakes it (the scheme of a condition
-// variable, as in seed 004). Across processes the backend's WaitSemaphore
-// takes over: a blocking pop on Redis, KILL QUERY on MySQL, a bounded backoff
-// poll on SQLite.
+// waiting. Acquire is the loop every waiting caller runs (`sem run`, a cron
+// task's semaphore, the Go API):
+//
+//  1. TryAcquire with the attempt's owner token. The backend grants a slot
+//     only by the line's rule: fewer live waiters ahead of the owner than
+//     slots free (a caller not yet in line has every waiter ahead of it),
+//     so waiters are served first come, first served and a newcomer or a
+//     NoWait caller never takes a slot a waiter is entitled to. The grant
+//     takes the owner out of the line in the same transaction or script.
+//  2. On ErrNoSlot, NoWait gives up; otherwise EnterWait joins the line
+//     under the same token (or renews the waiter record, keeping the
+//     place). The record is leased (WaiterLease): a waiter that crashed
+//     holds the line for at most that long. The first time, Acquire runs
+//     the backend's wake-up repair pass (backends.WakeRepairer), so that a
+//     waiter never depends on a daemon to wake parked waiters that a
+//     releaser who died left asleep.
+//  3. WaitSemaphore until it may be the owner's turn, at most a third of
+//     the waiter lease (so the record is renewed in time), then 1 again.
+//     On its way out (granted, given up, cancelled) Acquire leaves the line.
+//
+// A backend without Waiters (memcached) keeps no line: Acquire polls
+// TryAcquire every 200 ms, and whoever tries first after a release wins.
+//
+// A keyed semaphore (`keyed: true`) is acquired with AcquireOptions.Key:
+// each key is an instance of its own, with the semaphore's limit and
+// max_waiting, its own holders and its own line (backends/instance.go), so
+// that seed 003's "one runs, one waits, the rest are dropped" holds per
+// user id or per file. Everything above applies to the instance.
+//
+// In one process, waiters are woken on release with no lost wake-ups: a
+// waiter takes the current wake channel *before* it tries to acquire, and a
+// release closes that channel, so a release that lands between a failed
+// try and the wait still wakes it (the scheme of a condition variable, as
+// in seed 004). Across processes the backend's WaitSemaphore takes over: a
+// blocking pop on each waiter's own list on Redis, a statement parked in
+// the server and ended by KILL QUERY on MySQL, a bounded backoff poll on
+// SQLite; each wakes the waiter whose turn a release makes.
 //
 // A lease is trusted only until a deadline on the monotonic clock: the send
 // time of the last successful renewal plus the lease, minus a margin. The
@@ -39,8 +69,11 @@ var ErrNotAcquired = fmt.Errorf("semaphore not acquired: %w", backends.ErrNoSlot
 type Client struct {
 	sems    backends.Semaphores
 	waiters backends.Waiters // nil when the backend has none
-	host    string
-	pid     int
+	// repairer wakes waiters that a lost release left parked (nil when
+	// the backend parks none).
+	repairer backends.WakeRepairer
+	host     string
+	pid      int
 
 	mu    sync.Mutex
 	wakes map[string]chan struct{}
@@ -57,7 +90,8 @@ func New(b backends.Backend, host string) (*Client, error) {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold semaphores: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
 	w, _ := b.(backends.Waiters)
-	return &Client{sems: s, waiters: w, host: host, pid: os.Getpid(), wakes: map[string]chan struct{}{}}, nil
+	r, _ := b.(backends.WakeRepairer)
+	return &Client{sems: s, waiters: w, repairer: r, host: host, pid: os.Getpid(), wakes: map[string]chan struct{}{}}, nil
 }
 
 // wakeChan returns the channel the next release of name closes.
@@ -86,18 +120,27 @@ func (c *Client) wake(name string) {
 type AcquireOptions struct {
 	// Lease is the lease to ask for; it is renewed by KeepAlive.
 	Lease time.Duration
-	// NoWait fails at once with ErrNotAcquired when no slot is free.
+	// NoWait fails at once with ErrNotAcquired when no slot is free for a
+	// newcomer: a slot that a waiter in line is entitled to is not free.
 	NoWait bool
 	// Wait bounds the wait; zero waits until ctx ends.
 	Wait time.Duration
-	// WaiterLease is how long a waiter record outlives a crashed waiter.
-	// Default 30s.
+	// WaiterLease is how long a waiter record outlives a crashed waiter,
+	// which holds its place in line (and the slot it is entitled to) until
+	// then. Default 30s. A waiter renews its record every third of it.
 	WaiterLease time.Duration
+	// Key names the instance of a keyed semaphore to acquire; it must be
+	// set for a keyed semaphore (backends.ErrKeyRequired otherwise) and
+	// empty for any other (backends.ErrNotKeyed). It obeys spec.CheckKey
+	// (spec.ErrInvalidKey, before any backend is touched).
+	Key string
 }
 
 // Lease is one held slot.
 type Lease struct {
-	Name    string
+	Name string
+	// Key is the instance's key when the semaphore is keyed, else "".
+	Key     string
 	Slot    int
 	Fencing int64
 	Owner   string
@@ -107,6 +150,7 @@ type Lease struct {
 	AcquiredAt time.Time
 	lease      time.Duration
 	c          *Client
+	ref        string // what the backend calls the semaphore or instance
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic: sentAt + lease - margin
@@ -127,12 +171,20 @@ func newOwner() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Acquire takes a slot of name, waiting as opts say. It returns
-// ErrNotAcquired when none was free in time and backends.ErrTooManyWaiters
-// when max_waiting waiters already queue.
+// Acquire takes a slot of name, waiting in line as opts say (see the
+// package comment). It returns ErrNotAcquired when none was free in time
+// and backends.ErrTooManyWaiters when max_waiting waiters already queue.
 func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
 	if opts.Lease <= 0 {
 		return nil, errors.New("acquire: lease must be positive")
+	}
+	what := fmt.Sprintf("%q", name)
+	if opts.Key != "" {
+		if err := backends.CheckInstanceKey(opts.Key); err != nil {
+			return nil, fmt.Errorf("acquire %q: %w", name, err)
+		}
+		what = backends.DescribeRef(backends.Instance(name, opts.Key))
+		name = backends.Instance(name, opts.Key)
 	}
 	owner := newOwner()
 	var deadline <-chan time.Time
@@ -158,13 +210,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		sentAt := time.Now()
 		g, err := c.sems.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
 		if err == nil {
+			base, _, _ := backends.SplitInstance(name)
 			return &Lease{
-				Name: name, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
-				deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)), lost: make(chan struct{}),
+				Name: base, Key: opts.Key, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
+				ref: name, deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)), lost: make(chan struct{}),
 			}, nil
 		}
 		if !errors.Is(err, backends.ErrNoSlot) {
-			return nil, fmt.Errorf("acquire %q: %w", name, err)
+			return nil, fmt.Errorf("acquire %s: %w", what, err)
 		}
 		if opts.NoWait {
 			return nil, ErrNotAcquired
@@ -173,14 +226,28 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			// Registering (and renewing) the waiter record enforces
 			// max_waiting; a crashed waiter's record expires on its own.
 			if err := c.waiters.EnterWait(ctx, name, owner, waiterLease); err != nil {
-				return nil, fmt.Errorf("wait for %q: %w", name, err)
+				return nil, fmt.Errorf("wait for %s: %w", what, err)
 			}
-			registered = true
+			if !registered {
+				registered = true
+				c.repairWakeups(ctx, name)
+			}
 		}
 		if err := c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// repairWakeups runs the backend's wake-up repair pass for name, when it
+// has one: a waiter must not depend on a daemon to be woken after a
+// releaser died between its release and its wake-up. A failure only leaves
+// parked waiters to the end of their sleep, so it is not returned.
+func (c *Client) repairWakeups(ctx context.Context, name string) {
+	if c.repairer == nil {
+		return
+	}
+	_, _ = c.repairer.RepairWakeups(ctx, []string{name})
 }
 
 // waitOnce blocks until an in-process release, a backend wake-up, the
@@ -214,7 +281,7 @@ func (c *Client) waitOnce(ctx context.Context, name, owner string, wake <-chan s
 		return nil
 	case err := <-done:
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("wait for %q: %w", name, err)
+			return fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
 		}
 		return ctx.Err()
 	case <-deadline:
@@ -249,12 +316,12 @@ func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
 // Lost) when the slot is no longer this lease's.
 func (l *Lease) Extend(ctx context.Context) error {
 	sentAt := time.Now()
-	_, err := l.c.sems.Extend(ctx, l.Name, l.Owner, l.lease)
+	_, err := l.c.sems.Extend(ctx, l.ref, l.Owner, l.lease)
 	if err != nil {
 		if errors.Is(err, backends.ErrLost) {
 			l.markLost()
 		}
-		return fmt.Errorf("extend %q: %w", l.Name, err)
+		return fmt.Errorf("extend %s: %w", backends.DescribeRef(l.ref), err)
 	}
 	l.mu.Lock()
 	if d := sentAt.Add(l.lease - Margin(l.lease)); d.After(l.deadline) {
@@ -313,8 +380,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.mu.Unlock()
-	err := l.c.sems.Release(ctx, l.Name, l.Owner)
-	l.c.wake(l.Name)
+	err := l.c.sems.Release(ctx, l.ref, l.Owner)
+	l.c.wake(l.ref)
 	if err == nil || errors.Is(err, backends.ErrLost) {
 		l.mu.Lock()
 		l.released = true
@@ -324,7 +391,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		if errors.Is(err, backends.ErrLost) {
 			l.markLost()
 		}
-		return fmt.Errorf("release %q: %w", l.Name, err)
+		return fmt.Errorf("release %s: %w", backends.DescribeRef(l.ref), err)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ const (
 	defaultHistoryLimit    = 100
 	defaultRunLease        = 30 * time.Second
 	minRunLease            = time.Second
-	defaultPartitions      = 4
+	defaultPartitions      = DefaultPartitions
 	maxPartitions          = 1024
 	defaultVisibility      = 5 * time.Minute
 	defaultQueueAttempts   = 5
@@ -424,7 +424,7 @@ func notOnMemcached(fs *fieldSet, name, typ, what string) {
 	}
 }
 
-var semaphoreFields = []string{"backend", "limit", "lease", "mode", "wake", "max_waiting", "max_hold", "prevent_destroy"}
+var semaphoreFields = []string{"backend", "limit", "lease", "mode", "wake", "max_waiting", "max_hold", "keyed", "prevent_destroy"}
 
 func (l *loader) decodeSemaphores(s *Spec) {
 	for _, name := range l.sortedNames("semaphores") {
@@ -475,6 +475,14 @@ func (l *loader) decodeSemaphores(s *Spec) {
 			}
 		}
 		o.MaxHold, _ = fs.duration("max_hold", 0, 0)
+		if o.Keyed = fs.boolean("keyed"); o.Keyed {
+			switch {
+			case typ == TypeMemcached:
+				fs.errf("keyed", "memcached cannot hold keyed semaphores: it cannot list a semaphore's instances (to drain them) and keeps no line of waiters; backend %s is memcached (put the semaphore on sqlite, mysql or redis)", quote(o.Backend))
+			case modeOK && o.Mode == ModeSession:
+				fs.errf("keyed", "keyed needs mode lease: in mode session a slot is a MySQL named lock that no row records, so an instance's holders could not be listed or drained")
+			}
+		}
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Semaphores[name] = o
 	}
@@ -554,6 +562,8 @@ func (l *loader) decodeCron(s *Spec) {
 				if _, declared := l.named["semaphores"][sem]; !declared {
 					names := l.sortedNames("semaphores")
 					fs.errf("semaphore", "semaphore %s is not declared%s", quote(sem), didYouMean(sem, names))
+				} else if so := s.Semaphores[sem]; so != nil && so.Keyed {
+					fs.errf("semaphore", "semaphore %s is keyed, and a cron task has no key to give it; name a semaphore without keyed", quote(sem))
 				}
 			}
 		}

@@ -112,6 +112,11 @@ const (
 	ClaimSkipLocked = "skip_locked"
 )
 
+// DefaultPartitions is a queue's partition count when the spec sets none:
+// on mysql the number of claims that may run at once (claim partition);
+// the claim order does not depend on it (backends.Queues.Claim).
+const DefaultPartitions = 4
+
 // Semaphore admits at most Limit holders across all servers.
 type Semaphore struct {
 	Name    string        `json:"-"`
@@ -121,10 +126,13 @@ type Semaphore struct {
 	Mode    string        `json:"mode"`
 	Wake    string        `json:"wake,omitempty"`
 	// MaxWaiting is nil for "no bound"; 0 means nobody may wait.
-	MaxWaiting     *int          `json:"max_waiting,omitempty"`
-	MaxHold        time.Duration `json:"max_hold,omitempty"`
-	PreventDestroy bool          `json:"prevent_destroy,omitempty"`
-	Pos            Pos           `json:"-"`
+	MaxWaiting *int          `json:"max_waiting,omitempty"`
+	MaxHold    time.Duration `json:"max_hold,omitempty"`
+	// Keyed: each key given at run time (sem run --key) is an instance of
+	// its own with this limit and max_waiting.
+	Keyed          bool `json:"keyed,omitempty"`
+	PreventDestroy bool `json:"prevent_destroy,omitempty"`
+	Pos            Pos  `json:"-"`
 }
 
 // Command is what a cron task runs. Exactly one of Argv and Shell is set:

@@ -55,6 +55,14 @@ type Harness struct {
 	// refuses max_waiting >= 0 with ErrUnsupported (checked), and the
 	// suite's configs use -1 (unbounded).
 	NoMaxWaiting bool
+	// NoKeyed says that the backend cannot hold keyed semaphores:
+	// PutSemaphore refuses Keyed with ErrUnsupported (checked).
+	NoKeyed bool
+	// InstanceRows lists every row or key that the store holds for any
+	// instance of keyed semaphore name, read behind coordd's back (one
+	// string each, for messages). The keyed tests check that idle
+	// instances leave none. Required unless NoKeyed.
+	InstanceRows func(t *testing.T, b backends.Backend, name string) []string
 
 	// mode and wakeMode are the semaphore mode under test (set by Run).
 	mode, wakeMode string
@@ -71,16 +79,20 @@ type capability struct {
 // capabilities lists what the suite checks, in order.
 var capabilities = []capability{
 	{"Backend", func(backends.Backend) bool { return true }, testBackend},
+	{"Contract", func(backends.Backend) bool { return true }, testContract},
 	{"Migrator", is[backends.Migrator], testMigrator},
 	{"StateStore", is[backends.StateStore], testStateStore},
 	{"Semaphores", isSemaphores, testSemaphores},
 	{"Waiters", is[backends.Waiters], testWaiters},
+	{"Keyed", isSemaphores, testKeyed},
 	{"Leader", is[backends.Leader], testLeader},
+	{"LeaderTerms", is[backends.Leader], testLeaderTerms},
 	{"CronAdmin", is[backends.CronAdmin], testCronAdmin},
 	{"Crons", is[backends.Crons], testCronsRuntime},
 	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
 	{"Queues", is[backends.Queues], testQueues},
 	{"QueueReturn", is[backends.Queues], testQueueReturn},
+	{"QueueOrder", is[backends.Queues], testQueueOrder},
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 

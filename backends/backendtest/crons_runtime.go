@@ -160,6 +160,7 @@ func pollWithin(t *testing.T, what string, d time.Duration, cond func() (bool, e
 
 // testCronsRuntime checks the runtime side of the scheduler.
 func testCronsRuntime(t *testing.T, h Harness) {
+	testCronsBatch(t, h)
 	def := cronDef(1)
 	t.Run("DueTasks", func(t *testing.T) {
 		t.Parallel()

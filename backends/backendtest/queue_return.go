@@ -78,9 +78,11 @@ func testQueueReturn(t *testing.T, h Harness) {
 			t.Fatalf("duplicate push returned job %d, want the returned job %d", dup.ID, j.ID)
 		}
 		for _, want := range []int64{j.ID, again.ID} {
-			if c := claimOne(t, q, "q", newOwner("w")); c.ID != want || c.Attempt != 1 {
+			c := claimOne(t, q, "q", newOwner("w"))
+			if c.ID != want || c.Attempt != 1 {
 				t.Fatalf("claimed job %d attempt %d, want job %d attempt 1", c.ID, c.Attempt, want)
 			}
+			ok(t, q.Ack(ctx, c), "ack") // the next job of the key waits for it
 		}
 	})
 }

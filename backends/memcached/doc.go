@@ -52,4 +52,8 @@
 // memcached keeps no waiter line and has no blocking pop: Waiters is not
 // implemented, the semaphore client polls TryAcquire with a bounded delay,
 // and PutSemaphore refuses max_waiting >= 0 with backends.ErrUnsupported.
+// Its waiters are therefore not served in arrival order: whoever tries
+// first after a release wins. A line would need a check of the line and a
+// take of the slot in one atomic step, which memcached offers only on one
+// key (cas), so every acquire and release would contend on that key.
 package memcached

@@ -51,6 +51,7 @@ func harness() backendtest.Harness {
 		DeleteSlot:    deleteSlot,
 		HeldSlotsOnly: true,
 		NoMaxWaiting:  true,
+		NoKeyed:       true,
 	}
 }
 

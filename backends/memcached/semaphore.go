@@ -270,6 +270,10 @@ func checkConfig(cfg backends.SemaphoreConfig) error {
 		return fmt.Errorf("wake %q (memcached can only poll): %w", cfg.Wake, backends.ErrUnsupported)
 	case cfg.MaxWaiting >= 0:
 		return fmt.Errorf("max_waiting %d (memcached keeps no waiter line): %w", cfg.MaxWaiting, backends.ErrUnsupported)
+	case cfg.Keyed:
+		// memcached cannot list keys: a keyed semaphore's instances could
+		// not be counted to drain them, nor shown.
+		return fmt.Errorf("keyed (memcached cannot list a semaphore's instances): %w", backends.ErrUnsupported)
 	}
 	return nil
 }
@@ -432,6 +436,16 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 		}
 		return s.semErr("delete", name, err)
 	}
+	// Forget the fencing counter too: a semaphore created here again,
+	// maybe after living on another backend whose numbers follow that
+	// backend's clock, starts again at this server's time × 10⁶
+	// (ensureFencing), not below the numbers its holders had there.
+	if err := s.trip(ctx); err != nil {
+		return s.semErr("delete", name, err)
+	}
+	if err := s.mc.Delete(s.keys.semFencing(name)); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+		return s.semErr("delete", name, err)
+	}
 	return nil
 }
 
@@ -461,6 +475,9 @@ func (r *semRead) live() int {
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
+	}
+	if _, _, ok := backends.SplitInstance(name); ok {
+		return backends.Grant{}, s.semErr("acquire", name, fmt.Errorf("keyed semaphores: %w", backends.ErrUnsupported))
 	}
 	if err := backends.CheckAcquire(req); err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -57,6 +60,11 @@ const (
 	// matched: the task is absent. Argument: name.
 	qCronBumpFencing = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?"
 
+	// qCronBusy reports whether the task has a run whose lease is live (an
+	// Exclusive manual claim is then refused). Argument: task.
+	qCronBusy = "SELECT EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
+		"  WHERE task = ? AND status = 'running' AND expires_at > " + nowSQL + ")"
+
 	// qCronManualTaken reads backend now plus a probe offset in
 	// microseconds, and whether a manual run at that time would collide
 	// with an existing attempt 1 of the task or with its pending next_exec.
@@ -79,68 +87,94 @@ const (
 		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, LAST_INSERT_ID(" + nowSQL + "), " + nowSQL + " + ?,\n" +
 		"  CASE WHEN ? = 'running' THEN NULL ELSE " + nowSQL + " END, ?)"
 
-	// cronScriptHead starts every claim script: it resets the session's
-	// LAST_INSERT_ID, so that a claim that matched nothing cannot read an
-	// earlier statement's value, fixes backend now for the whole script in
-	// @coordd_now (microseconds) and opens the transaction.
-	cronScriptHead = "DO LAST_INSERT_ID(0);\n" +
-		"SET @coordd_now = " + nowSQL + ", @coordd_n = 0;\n" +
+	// The claim scripts. Scheduled claims, skips and retries, one or a
+	// batch, are one script (several statements sent in one round trip
+	// on a dedicated connection, see runScript): one transaction at READ
+	// COMMITTED, one commit. A script cannot branch on what it reads, so
+	// each claim is cronBatchItem's statements, which pass what they find
+	// to the next in session variables (@coordd_*), and ends with a row
+	// that says what happened (cronBatchResult). Every claim takes the
+	// task row's lock before it reads anything: every claim of the task,
+	// of any kind, writes that row first, so an Exclusive claim's read of
+	// the task's live runs (a fresh snapshot at READ COMMITTED, taken
+	// once the lock is held) sees every run claimed before it.
+
+	// cronBatchHead starts a claim script: it fixes backend now for the
+	// whole script in @coordd_now (microseconds), empties @coordd_r, where
+	// each claim appends what it did, and opens the transaction.
+	cronBatchHead = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n" +
+		"SET @coordd_now = " + nowSQL + ", @coordd_r = '';\n" +
 		"START TRANSACTION;\n"
 
-	// cronScriptInsert inserts the occurrence, leased from @coordd_now,
-	// only if the script's UPDATE of the task row matched (it left the
-	// bumped fencing number in LAST_INSERT_ID()), and records in @coordd_n
-	// whether it did. A running occurrence is leased until now + lease; any
-	// other status is recorded as finished at once (a skip, with lease 0).
-	// A row with the same key fails the script with a duplicate key.
-	// Arguments: task, scheduled_at, attempt, run_id, manual, owner, host,
-	// status, lease, status, error.
-	cronScriptInsert = "INSERT INTO `{p}cron_occurrences`\n" +
+	// cronBatchLock starts an Exclusive claim: it locks the task row (an
+	// UPDATE that changes nothing still locks what it matches). Argument:
+	// task.
+	cronBatchLock = "UPDATE `{p}cron_tasks` SET fencing = fencing WHERE name = ?;\n"
+
+	// cronBatchBusy follows cronBatchLock: it sets @coordd_busy to whether
+	// the task has a run whose lease is live (the claim is then refused),
+	// and resets the session's LAST_INSERT_ID, so that a claim that
+	// matches nothing cannot read an earlier statement's value.
+	// cronBatchIdle does the same for the other claims, which are never
+	// busy. Argument: task.
+	cronBatchBusy = "SELECT EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
+		"  WHERE task = ? AND status = 'running' AND expires_at > @coordd_now), LAST_INSERT_ID(0) INTO @coordd_busy, @coordd_n;\n"
+	cronBatchIdle = "SET @coordd_busy = LAST_INSERT_ID(0);\n"
+
+	// cronBatchAdvance is the compare-and-swap of a scheduled claim (or
+	// skip): it moves next_exec from the claimed time to the next one,
+	// records the claiming host and bumps the fencing counter, all only
+	// while next_exec still equals the claimed time and the task is not
+	// busy; the bumped number is left in LAST_INSERT_ID(). Arguments:
+	// next_exec, exec_by, name, scheduled_at.
+	cronBatchAdvance = "UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"  WHERE name = ? AND next_exec = ? AND @coordd_busy = 0;\n"
+
+	// cronBatchBump is a retry's: it bumps the fencing counter only while
+	// attempt-1 of the same time ended failed, timeout or lost and the
+	// task is not busy. Arguments: name, task, scheduled_at, attempt-1.
+	cronBatchBump = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"  WHERE name = ? AND @coordd_busy = 0 AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
+		"    WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'));\n"
+
+	// cronBatchInsert inserts the occurrence, leased from @coordd_now,
+	// only if the claim's UPDATE matched (it left the bumped fencing
+	// number in LAST_INSERT_ID()). A running occurrence is leased until
+	// now + lease; any other status is recorded as finished at once (a
+	// skip, with lease 0). A row with the same key fails the script with a
+	// duplicate key (the whole script then rolls back; ClaimOccurrences
+	// makes the claims one by one). Arguments: task, scheduled_at,
+	// attempt, run_id, manual, owner, host, status, lease, status, error.
+	cronBatchInsert = "INSERT INTO `{p}cron_occurrences`\n" +
 		"  (task, scheduled_at, attempt, run_id, fencing, manual, owner, host, status, started_at, expires_at, finished_at, error)\n" +
 		"  SELECT ?, ?, ?, ?, LAST_INSERT_ID(), ?, ?, ?, ?, @coordd_now, @coordd_now + ?,\n" +
-		"    IF(? = 'running', NULL, @coordd_now), ? FROM DUAL WHERE LAST_INSERT_ID() > 0;\n" +
-		"SET @coordd_n = ROW_COUNT();\n"
+		"    IF(? = 'running', NULL, @coordd_now), ? FROM DUAL WHERE LAST_INSERT_ID() > 0;\n"
 
-	// cronScriptTail commits and returns the fencing number (0: nothing was
-	// claimed), whether the occurrence was inserted, @coordd_now and whether
-	// the task exists (for the error of a claim that matched nothing).
-	// Argument: task.
-	cronScriptTail = "COMMIT;\n" +
-		"SELECT LAST_INSERT_ID(), @coordd_n, @coordd_now, EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ?)"
+	// cronBatchInserted records in @coordd_n whether the insert inserted,
+	// for a skip's trim.
+	cronBatchInserted = "SET @coordd_n = ROW_COUNT();\n"
 
-	// qCronClaimScheduled claims attempt 1 of a scheduled run in one round
-	// trip (a script on a dedicated connection, see runScript): the
-	// compare-and-swap moves next_exec from the claimed time to the next
-	// one, records the claiming host and bumps the fencing counter, all only
-	// while next_exec still equals the claimed time; the occurrence row is
-	// inserted in the same transaction. Arguments: next_exec, exec_by,
-	// name, scheduled_at; cronScriptInsert's; cronScriptTail's.
-	qCronClaimScheduled = cronScriptHead +
-		"UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
-		"  WHERE name = ? AND next_exec = ?;\n" +
-		cronScriptInsert + cronScriptTail
+	// cronBatchResult ends each claim: it appends to @coordd_r the
+	// fencing number (0: nothing was claimed), whether the occurrence was
+	// inserted (ROW_COUNT() right after the insert, or @coordd_n after a
+	// skip's trim) and whether the task was busy. Appending costs less
+	// than a result set per claim. Argument: the inserted expression, by
+	// fmt.
+	cronBatchResult = "SET @coordd_r = CONCAT(@coordd_r, LAST_INSERT_ID(), ' ', %s, ' ', @coordd_busy, ',');\n"
 
-	// qCronClaimSkipped is qCronClaimScheduled for an occurrence recorded as
-	// skipped, which also trims the task's history (the skip is a finished
-	// row). Arguments: qCronClaimScheduled's, with cronScriptTrim's before
-	// the tail's.
-	qCronClaimSkipped = cronScriptHead +
-		"UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
-		"  WHERE name = ? AND next_exec = ?;\n" +
-		cronScriptInsert + cronScriptTrim + ";\n" + cronScriptTail
-
-	// qCronClaimRetry claims a later attempt: it bumps the fencing counter
-	// only while attempt-1 of the same time ended failed, timeout or lost,
-	// then inserts the occurrence, in one transaction and one round trip.
-	// The final row also says whether that earlier attempt qualified.
-	// Arguments: name, task, scheduled_at, attempt-1; cronScriptInsert's;
-	// task; task, scheduled_at, attempt-1.
-	qCronClaimRetry = cronScriptHead +
-		"UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1)\n" +
-		"  WHERE name = ? AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
-		"    WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'));\n" +
-		cronScriptInsert + cronScriptTail + ",\n" +
+	// cronBatchWhy reads, after a claim script, why a claim was not made:
+	// whether the task exists, whether next_exec is still the claimed time
+	// (a scheduled claim refused as busy rather than moved), and whether
+	// attempt-1 qualifies (a retry). One row per claim, joined with UNION
+	// ALL. Arguments: index, task, task, scheduled_at, task,
+	// scheduled_at, attempt-1.
+	cronBatchWhy = "SELECT ?,\n" +
+		"  EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ?),\n" +
+		"  EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ? AND next_exec = ?),\n" +
 		"  EXISTS (SELECT 1 FROM `{p}cron_occurrences` WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'))"
+
+	// cronBatchTail commits and returns @coordd_r and @coordd_now.
+	cronBatchTail = "COMMIT;\nSELECT @coordd_r, @coordd_now"
 
 	// qCronExtend renews a run lease, only for its owner, only while the run
 	// is running and its lease unexpired, in autocommit; the new expiry comes
@@ -168,20 +202,31 @@ const (
 	// @coordd_n is not 0 (the script's write happened).
 	cronScriptTrim = qCronTrim + "\nWHERE @coordd_n <> 0"
 
-	// qCronFinish records the result of a run still running under its owner
-	// and trims the task's history, in one transaction and one round trip
-	// (a script); the final row says whether the run was recorded.
-	// Arguments: status, exit_code, error, output, task, scheduled_at,
-	// attempt, owner; cronScriptTrim's.
-	qCronFinish = "SET @coordd_n = 0;\n" +
-		"START TRANSACTION;\n" +
-		"UPDATE `{p}cron_occurrences`\n" +
+	// qCronFinishItem records the result of a run still running under its
+	// owner, as one step of a finish script (qCronFinishHead, steps,
+	// qCronFinishTail: one round trip, one commit), and trims the task's
+	// history the cheap way when one finished run is too many, the usual
+	// case once the history is full: a DELETE of the oldest, where
+	// qCronTrim ranks every finished run. It appends to @coordd_r two
+	// characters: whether the run was recorded (1 or 0), and T when more
+	// than one finished run is too many (history_limit was lowered), which
+	// FinishOccurrences then trims with qCronTrim. Arguments: status,
+	// exit_code, error, output, task, scheduled_at, attempt, owner, task,
+	// task, task.
+	qCronFinishItem = "UPDATE `{p}cron_occurrences`\n" +
 		"  SET status = ?, exit_code = ?, error = ?, output = ?, finished_at = " + nowSQL + "\n" +
 		"  WHERE " + cronOccKey + " AND owner = ? AND status = 'running';\n" +
-		"SET @coordd_n = ROW_COUNT();\n" +
-		cronScriptTrim + ";\n" +
-		"COMMIT;\n" +
-		"SELECT @coordd_n"
+		"SET @coordd_r = CONCAT(@coordd_r, ROW_COUNT());\n" +
+		"SELECT IF(RIGHT(@coordd_r, 1) = '1', COUNT(*) - " + cronHistoryLimitSQL + ", 0) INTO @coordd_x\n" +
+		"  FROM `{p}cron_occurrences` WHERE task = ? AND status <> 'running';\n" +
+		"DELETE FROM `{p}cron_occurrences` WHERE task = ? AND status <> 'running' AND @coordd_x = 1\n" +
+		"  ORDER BY started_at, attempt, fencing LIMIT 1;\n" +
+		"SET @coordd_r = CONCAT(@coordd_r, IF(@coordd_x > 1, 'T', '-'));\n"
+
+	// qCronFinishHead and qCronFinishTail enclose the steps of a finish
+	// script; the tail returns @coordd_r, one digit per step.
+	qCronFinishHead = "SET @coordd_r = '';\nSTART TRANSACTION;\n"
+	qCronFinishTail = "COMMIT;\nSELECT @coordd_r"
 
 	// qCronReap marks a running occurrence whose lease expired as lost and
 	// trims the task's history, in one script; the final row says whether
@@ -299,95 +344,296 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 // and retries are one script, so one round trip and one commit (see
 // runScript); a manual run, rare, is an ordinary transaction.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	occ, err := s.claimCron(ctx, req)
-	if err != nil {
+	if err := checkCronClaim(req); err != nil {
 		return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
 	}
-	return occ, nil
+	if req.Manual && req.Attempt == 1 {
+		occ, err := s.claimManual(ctx, req)
+		if err != nil {
+			return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+		}
+		return occ, nil
+	}
+	res, err := s.claimScripted(ctx, []backends.ClaimRequest{req})
+	if err != nil {
+		return backends.Occurrence{}, err
+	}
+	return res[0].Occurrence, res[0].Err
 }
 
-func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
+// ClaimOccurrences implements backends.Crons.ClaimOccurrences: one script
+// for the whole batch (see cronBatchHead).
+func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	out := make([]backends.ClaimResult, len(reqs))
+	var batch []backends.ClaimRequest
+	var at []int // index in reqs of each batch request
+	for i, req := range reqs {
+		err := checkCronClaim(req)
+		if err == nil && req.Manual {
+			err = fmt.Errorf("manual runs are claimed one at a time: %w", backends.ErrUnsupported)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+			continue
+		}
+		batch, at = append(batch, req), append(at, i)
+	}
+	if len(batch) == 0 {
+		return out, nil
+	}
+	res, err := s.claimScripted(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range res {
+		out[at[j]] = r
+	}
+	return out, nil
+}
+
+// claimScripted claims checked requests that are not a manual attempt 1
+// in one script; after a duplicate key, which rolls the script back, it
+// claims them one by one, so that each gets its own answer.
+func (s *Store) claimScripted(ctx context.Context, batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	res, err := s.claimBatch(ctx, batch)
+	if isDup(err) && len(batch) > 1 {
+		// An occurrence row already exists for a time next_exec still
+		// names (a schedule reset into the past): the script rolled back;
+		// each claim alone gets its own answer.
+		res, err = make([]backends.ClaimResult, len(batch)), nil
+		for j, req := range batch {
+			r, err1 := s.claimBatch(ctx, []backends.ClaimRequest{req})
+			if err1 != nil && !isDup(err1) {
+				return nil, err1
+			}
+			if err1 != nil {
+				res[j].Err = fmt.Errorf("claim cron %q attempt %d: occurrence already claimed: %w", req.Task, req.Attempt, backends.ErrConflict)
+			} else {
+				res[j] = r[0]
+			}
+		}
+	}
+	if isDup(err) {
+		req := batch[0]
+		return []backends.ClaimResult{{Err: fmt.Errorf("claim cron %q attempt %d: occurrence already claimed: %w", req.Task, req.Attempt, backends.ErrConflict)}}, nil
+	}
+	return res, err
+}
+
+// checkCronClaim checks a request before anything is sent.
+func checkCronClaim(req backends.ClaimRequest) error {
 	switch {
 	case req.Task == "":
-		return backends.Occurrence{}, errors.New("empty task name")
+		return errors.New("empty task name")
 	case req.Owner == "":
-		return backends.Occurrence{}, errors.New("empty owner")
+		return errors.New("empty owner")
 	case req.Attempt < 1:
-		return backends.Occurrence{}, fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
+		return fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
 	}
-	status, lease, reason := backends.RunRunning, int64(0), sql.NullString{}
-	if req.Skip != "" {
-		status, reason = backends.RunSkipped, sql.NullString{String: req.Skip, Valid: true}
-	} else {
-		var err error
-		if lease, err = leaseMicros(req.Lease); err != nil {
-			return backends.Occurrence{}, err
+	if req.Skip == "" {
+		if _, err := leaseMicros(req.Lease); err != nil {
+			return err
 		}
 	}
-	occ := backends.Occurrence{
-		Task: req.Task, Attempt: req.Attempt, RunID: newCronRunID(),
-		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
+	return nil
+}
+
+// claimBatch claims checked, non-manual requests in one script. Claims
+// are sent in task order, so that two batches lock task rows in the same
+// order and cannot deadlock; a task's own claims keep the order given.
+// The error is the script's (a duplicate key among them).
+func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
 	}
-	if req.Manual && req.Attempt == 1 {
-		return s.claimManual(ctx, req, occ, status, lease, reason)
-	}
-	sched := req.ScheduledAt.UnixMicro()
-	insert := []any{req.Task, sched, req.Attempt, occ.RunID, req.Manual, req.Owner, req.Host, status, lease, status, reason}
-	var query string
-	var args []any
-	switch {
-	case req.Attempt > 1:
-		query = qCronClaimRetry
-		args = append([]any{req.Task, req.Task, sched, req.Attempt - 1}, insert...)
-		args = append(args, req.Task, req.Task, sched, req.Attempt-1)
-	case req.Skip != "":
-		query = qCronClaimSkipped
-		args = append([]any{cronNullMicros(req.Next), req.Host, req.Task, sched}, insert...)
-		args = append(args, req.Task, req.Task, req.Task, req.Task)
-	default:
-		query = qCronClaimScheduled
-		args = append([]any{cronNullMicros(req.Next), req.Host, req.Task, sched}, insert...)
-		args = append(args, req.Task)
-	}
-	var fencing, inserted, now int64
-	var exists, retryable bool
-	err := s.runScript(ctx, query, args, func(_ int, rows *sql.Rows) error {
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Task, reqs[b].Task) })
+	runIDs := make([]string, len(reqs))
+	var sb strings.Builder
+	sb.WriteString(s.q(cronBatchHead))
+	args := make([]any, 0, 24*len(reqs))
+	for _, i := range order {
+		req := reqs[i]
+		runIDs[i] = newCronRunID()
+		status, lease, reason := backends.RunRunning, int64(0), sql.NullString{}
+		if req.Skip != "" {
+			status, reason = backends.RunSkipped, sql.NullString{String: storableText(req.Skip), Valid: true}
+		} else {
+			lease, _ = leaseMicros(req.Lease) // checked by checkCronClaim
+		}
+		sched := req.ScheduledAt.UnixMicro()
+		if req.Exclusive && req.Skip == "" {
+			sb.WriteString(s.q(cronBatchLock))
+			sb.WriteString(s.q(cronBatchBusy))
+			args = append(args, req.Task, req.Task)
+		} else {
+			sb.WriteString(cronBatchIdle)
+		}
 		if req.Attempt > 1 {
-			return rows.Scan(&fencing, &inserted, &now, &exists, &retryable)
+			sb.WriteString(s.q(cronBatchBump))
+			args = append(args, req.Task, req.Task, sched, req.Attempt-1)
+		} else {
+			sb.WriteString(s.q(cronBatchAdvance))
+			args = append(args, cronNullMicros(req.Next), req.Host, req.Task, sched)
 		}
-		return rows.Scan(&fencing, &inserted, &now, &exists)
-	})
-	switch {
-	case isDup(err):
-		return backends.Occurrence{}, fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
-	case err != nil:
-		return backends.Occurrence{}, err
-	case fencing != 0 && inserted == 1:
-		// claimed (the task may be deleted by now; the run still is ours)
-	case !exists:
-		return backends.Occurrence{}, backends.ErrNotFound
-	case fencing == 0 && req.Attempt > 1:
-		return backends.Occurrence{}, fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
-	case fencing == 0:
-		return backends.Occurrence{}, fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict)
-	default:
-		return backends.Occurrence{}, fmt.Errorf("claim script bumped fencing to %d but inserted %d rows", fencing, inserted)
+		sb.WriteString(s.q(cronBatchInsert))
+		args = append(args, req.Task, sched, req.Attempt, runIDs[i], req.Manual, req.Owner, req.Host, status, lease, status, reason)
+		inserted := "ROW_COUNT()"
+		if req.Skip != "" {
+			sb.WriteString(cronBatchInserted)
+			sb.WriteString(s.q(cronScriptTrim))
+			sb.WriteString(";\n")
+			args = append(args, req.Task, req.Task, req.Task)
+			inserted = "@coordd_n"
+		}
+		sb.WriteString(fmt.Sprintf(cronBatchResult, inserted))
 	}
-	occ.Fencing, occ.ScheduledAt = fencing, fromMicros(sched)
-	occ.StartedAt, occ.ExpiresAt = fromMicros(now), fromMicros(now+lease)
-	return occ, nil
+	sb.WriteString(cronBatchTail)
+	var text string
+	var now int64
+	err := s.runScript(ctx, sb.String(), args, func(_ int, rs *sql.Rows) error {
+		return rs.Scan(&text, &now)
+	})
+	if err != nil {
+		if isDup(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+	}
+	type done struct {
+		fencing, inserted int64
+		busy              bool
+	}
+	dones := make([]done, len(reqs))
+	fields := strings.Split(strings.TrimSuffix(text, ","), ",")
+	if len(fields) != len(order) {
+		return nil, fmt.Errorf("claim %d cron occurrences: the script reported %d", len(reqs), len(fields))
+	}
+	var failed []int
+	for j, f := range fields {
+		var d done
+		var busy int
+		if _, err := fmt.Sscan(f, &d.fencing, &d.inserted, &busy); err != nil {
+			return nil, fmt.Errorf("claim %d cron occurrences: the script reported %q: %w", len(reqs), f, err)
+		}
+		d.busy = busy != 0
+		dones[order[j]] = d
+		if d.fencing == 0 {
+			failed = append(failed, order[j])
+		}
+	}
+	why, err := s.claimWhy(ctx, reqs, failed)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+	}
+	out := make([]backends.ClaimResult, len(reqs))
+	for i, req := range reqs {
+		d, w := dones[i], why[i]
+		var err error
+		switch {
+		case d.fencing != 0 && d.inserted == 1:
+			// claimed (the task may be deleted by now; the run still is ours)
+			lease := int64(0)
+			if req.Skip == "" {
+				lease, _ = leaseMicros(req.Lease)
+			}
+			out[i].Occurrence = backends.Occurrence{
+				Task: req.Task, ScheduledAt: fromMicros(req.ScheduledAt.UnixMicro()), Attempt: req.Attempt,
+				RunID: runIDs[i], Fencing: d.fencing, Owner: req.Owner, Host: req.Host, Manual: req.Manual,
+				StartedAt: fromMicros(now), ExpiresAt: fromMicros(now + lease),
+			}
+			continue
+		case d.fencing != 0:
+			err = fmt.Errorf("claim script bumped fencing to %d but inserted %d rows", d.fencing, d.inserted)
+		case !w.exists:
+			err = backends.ErrNotFound
+		case req.Attempt > 1 && !w.retryable:
+			err = fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
+		case req.Attempt == 1 && !w.pending:
+			err = fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict)
+		case d.busy:
+			err = fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
+		default:
+			// What the claim needed holds now, but did not when it was
+			// made: an earlier claim (of this batch or another) came
+			// first.
+			err = fmt.Errorf("claimed by another claim first: %w", backends.ErrConflict)
+		}
+		out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+	}
+	return out, nil
+}
+
+// claimWhy is what cronBatchWhy reads about the claims at indexes idx of
+// reqs, in one query (none when idx is empty).
+type claimWhyRow struct{ exists, pending, retryable bool }
+
+func (s *Store) claimWhy(ctx context.Context, reqs []backends.ClaimRequest, idx []int) ([]claimWhyRow, error) {
+	out := make([]claimWhyRow, len(reqs))
+	if len(idx) == 0 {
+		return out, nil
+	}
+	parts := make([]string, len(idx))
+	var args []any
+	for j, i := range idx {
+		req := reqs[i]
+		sched := req.ScheduledAt.UnixMicro()
+		parts[j] = cronBatchWhy
+		args = append(args, i, req.Task, req.Task, sched, req.Task, sched, req.Attempt-1)
+	}
+	err := s.readAuto(ctx, func(c conn) error {
+		rows, err := c.query(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var i int
+			var w claimWhyRow
+			if err := rows.Scan(&i, &w.exists, &w.pending, &w.retryable); err != nil {
+				return err
+			}
+			if i < 0 || i >= len(out) {
+				return fmt.Errorf("index %d of %d", i, len(out))
+			}
+			out[i] = w
+		}
+		return rows.Err()
+	})
+	return out, err
 }
 
 // claimManual claims attempt 1 of a manual run: in one transaction it
 // bumps the fencing counter (locking the task row), finds the first free
 // time from backend now on, and inserts the occurrence.
-func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest, occ backends.Occurrence, status string, lease int64, reason sql.NullString) (backends.Occurrence, error) {
+func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
+	status, lease, reason := backends.RunRunning, int64(0), sql.NullString{}
+	if req.Skip != "" {
+		status, reason = backends.RunSkipped, sql.NullString{String: storableText(req.Skip), Valid: true}
+	} else {
+		lease, _ = leaseMicros(req.Lease) // checked by checkCronClaim
+	}
+	occ := backends.Occurrence{
+		Task: req.Task, Attempt: req.Attempt, RunID: newCronRunID(),
+		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
+	}
 	err := s.write(ctx, func(c conn) error {
 		fencing, err := lastID(c.exec(ctx, qCronBumpFencing, req.Task))
 		if err != nil {
 			return err
 		}
 		occ.Fencing = fencing
+		if req.Exclusive && req.Skip == "" {
+			// The task row is locked: every run of the task claimed
+			// before is committed, and this first plain read sees it.
+			var busy bool
+			if err := c.row(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
+				return err
+			}
+			if busy {
+				return fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
+			}
+		}
 		var sched int64
 		for i := 0; ; i++ {
 			if i == cronMaxManualProbe {
@@ -459,6 +705,62 @@ func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, l
 	return fromMicros(exp), nil
 }
 
+// qCronExtendItem is one extension of ExtendOccurrences' script: the
+// UPDATE of qCronExtend, then the new expiry appended to @coordd_r, or 0
+// when it matched nothing. Arguments: qCronExtend's.
+const qCronExtendItem = qCronExtend + ";\nSET @coordd_r = CONCAT(@coordd_r, IF(ROW_COUNT() > 0, LAST_INSERT_ID(), 0), ',');\n"
+
+// ExtendOccurrences implements backends.Crons.ExtendOccurrences: one
+// script, one transaction.
+func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension) ([]backends.ExtendResult, error) {
+	out := make([]backends.ExtendResult, len(exts))
+	var sb strings.Builder
+	sb.WriteString("SET @coordd_r = '';\nSTART TRANSACTION;\n")
+	var args []any
+	var sent []int
+	for i, e := range exts {
+		us, err := leaseMicros(e.Lease)
+		if err != nil {
+			out[i].Err = fmt.Errorf("extend cron %q: %w", e.Occurrence.Task, err)
+			continue
+		}
+		o := e.Occurrence
+		sb.WriteString(s.q(qCronExtendItem))
+		args = append(args, us, o.Task, o.ScheduledAt.UnixMicro(), o.Attempt, o.Owner)
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
+	}
+	sb.WriteString("COMMIT;\nSELECT @coordd_r")
+	var text string
+	err := s.runScript(ctx, sb.String(), args, func(_ int, rows *sql.Rows) error { return rows.Scan(&text) })
+	fields := strings.Split(strings.TrimSuffix(text, ","), ",")
+	if err == nil && len(fields) != len(sent) {
+		err = fmt.Errorf("the script reported %q for %d extensions", text, len(sent))
+	}
+	exp := make([]int64, len(exts))
+	for j, f := range fields {
+		if err != nil {
+			break
+		}
+		exp[sent[j]], err = strconv.ParseInt(f, 10, 64)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("extend %d cron occurrences: %w", len(sent), err)
+	}
+	for i, e := range exts {
+		switch {
+		case out[i].Err != nil:
+		case exp[i] == 0:
+			out[i].Err = fmt.Errorf("extend cron %q attempt %d: %w", e.Occurrence.Task, e.Occurrence.Attempt, backends.ErrLost)
+		default:
+			out[i].ExpiresAt = fromMicros(exp[i])
+		}
+	}
+	return out, nil
+}
+
 // cronFinal reports whether status ends a run.
 func cronFinal(status string) bool {
 	switch status {
@@ -473,25 +775,81 @@ func cronFinal(status string) bool {
 // finished occurrences to its history_limit in the same transaction: one
 // script, so one round trip and one commit.
 func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	if !cronFinal(res.Status) {
-		return fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
-	}
-	out := res.Output
-	if len(out) > cronMaxOutput {
-		out = out[len(out)-cronMaxOutput:]
-	}
-	errText := sql.NullString{String: storableText(res.Error), Valid: res.Error != ""}
-	var n int64
-	err := s.runScript(ctx, qCronFinish, []any{res.Status, res.ExitCode, errText, out,
-		occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, occ.Task, occ.Task, occ.Task},
-		func(_ int, rows *sql.Rows) error { return rows.Scan(&n) })
-	if err == nil && n == 0 {
-		err = backends.ErrLost
-	}
+	errs, err := s.FinishOccurrences(ctx, []backends.Finish{{Occurrence: occ, Result: res}})
 	if err != nil {
 		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
-	return nil
+	return errs[0]
+}
+
+// cronFinishScriptBytes bounds the output one finish script carries, well
+// under the servers' default max_allowed_packet (16 MiB on MariaDB, 64 MiB
+// on MySQL): a batch with more is sent as several scripts.
+const cronFinishScriptBytes = 4 << 20
+
+// FinishOccurrences implements backends.Crons.FinishOccurrences: one
+// script (one transaction) per cronFinishScriptBytes of output. Finishes
+// are sent in task order, so that concurrent scripts take their locks in
+// the same order.
+func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) ([]error, error) {
+	out := make([]error, len(fins))
+	var order []int
+	for i, f := range fins {
+		if !cronFinal(f.Result.Status) {
+			out[i] = fmt.Errorf("finish cron %q: status %q does not end a run", f.Occurrence.Task, f.Result.Status)
+			continue
+		}
+		order = append(order, i)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(fins[a].Occurrence.Task, fins[b].Occurrence.Task) })
+	recorded := make([]bool, len(fins))
+	for len(order) > 0 {
+		var sb strings.Builder
+		sb.WriteString(qCronFinishHead)
+		var args []any
+		size, n := 0, 0
+		for ; n < len(order) && (n == 0 || size < cronFinishScriptBytes); n++ {
+			i := order[n]
+			occ, res := fins[i].Occurrence, fins[i].Result
+			o := res.Output
+			if len(o) > cronMaxOutput {
+				o = o[len(o)-cronMaxOutput:]
+			}
+			size += len(o) + len(res.Error)
+			errText := sql.NullString{String: storableText(res.Error), Valid: res.Error != ""}
+			sb.WriteString(s.q(qCronFinishItem))
+			args = append(args, res.Status, res.ExitCode, errText, o, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
+				occ.Task, occ.Task, occ.Task)
+		}
+		sb.WriteString(qCronFinishTail)
+		var text string
+		err := s.runScript(ctx, sb.String(), args, func(_ int, rows *sql.Rows) error { return rows.Scan(&text) })
+		if err == nil && len(text) != 2*n {
+			err = fmt.Errorf("the script reported %q for %d finishes", text, n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finish %d cron occurrences: %w", n, err)
+		}
+		var trim []string
+		for j := range n {
+			recorded[order[j]] = text[2*j] == '1'
+			if text[2*j+1] == 'T' {
+				trim = append(trim, fins[order[j]].Occurrence.Task)
+			}
+		}
+		for _, task := range trim {
+			// The results are recorded; a trim that fails leaves the
+			// excess to the task's next finish or reap, which trims again.
+			_, _ = s.autocommit(ctx, qCronTrim, task, task, task)
+		}
+		order = order[n:]
+	}
+	for i, f := range fins {
+		if out[i] == nil && !recorded[i] {
+			out[i] = fmt.Errorf("finish cron %q attempt %d: %w", f.Occurrence.Task, f.Occurrence.Attempt, backends.ErrLost)
+		}
+	}
+	return out, nil
 }
 
 // ExpiredOccurrences lists running occurrences whose run lease expired, up

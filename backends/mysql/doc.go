@@ -72,9 +72,9 @@
 // transaction frees the slot and deletes surplus ones. The driver is opened
 // with clientFoundRows, so an UPDATE reports the rows it matched.
 //
-// Waiters (waiters.go) queue in semaphore_waiters with a ticket (FIFO, see
-// FirstWaiter) bounded by max_waiting, and poll a cheap read with a backoff
-// from 2 ms to 20 ms.
+// Waiters (waiters.go) queue in semaphore_waiters with a ticket, bounded by
+// max_waiting; the acquire script serves that line first come, first served
+// and a waiter parks in the server until a release wakes it (sem_park.go).
 //
 // # Semaphores, mode session (seed 000's GET_LOCK slots)
 //
@@ -106,10 +106,11 @@
 //
 // # Queues
 //
-// See queue_runtime.go and queue_park.go: seed 001's partitioned design
-// (claim: partition; one lock row per partition, the least recently
-// claimed free partition, a batch of its jobs in insert order) or a
-// FOR UPDATE SKIP LOCKED claim across the queue (claim: skip_locked); the
+// See queue_runtime.go and queue_park.go: seed 001's partition locks
+// (claim: partition; a claim holds one free lock row of the queue's
+// partitions and takes the oldest claimable jobs of the whole queue, the
+// jobs of one key one at a time in push order) or a FOR UPDATE SKIP LOCKED
+// claim across the queue that ignores keys (claim: skip_locked); the
 // visibility lease, retries and the dead-letter set; acks grouped into one
 // DELETE; idle workers parked and woken by pushes.
 //

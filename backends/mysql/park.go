@@ -125,6 +125,9 @@ type sessions struct {
 	waiting map[string]*session
 	// modes caches each semaphore's mode and limit (session.go).
 	modes sync.Map
+	// tickets maps a semaphore and a waiter this store registered to its
+	// ticket in line, which orders parked waiters (sem_park.go).
+	tickets sync.Map
 }
 
 // maxFreeDedicated bounds the idle dedicated connections kept for reuse.

@@ -117,9 +117,12 @@ func benchQueueConfig(name, claim string) backends.QueueConfig {
 }
 
 // fillQueue inserts n ready keyless jobs behind the API's back, in
-// multi-row INSERTs (pushes are measured separately): partition id % 4 as
-// Push places them, available and enqueued now.
-func fillQueue(b *testing.B, s *mysql.Store, queue string, n int) {
+// multi-row INSERTs (pushes are measured separately): round robin over 4
+// partitions as Push places them, available and enqueued now.
+func fillQueue(b *testing.B, s *mysql.Store, queue string, n int) { fillQueueP(b, s, queue, n, 4) }
+
+// fillQueueP is fillQueue for a queue of the given partition count.
+func fillQueueP(b *testing.B, s *mysql.Store, queue string, n, partitions int) {
 	b.Helper()
 	const chunk = 1000
 	payload := []byte(`{"image":"a.png"}`)
@@ -133,7 +136,7 @@ func fillQueue(b *testing.B, s *mysql.Store, queue string, n int) {
 				sb.WriteString(", ")
 			}
 			sb.WriteString("(?, ?, ?, 'ready', TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), '')")
-			args = append(args, queue, (done+i)%4, payload)
+			args = append(args, queue, (done+i)%partitions, payload)
 		}
 		if _, err := s.DB().ExecContext(context.Background(), sb.String(), args...); err != nil {
 			b.Fatal(err)
@@ -427,6 +430,80 @@ func BenchmarkQueueDrainStore(b *testing.B) {
 					b.Fatalf("acked %d of %d", total, drainRound)
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkQueueDrainHosts drains keyless jobs with several hosts: a Store
+// each (its own connections and claim grouping, as separate coordd
+// processes have), each one Work of concurrency and batch 4, no-op
+// handlers. Queues of 1 and 4 partitions (claim partition) alternate round
+// by round, so both see the same load. It is the measurement that kept the
+// default at 4 partitions rather than 1 (issue 13, docs/benchmarks.md):
+// p1/p4 is how many times longer the one-partition queue took to drain.
+func BenchmarkQueueDrainHosts(b *testing.B) {
+	for _, hosts := range []int{2, 4} {
+		b.Run(fmt.Sprintf("hosts=%d", hosts), func(b *testing.B) {
+			ctx := context.Background()
+			dsn := testenv.MySQLDSN(b)
+			s := migrated(b, dsn, "coordd_")
+			parts := []int{1, 4}
+			for _, p := range parts {
+				cfg := benchQueueConfig(fmt.Sprintf("p%d", p), spec.ClaimPartition)
+				cfg.Partitions = p
+				if _, err := s.PutQueue(ctx, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			clients := make([]*queue.Client, hosts)
+			for h := range clients {
+				var err error
+				if clients[h], err = queue.New(openStore(b, dsn, "coordd_", backends.Options{Version: "0.1.0"})); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rt, upd := queueBenchRaw(b, s)
+			dur := map[int]time.Duration{}
+			jobs := 0
+			b.ResetTimer()
+			for range b.N {
+				for range drainRounds {
+					for _, p := range parts {
+						b.StopTimer()
+						fillQueueP(b, s, fmt.Sprintf("p%d", p), drainRound, p)
+						b.StartTimer()
+						start := time.Now()
+						errs := make(chan error, hosts)
+						stats := make([]queue.Stats, hosts)
+						for h, c := range clients {
+							go func() {
+								errs <- c.Work(ctx, fmt.Sprintf("p%d", p), queue.WorkerOptions{Concurrency: 4, Batch: 4, Drain: true, Stats: &stats[h]},
+									func(context.Context, backends.Job) error { return nil })
+							}()
+						}
+						for range hosts {
+							if err := <-errs; err != nil {
+								b.Fatal(err)
+							}
+						}
+						dur[p] += time.Since(start)
+						var acked int64
+						for h := range stats {
+							acked += stats[h].Acked.Load()
+						}
+						if acked != drainRound {
+							b.Fatalf("acked %d of %d", acked, drainRound)
+						}
+					}
+					jobs += drainRound
+				}
+			}
+			b.StopTimer()
+			for _, p := range parts {
+				b.ReportMetric(float64(jobs)/dur[p].Seconds(), fmt.Sprintf("p%d-jobs/s", p))
+			}
+			b.ReportMetric(float64(dur[1])/float64(dur[4]), "p1/p4")
+			reportRaw(b, rt, upd)
 		})
 	}
 }

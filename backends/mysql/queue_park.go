@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/backends/internal/group"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
+	"github.com/coordd/coordd/spec"
 )
 
 // Idle queue workers: seed 000's SLEEP/KILL wake-up (park.go) applied to
@@ -21,7 +23,8 @@ import (
 //
 //	SELECT '<tag>', d, fallback, SLEEP(d) FROM (... d computed from the jobs ...)
 //
-// d is 0 when a job is claimable now (ready with available_at <= now) or a
+// d is 0 when a job is claimable now (ready with available_at <= now and,
+// under claim partition, not waiting behind an earlier job of its key) or a
 // running job's visibility expired (Claim makes it ready again); otherwise
 // the time until the earliest of those events (a delayed job's
 // available_at, a running job's expires_at), at most what is left of max.
@@ -34,7 +37,9 @@ import (
 // (error 1317).
 //
 // Push (of a ready or a delayed job), RequeueDead, Retry (the job went back
-// to the queue) and PutQueue (jobs moved out of removed partitions) then
+// to the queue, or a job with a key died), Ack of a job with a key (the
+// next job of its key may start) and PutQueue (jobs moved out of removed
+// partitions) then
 // wake parked workers with Store.wakeParked on the queue's channel
 // (channel("queue", name)): one per job, oldest ticket first; the ticket is
 // the host time at which the worker started waiting, so the longest idle
@@ -98,8 +103,11 @@ const (
 	// job's expires_at (0 when one is due already), and, in the fallback,
 	// the backoff. The fallback applies when the caller says so (its store
 	// was denied a wake-up) or the queue is marked (qQueueDeniedMark: another
-	// store was). Arguments: left, backoff (seconds), the store's denial,
-	// queue. The nested derived tables compute each value once; MariaDB may
+	// store was). With keys (claim partition), a ready job waiting behind an
+	// earlier job of its key counts for nothing: it becomes claimable only
+	// by an ack, a retry or a death, which wake the worker, or by a lease
+	// expiring, which counts. Arguments: left, backoff (seconds), the
+	// store's denial, keys, queue. The nested derived tables compute each value once; MariaDB may
 	// merge them, which changes nothing, since the server fixes now and the
 	// read view for the whole statement.
 	qQueuePark = "p.d, p.fallback, SLEEP(p.d) FROM (\n" +
@@ -109,7 +117,9 @@ const (
 		"      (? OR COALESCE((SELECT pt.expires_at FROM `{p}queue_partitions` pt\n" +
 		"        WHERE pt.queue = q.name AND pt.`partition` = 0), 0) > " + nowSQL + ") AS denied,\n" +
 		"      GREATEST(0, LEAST(\n" +
-		"        COALESCE((SELECT MIN(j.available_at) FROM `{p}queue_jobs` j WHERE j.queue = q.name AND j.state = 'ready'), " + farFuture + "),\n" +
+		"        COALESCE((SELECT j.available_at FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_state)\n" +
+		"          WHERE j.queue = q.name AND j.state = 'ready' AND (NOT ? OR " + claimKeyFree + ")\n" +
+		"          ORDER BY j.available_at LIMIT 1), " + farFuture + "),\n" +
 		"        COALESCE((SELECT MIN(j.expires_at) FROM `{p}queue_jobs` j WHERE j.queue = q.name AND j.state = 'running'), " + farFuture + ")\n" +
 		"      ) - " + nowSQL + ") / 1000000 AS wait\n" +
 		"    FROM `{p}queues` q WHERE q.name = ?) e\n" +
@@ -196,12 +206,12 @@ type queuePark struct {
 // parkQueue runs qQueuePark on d, tagged with tag, and reports how it
 // ended. It is Store.park with the statement's columns read, since
 // WaitQueue needs to know why the statement ended.
-func (s *Store) parkQueue(ctx context.Context, d *dedicated, tag, queue string, left, backoff time.Duration, denied bool) (queuePark, error) {
+func (s *Store) parkQueue(ctx context.Context, d *dedicated, tag, queue string, left, backoff time.Duration, denied, keys bool) (queuePark, error) {
 	var r queuePark
 	s.trips.Add(1)
 	err := s.interruptible(ctx, d, left+30*time.Second, func(rctx context.Context) error {
 		rows, err := d.conn.QueryContext(rctx, "SELECT ?, "+s.q(qQueuePark),
-			tag, sleepSeconds(left), sleepSeconds(backoff), denied, queue)
+			tag, sleepSeconds(left), sleepSeconds(backoff), denied, keys, queue)
 		if err != nil {
 			return err
 		}
@@ -264,6 +274,13 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 	// microsecond; the ticket stays the same across re-parks.
 	tag := parkTag(s.channel("queue", queue), time.Now().UnixMicro()*16+rand.Int64N(16))
 	qs := &s.queues
+	// The claim mode of the queue's last claim: claim partition holds a
+	// job back behind its key, claim skip_locked does not. Unknown (no
+	// claim yet): a job is claimable when ready, and a claim finds out.
+	keys := false
+	if v, ok := qs.configs.Load(queue); ok {
+		keys = v.(*claimConfig).cfg.Claim != spec.ClaimSkipLocked
+	}
 	backoff := queueFallbackMin
 	for {
 		if err := ctx.Err(); err != nil {
@@ -275,7 +292,7 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 			s.undedicate(d)
 			return nil
 		}
-		r, err := s.parkQueue(ctx, d, tag, queue, left, backoff, qs.killDenied())
+		r, err := s.parkQueue(ctx, d, tag, queue, left, backoff, qs.killDenied(), keys)
 		switch {
 		case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			s.undedicate(d) // parkQueue killed the statement; the connection is fine

@@ -39,27 +39,32 @@ var _ backends.Queues = (*Store)(nil)
 //
 // Claim has two modes, the queue's claim field:
 //
-//   - partition (seed 001's partitioned design): Claim serialises per
-//     partition. It picks the least recently claimed partition that has a
-//     claimable job, then locks the first partition from there (in number
-//     order, wrapping around) that has one and whose lock row no other
-//     claimer holds (FOR UPDATE SKIP LOCKED), and leases up to max of its
-//     claimable jobs in id (insert) order. Jobs of one key are claimed in
-//     order: only one claimer claims from a partition at a time. At most
-//     `partitions` claims run at once; a claimer that finds every partition
-//     with work held gets nothing (and queue.Client backs off).
+//   - partition (seed 001's partition locks; the default): a claim holds
+//     one of the queue's partition lock rows, any one no other claim
+//     holds (FOR UPDATE SKIP LOCKED), so at most `partitions` claims run
+//     at once; a claimer that finds them all held gets nothing (and
+//     queue.Client backs off). It then leases up to max claimable jobs of
+//     the whole queue, whatever their partition, in id (push) order,
+//     skipping the rows other claims hold (SKIP LOCKED). A job with a key
+//     is claimable only while no job of its key is running and no older
+//     one is ready (claimKeyFree), so the jobs of one key run one at a
+//     time in push order, and a claim takes at most one of them. Two
+//     claims cannot take two jobs of one key: the later job reads the
+//     earlier one as ready (its last committed state) or running, either
+//     of which blocks it. The partition a job was pushed to plays no part.
 //   - skip_locked: no partition lock rows. Claim locks up to max claimable
 //     jobs of the whole queue with SELECT ... FOR UPDATE SKIP LOCKED, in
 //     the order they became available (available_at, then id: insert order
 //     for jobs pushed without a delay), and leases them. Claimers skip each
-//     other's rows instead of waiting, so any number claim at once; jobs of
-//     one key may then start out of order. The order is (available_at, id)
-//     rather than id because that is the order of the queue_jobs_state
+//     other's rows instead of waiting, so any number claim at once; keys
+//     are ignored, and jobs of one key may run at once and out of order.
+//     The order is (available_at, id), the order of the queue_jobs_state
 //     index (queue, state, available_at, and the primary key): the scan
-//     stops after max rows and locks only those. Ordering by id would
+//     stops after max rows and locks only those, and never passes over a
+//     delayed job. (Without an index in id order, ordering by id would
 //     either walk the primary key, locking every running, dead, delayed or
 //     other queue's row it passes, or sort the ready rows, which locks all
-//     of them and leaves concurrent claimers with nothing.
+//     of them; claim partition has queue_jobs_ready for it.)
 //
 // Either way a claim is one script (qClaimHeadFast and what follows it):
 // several statements sent in one round trip on a dedicated connection,
@@ -202,41 +207,42 @@ const (
 		"  WHERE queue = @coordd_q AND state = 'ready' AND available_at <= @coordd_now\n" +
 		"  ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
 
-	// claimReady is the test that partition p (a queue_partitions row)
-	// has a job claimable now: a scalar subquery with LIMIT 1, not EXISTS,
-	// which MariaDB turns into a semi-join that materialises every ready
-	// job of the queue.
-	claimReady = "(SELECT j.id FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_claim)\n" +
-		"    WHERE j.queue = p.queue AND j.`partition` = p.`partition` AND j.state = 'ready' AND j.available_at <= @coordd_now\n" +
-		"    LIMIT 1) IS NOT NULL"
+	// claimKeyFree is the test that job j (a queue_jobs row) may start as
+	// far as its key goes: it has no key, or no job of its key is running
+	// and no older one is ready (a delayed one included), so that the jobs
+	// of one key run one at a time in push order. Two point lookups in
+	// queue_jobs_key, each a scalar subquery with LIMIT 1 rather than EXISTS
+	// (MariaDB turns EXISTS into a semi-join that materialises its table).
+	// They are plain reads: a job that another claim holds locked reads as
+	// it was last committed, ready, which still blocks the later jobs of
+	// its key, so two claims never take two jobs of one key.
+	claimKeyFree = "(j.unique_key IS NULL OR (\n" +
+		"    (SELECT k.id FROM `{p}queue_jobs` k FORCE INDEX (queue_jobs_key)\n" +
+		"      WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'running' LIMIT 1) IS NULL\n" +
+		"    AND (SELECT k.id FROM `{p}queue_jobs` k FORCE INDEX (queue_jobs_key)\n" +
+		"      WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'ready' AND k.id < j.id LIMIT 1) IS NULL))"
 
-	// qClaimLockPartition (claim partition) picks and locks a partition,
-	// then locks up to a number of its claimable jobs in id (insert) order
-	// into @coordd_ids, and stamps the partition's claimed_at if it got
-	// any. The partition: @coordd_start is the least recently claimed
-	// partition that has a claimable job (a plain read; ties: the lowest
-	// number), so that no partition starves; then the first partition from
-	// @coordd_start on, in number order and wrapping around, that has a
-	// claimable job and whose lock row no other claimer holds (FOR UPDATE
-	// SKIP LOCKED, scanning the primary key: at READ COMMITTED a row that
-	// does not match is unlocked at once, so only the row returned stays
-	// locked). Jobs of one partition are claimed by one claimer at a time.
-	// Arguments: partition count, partition count, partition count, limit.
-	qClaimLockPartition = "SELECT MIN(x.`partition`) INTO @coordd_start FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
-		"  WHERE p.queue = @coordd_q AND p.`partition` < ? AND " + claimReady + "\n" +
-		"  ORDER BY p.claimed_at, p.`partition` LIMIT 1) x;\n" +
-		"SELECT MIN(x.`partition`) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
-		"  WHERE p.queue = @coordd_q AND p.`partition` >= @coordd_start AND p.`partition` < ? AND " + claimReady + "\n" +
-		"  ORDER BY p.`partition` LIMIT 1 FOR UPDATE SKIP LOCKED) x;\n" +
-		"SELECT COALESCE(@coordd_p, MIN(x.`partition`)) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
-		"  WHERE p.queue = IF(@coordd_p IS NULL, @coordd_q, NULL) AND p.`partition` < LEAST(@coordd_start, ?) AND " + claimReady + "\n" +
+	// qClaimLockPartition (claim partition) takes one of the queue's
+	// partition lock rows that no other claim holds into @coordd_p (FOR
+	// UPDATE SKIP LOCKED, scanning the primary key: at READ COMMITTED only
+	// the row returned stays locked), so that at most `partitions` claims
+	// run at once (seed 001's partition locks); without one it claims
+	// nothing. Then it locks up to a number of claimable jobs of the whole
+	// queue, whatever their partition, in id (push) order, into
+	// @coordd_ids: ready, available now, free as far as their key goes
+	// (claimKeyFree), and not locked by another claim (SKIP LOCKED: a
+	// claim never waits for another). The scan follows queue_jobs_ready
+	// (queue, state, id) and stops after the limit; it passes over the
+	// ready jobs that are not claimable yet (delayed, retrying, or behind
+	// an earlier job of their key). Arguments: partition count, limit.
+	qClaimLockPartition = "SELECT MIN(x.`partition`) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
+		"  WHERE p.queue = @coordd_q AND p.`partition` < ?\n" +
 		"  ORDER BY p.`partition` LIMIT 1 FOR UPDATE SKIP LOCKED) x;\n" +
 		claimIDsOf + "x.id" + claimIDsTo +
-		"  SELECT id FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_claim)\n" +
-		"  WHERE queue = @coordd_q AND `partition` = @coordd_p AND state = 'ready' AND available_at <= @coordd_now\n" +
-		"  ORDER BY id LIMIT ? FOR UPDATE) x;\n" +
-		"UPDATE `{p}queue_partitions` SET claimed_at = @coordd_now\n" +
-		"WHERE queue = IF(@coordd_n > 0, @coordd_q, NULL) AND `partition` = @coordd_p;\n"
+		"  SELECT j.id FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_ready)\n" +
+		"  WHERE j.queue = IF(@coordd_p IS NULL, NULL, @coordd_q) AND j.state = 'ready' AND j.available_at <= @coordd_now\n" +
+		"    AND " + claimKeyFree + "\n" +
+		"  ORDER BY j.id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
 
 	// claimIDs is @coordd_ids as a table: id, and ord, its place from 1
 	// (the status element's is 1, the jobs' from 2).
@@ -576,7 +582,7 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*group.Cla
 		}
 		if partition {
 			sb.WriteString(qClaimLockPartition)
-			args = append(args, cc.cfg.Partitions, cc.cfg.Partitions, cc.cfg.Partitions, total)
+			args = append(args, cc.cfg.Partitions, total)
 		} else {
 			sb.WriteString(qClaimLockSkip)
 			args = append(args, total)
@@ -737,8 +743,25 @@ const maxAckBatch = 256
 const ackTimeout = 30 * time.Second
 
 // ackBatch deletes the jobs of batch that their owners still hold and
-// returns each ack's error: nil, ErrLost, or the batch's own failure.
+// returns each ack's error: nil, ErrLost, or the batch's own failure. A
+// deleted job with a key may let the next job of its key start, so then it
+// wakes a parked worker of the queue (one per such job, up to maxWake).
 func (s *Store) ackBatch(ctx context.Context, batch []backends.Job) []error {
+	errs := s.ackDelete(ctx, batch)
+	keyed := map[string]int{}
+	for i, j := range batch {
+		if errs[i] == nil && j.Key != "" {
+			keyed[j.Queue]++
+		}
+	}
+	for q, n := range keyed {
+		s.wakeQueue(ctx, q, min(n, maxWake))
+	}
+	return errs
+}
+
+// ackDelete is ackBatch's DELETE.
+func (s *Store) ackDelete(ctx context.Context, batch []backends.Job) []error {
 	errs := make([]error, len(batch))
 	if len(batch) == 1 {
 		j := batch[0]
@@ -828,9 +851,10 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 	if err != nil {
 		return fmt.Errorf("retry job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
 	}
-	if ready {
+	if ready || j.Key != "" {
 		// Ready now without a backoff; with one, a parked worker re-parks
-		// with the job's available_at as its bound.
+		// with the job's available_at as its bound. A job with a key that
+		// died lets the next job of its key start.
 		s.wakeQueue(ctx, j.Queue, 1)
 	}
 	return nil

@@ -793,3 +793,38 @@ func TestQueueClaimSeesConfigChange(t *testing.T) {
 		t.Fatalf("claim from a deleted queue: %v, want ErrNotFound", err)
 	}
 }
+
+// TestQueueWaitKeyBlocked: under claim partition, a job waiting behind an
+// earlier job of its key is not claimable, so an idle worker parks rather
+// than returning at once (and spinning on empty claims); the ack of the
+// earlier job, from another handle, wakes it, and it claims the next job.
+func TestQueueWaitKeyBlocked(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	waiter, dsn := queueStore(t, wakeQueueConfig("q", spec.ClaimPartition))
+	worker := openStore(t, dsn, "coordd_", backends.Options{Version: "0.1.0"})
+	pushJob(t, worker, "q", backends.PushRequest{Payload: []byte("k1"), Key: "k"})
+	k2 := pushJob(t, worker, "q", backends.PushRequest{Payload: []byte("k2"), Key: "k"})
+	held, err := worker.Claim(ctx, "q", "worker", 1)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("worker's claim = %v, %v; want k1", held, err)
+	}
+	if jobs, err := waiter.Claim(ctx, "q", "waiter", 5); err != nil || len(jobs) != 0 {
+		t.Fatalf("waiter's claim = %v, %v; want nothing while k1 runs", jobs, err)
+	}
+	done, took := startWait(ctx, waiter, "q", longPark)
+	waitParked(t, waiter, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("the wait returned (%v) while k2 waits behind k1", err)
+	default:
+	}
+	if err := worker.Ack(ctx, held[0]); err != nil {
+		t.Fatalf("ack k1: %v", err)
+	}
+	returnsWithin(t, done, early, "ack of k1 from another handle")
+	t.Logf("woken after %v", took())
+	if jobs, err := waiter.Claim(ctx, "q", "waiter", 5); err != nil || len(jobs) != 1 || jobs[0].ID != k2.ID {
+		t.Fatalf("claim after the ack = %v, %v; want k2 (%d)", jobs, err, k2.ID)
+	}
+}

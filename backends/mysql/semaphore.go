@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -27,15 +28,16 @@ const (
 	// microseconds (the rule every backend follows), so a semaphore deleted
 	// and created again, or replaced from another backend, still hands out
 	// numbers above any a holder of the old one can have.
-	qSemUpsert = "INSERT INTO `{p}semaphores` (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, fencing)\n" +
-		`VALUES (?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
+	qSemUpsert = "INSERT INTO `{p}semaphores` (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, keyed, fencing)\n" +
+		`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
 ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = VALUES(mode),
-  wake = VALUES(wake), max_waiting = VALUES(max_waiting), max_hold_ns = VALUES(max_hold_ns)`
+  wake = VALUES(wake), max_waiting = VALUES(max_waiting), max_hold_ns = VALUES(max_hold_ns), keyed = VALUES(keyed)`
 
 	// qSemLock reads and locks the semaphore row: every transaction that
 	// changes a semaphore's slots or waiters takes it first, so they
-	// serialise per semaphore.
-	qSemLock = "SELECT lim, fencing, max_waiting, mode FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
+	// serialise per semaphore. keyed: the semaphore's slots belong to its
+	// instances (instance.go).
+	qSemLock = "SELECT lim, fencing, max_waiting, mode, keyed FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
 
 	// qSemSlotsLive lists (and locks) a semaphore's slots, each with whether
 	// it is live.
@@ -74,26 +76,45 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 	// keeps a lowered limit safe), re-checking that the slot is free against
 	// its own instant, so a live slot is never overwritten; it leases the
 	// slot from the SELECT's instant, so the grant's expiry is known without
-	// reading it back. The fencing counter is bumped in the same transaction,
-	// only if the slot was taken. The last row returns the variables; the
-	// caller tells absent, session mode, full and drift apart from them.
-	// Arguments: name, owner, host, pid, lease, name, name.
+	// reading it back.
+	//
+	// The line: the second SELECT counts the live waiters ahead of the owner
+	// (those with a lower ticket, every one when the owner is not in line),
+	// and the UPDATE takes the slot only while they are fewer than the free
+	// slots (limit minus live holders), so a newcomer never takes a slot a
+	// waiter is entitled to. It reads after the semaphore row is locked:
+	// EnterWait takes that lock too, so the count is that of the latest line.
+	// The grant deletes the owner's waiter record, so the line moves on in
+	// the same commit. The fencing counter is bumped in the same
+	// transaction, only if the slot was taken. The last row returns the
+	// variables; the caller tells absent, session mode, full, the line and
+	// drift apart from them; a keyed semaphore (whose instances hold the
+	// slots) is never granted. Arguments: name, name, name, owner, owner,
+	// host, pid, lease, name, name, name, owner.
 	qSemAcquire = "SET @coordd_lim = NULL, @coordd_fencing = NULL, @coordd_mode = NULL, @coordd_now = NULL,\n" +
-		"  @coordd_live = NULL, @coordd_slot = NULL, @coordd_n = 0;\n" +
+		"  @coordd_live = NULL, @coordd_slot = NULL, @coordd_n = 0, @coordd_ahead = 0, @coordd_keyed = 0;\n" +
 		"START TRANSACTION;\n" +
 		"SELECT s.lim, s.fencing, s.mode, " + nowSQL + ",\n" +
-		"  count(CASE WHEN " + liveT + " THEN 1 END), min(CASE WHEN " + freeT + " THEN t.slot END)\n" +
-		"  INTO @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot\n" +
+		"  count(CASE WHEN " + liveT + " THEN 1 END), min(CASE WHEN " + freeT + " THEN t.slot END), s.keyed\n" +
+		"  INTO @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot, @coordd_keyed\n" +
 		"  FROM `{p}semaphores` s LEFT JOIN `{p}semaphore_slots` t ON t.name = s.name\n" +
 		"  WHERE s.name = ? GROUP BY s.name FOR UPDATE;\n" +
+		"SELECT count(*) INTO @coordd_ahead FROM `{p}semaphore_waiters` w\n" +
+		"  WHERE w.name = ? AND w.expires_at > @coordd_now AND w.seq < COALESCE((SELECT x.seq FROM `{p}semaphore_waiters` x\n" +
+		"    WHERE x.name = ? AND x.owner = ? AND x.expires_at > @coordd_now), " + noTicket + ");\n" +
 		"UPDATE `{p}semaphore_slots` SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = @coordd_fencing + 1,\n" +
 		"    acquired_at = @coordd_now, expires_at = @coordd_now + ?\n" +
-		"  WHERE name = ? AND slot = @coordd_slot AND @coordd_mode <> 'session' AND @coordd_live < @coordd_lim\n" +
-		"    AND " + freeSQL + ";\n" +
+		"  WHERE name = ? AND slot = @coordd_slot AND @coordd_mode <> 'session' AND @coordd_keyed = 0 AND @coordd_live < @coordd_lim\n" +
+		"    AND @coordd_ahead < @coordd_lim - @coordd_live AND " + freeSQL + ";\n" +
 		"SET @coordd_n = ROW_COUNT();\n" +
 		"UPDATE `{p}semaphores` SET fencing = fencing + 1 WHERE name = ? AND @coordd_n > 0;\n" +
+		"DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ? AND @coordd_n > 0;\n" +
 		"COMMIT;\n" +
-		"SELECT @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot, @coordd_n"
+		"SELECT @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot, @coordd_n, @coordd_ahead, @coordd_keyed"
+
+	// noTicket stands for "not in line" where a waiter's ticket is compared:
+	// above every ticket, so every live waiter is ahead.
+	noTicket = "9223372036854775807"
 
 	// qSemExtend renews a lease, only for its owner and only while it has
 	// not expired, in one autocommit statement. The new expiry comes back in
@@ -112,19 +133,27 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 	// commits), then checks that the semaphore is not in mode session and has
 	// no slot numbered at or above its limit (a semaphore with more slots
 	// than its limit always has one, since slot numbers are distinct), and
-	// only then frees the slot. The last row says whether it did; when it
-	// did not (not the owner, lease expired, slots to retire, session mode,
-	// no semaphore row) leaseRelease takes the transactional path.
-	// Arguments: name, name, name, owner.
-	qSemReleaseFast = "SET @coordd_lim = NULL, @coordd_mode = NULL, @coordd_hi = 1, @coordd_n = 0;\n" +
+	// only then frees the slot. It also counts the live waiters, so that
+	// the releaser wakes a parked one only when somebody waits (no extra
+	// round trip otherwise): a waiter registers (EnterWait, under the
+	// semaphore row lock, which this share lock excludes) before it parks,
+	// so one that is not counted here registers after this commit and its
+	// next try sees the free slot. The last row says whether it freed the
+	// slot and how many wait; when it did not free it (not the owner, lease
+	// expired, slots to retire, session mode, no semaphore row)
+	// leaseRelease takes the transactional path. A keyed semaphore's own
+	// slots (left from before it was keyed) all retire: its limit counts
+	// as 0 here. Arguments: name, name, name, owner, name.
+	qSemReleaseFast = "SET @coordd_lim = NULL, @coordd_mode = NULL, @coordd_hi = 1, @coordd_n = 0, @coordd_w = 0;\n" +
 		"START TRANSACTION;\n" +
-		"SELECT lim, mode INTO @coordd_lim, @coordd_mode FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE;\n" +
+		"SELECT IF(keyed, 0, lim), mode INTO @coordd_lim, @coordd_mode FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE;\n" +
 		"SELECT EXISTS (SELECT 1 FROM `{p}semaphore_slots` WHERE name = ? AND slot >= @coordd_lim) INTO @coordd_hi;\n" +
 		"UPDATE `{p}semaphore_slots` SET state = 'FREE', owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0\n" +
 		"  WHERE name = ? AND owner = ? AND " + liveSQL + " AND @coordd_mode <> 'session' AND @coordd_hi = 0;\n" +
 		"SET @coordd_n = ROW_COUNT();\n" +
+		"SELECT count(*) INTO @coordd_w FROM `{p}semaphore_waiters` WHERE name = ? AND @coordd_n > 0 AND expires_at > " + nowSQL + ";\n" +
 		"COMMIT;\n" +
-		"SELECT @coordd_n"
+		"SELECT @coordd_n, @coordd_w"
 
 	// qSemOwned finds (and locks) owner's slot and whether its lease is
 	// still live.
@@ -144,7 +173,7 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 
 	// qSemObserveConfigsHead reads the configs of many semaphores; the
 	// names follow, bound, in IN (...).
-	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, session_slots\n" +
+	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, session_slots, keyed\n" +
 		"FROM `{p}semaphores` WHERE name IN ("
 
 	// qSemObserveSlotsHead reads every slot of many semaphores, each with
@@ -167,21 +196,27 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 	if cfg.Limit < 0 {
 		return fmt.Errorf("put semaphore %q: negative limit %d", cfg.Name, cfg.Limit)
 	}
+	if cfg.Keyed && cfg.Mode == spec.ModeSession {
+		// A session slot is a named lock that no row records: an
+		// instance's holders could be neither listed nor drained.
+		return fmt.Errorf("put semaphore %q: keyed in mode session: %w", cfg.Name, backends.ErrUnsupported)
+	}
 	maxWaiting := cfg.MaxWaiting
 	if maxWaiting < 0 {
 		maxWaiting = -1
 	}
 	err := s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold)); err != nil {
+		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
 			return err
 		}
 		if err := s.repairSessionSlots(ctx, c, cfg.Name, cfg.Mode, cfg.Limit); err != nil {
 			return err
 		}
 		// A session-mode semaphore keeps slot rows only for lease holders
-		// left from before a change of mode.
+		// left from before a change of mode, a keyed one only for holders
+		// left from before it was keyed.
 		rowLimit := cfg.Limit
-		if cfg.Mode == spec.ModeSession {
+		if cfg.Mode == spec.ModeSession || cfg.Keyed {
 			rowLimit = 0
 		}
 		return repairSlots(ctx, c, cfg.Name, rowLimit, true)
@@ -192,6 +227,12 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 	if err != nil {
 		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
 	}
+	// A higher limit may make it some parked waiters' turn; they look.
+	if cfg.Keyed {
+		s.wakeInstances(ctx, cfg.Name, cfg.Limit)
+		return nil
+	}
+	s.wakeSemaphore(ctx, cfg.Name, min(cfg.Limit, maxWake))
 	return nil
 }
 
@@ -232,13 +273,17 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 
 // DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
 // drains it: limit 0, free slots gone, ErrHeld; held slots retire on release.
+// The live holders of a keyed semaphore's instances count as its holders;
+// they keep their rows until they release, and the instances admit nobody
+// meanwhile (the limit they read is 0).
 func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	held := 0
 	err := s.write(ctx, func(c conn) error {
 		var lim, maxWaiting int
 		var fencing int64
 		var mode string
-		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode)
+		var keyed bool
+		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode, &keyed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -246,6 +291,11 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
 			return err
 		}
+		var inst int
+		if err := c.row(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
+			return err
+		}
+		held += inst
 		if exists {
 			// Session holders count too (slot locks, not rows).
 			var sessSlots int
@@ -268,7 +318,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 			_, err := c.exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
-		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
+		for _, q := range []string{qInstDeleteWaiters, qInstDeleteSlots, qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
 			if _, err := c.exec(ctx, q, name); err != nil {
 				return err
 			}
@@ -281,6 +331,8 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	if held > 0 {
 		return fmt.Errorf("delete semaphore %q: %d live holders: %w", name, held, backends.ErrHeld)
 	}
+	// Parked waiters learn at once that the semaphore is gone.
+	s.wakeSemaphore(ctx, name, maxWake)
 	return nil
 }
 
@@ -289,6 +341,9 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // name; a stale cache costs one wasted statement, since each path checks
 // the stored mode.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instAcquire(ctx, parent, key, req)
+	}
 	if err := backends.CheckAcquire(req); err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
 	}
@@ -320,9 +375,10 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 	}
 	var limit, fencing, now, live, slot sql.NullInt64
 	var mode sql.NullString
-	var n int64
-	err = s.runScript(ctx, qSemAcquire, []any{name, req.Owner, req.Host, req.PID, lease, name, name}, func(_ int, rows *sql.Rows) error {
-		return rows.Scan(&limit, &fencing, &mode, &now, &live, &slot, &n)
+	var n, ahead, keyed int64
+	args := []any{name, name, name, req.Owner, req.Owner, req.Host, req.PID, lease, name, name, name, req.Owner}
+	err = s.runScript(ctx, qSemAcquire, args, func(_ int, rows *sql.Rows) error {
+		return rows.Scan(&limit, &fencing, &mode, &now, &live, &slot, &n, &ahead, &keyed)
 	})
 	if err == nil && mode.Valid {
 		s.sess.setMode(name, mode.String)
@@ -333,8 +389,12 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 		err = backends.ErrNotFound
 	case mode.String == spec.ModeSession:
 		err = errSessionMode
+	case keyed != 0:
+		err = backends.ErrKeyRequired
 	case live.Int64 >= limit.Int64:
 		err = fmt.Errorf("%d of %d held: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
+	case ahead >= limit.Int64-live.Int64:
+		err = fmt.Errorf("%d of %d held, %d waiters ahead in line: %w", live.Int64, limit.Int64, ahead, backends.ErrNoSlot)
 	case !slot.Valid:
 		// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
 		err = fmt.Errorf("%d of %d held, no free slot row: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
@@ -345,6 +405,7 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 	if err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
 	}
+	s.sess.forgetTicket(name, req.Owner)
 	return backends.Grant{Slot: int(slot.Int64), Fencing: fencing.Int64 + 1, ExpiresAt: fromMicros(now.Int64 + lease)}, nil
 }
 
@@ -352,6 +413,9 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 // A session-mode holder's slot has no expiry: Extend checks that its
 // connection still holds the lock (sessionExtend).
 func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instExtend(ctx, parent, key, owner, lease)
+	}
 	if h := s.sess.holder(owner); h != nil {
 		return s.sessionExtend(ctx, h, lease)
 	}
@@ -384,6 +448,9 @@ func (s *Store) leaseExtend(ctx context.Context, name, owner string, lease time.
 // Release frees owner's slot: the lock of a session-mode holder
 // (sessionRelease), else its slot row (leaseRelease).
 func (s *Store) Release(ctx context.Context, name, owner string) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instRelease(ctx, parent, key, owner)
+	}
 	if h := s.sess.holder(owner); h != nil {
 		return s.sessionRelease(ctx, h)
 	}
@@ -401,12 +468,15 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 // session-mode semaphore) takes one transaction that holds the semaphore
 // row lock, frees the slot and repairs the slot count.
 func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
-	var n int64
-	err := s.runScript(ctx, qSemReleaseFast, []any{name, name, name, owner}, func(_ int, rows *sql.Rows) error { return rows.Scan(&n) })
+	var n, waiting int64
+	err := s.runScript(ctx, qSemReleaseFast, []any{name, name, name, owner, name}, func(_ int, rows *sql.Rows) error { return rows.Scan(&n, &waiting) })
 	if err != nil {
 		return fmt.Errorf("release %q: %w", name, err)
 	}
 	if n > 0 {
+		if waiting > 0 {
+			s.wakeSemaphore(ctx, name, 1)
+		}
 		return nil
 	}
 	wasLive := false
@@ -414,12 +484,13 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		var limit, maxWaiting int
 		var fencing int64
 		var mode string
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
+		var keyed bool
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if mode == spec.ModeSession {
-			limit = 0 // slot rows remain only for lease holders from before the mode changed
+		if mode == spec.ModeSession || keyed {
+			limit = 0 // slot rows remain only for lease holders from before the mode changed or it was keyed
 		}
 		var slot int
 		err = c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
@@ -434,6 +505,10 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		}
 		return repairSlots(ctx, c, name, limit, false)
 	})
+	if err == nil {
+		// Rare: wake without counting the waiters first.
+		s.wakeSemaphore(ctx, name, 1)
+	}
 	if err == nil && !wasLive {
 		err = fmt.Errorf("lease had expired: %w", backends.ErrLost)
 	}
@@ -444,21 +519,31 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 }
 
 // Holders lists live holders by slot, lease rows and session locks alike;
-// an absent semaphore has none.
+// an absent semaphore has none. Those of a keyed semaphore's instances
+// follow; an instance reference lists the instance's.
 func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instHolders(ctx, parent, key)
+	}
 	m, err := s.ObserveSemaphores(ctx, []string{name})
 	if err != nil {
 		return nil, fmt.Errorf("holders %q: %w", name, err)
 	}
 	if st := m[name]; st != nil {
-		slices.SortFunc(st.Holders, func(a, b backends.Holder) int { return a.Slot - b.Slot })
+		slices.SortStableFunc(st.Holders, func(a, b backends.Holder) int {
+			if a.Key != b.Key {
+				return strings.Compare(a.Key, b.Key)
+			}
+			return a.Slot - b.Slot
+		})
 		return st.Holders, nil
 	}
 	return nil, nil
 }
 
 // ObserveSemaphores reads many semaphores in one snapshot: per chunk of
-// inChunk names, one statement per table (configs, slots, waiters).
+// inChunk names, one statement per table (configs, slots, waiters, and the
+// instances' holders and waiters of keyed semaphores).
 func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
 	out := make(map[string]*backends.SemaphoreState, len(names))
 	if len(names) == 0 {
@@ -493,7 +578,7 @@ func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out ma
 		var cfg backends.SemaphoreConfig
 		var lease, maxHold int64
 		var slots int
-		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold, &slots); err != nil {
+		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold, &slots, &cfg.Keyed); err != nil {
 			rows.Close()
 			return err
 		}
@@ -572,5 +657,5 @@ func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out ma
 			st.Slots += stored
 		}
 	}
-	return nil
+	return observeInstances(ctx, c, names, out)
 }

@@ -56,14 +56,30 @@ import (
 //     lock, tries the slots, and when none is free parks in
 //     SELECT '<tag>', RELEASE_LOCK(check), SLEEP(d): the release and the
 //     sleep start in one statement. A releaser takes the check lock, frees
-//     its slot and KILL QUERYs the parked waiter with the oldest ticket (the
-//     backend time of its first try), then releases the check lock. Holding
+//     its slot and KILL QUERYs the parked waiter with the lowest ticket (its
+//     place in line), then releases the check lock. Holding
 //     the check lock, the releaser sees every waiter either parked (visible
 //     in the processlist) or not yet past its try (which then finds the free
 //     slot), so no wake-up is lost. A releaser that dies before its KILL
 //     leaves the waiters to their SLEEP's end (at most sessionSleepMax) or to
 //     the repair pass (RepairWakeups), which wakes a parked waiter of
 //     every semaphore that has a free slot.
+//
+// The line: waiters registered with EnterWait are served first come, first
+// served, as in mode lease (sem_park.go). A slot lock is taken wherever a
+// waiter or newcomer finds one free, but the grant (qSessGrant) records the
+// holder only when no live waiter is ahead of it; otherwise grantInLine,
+// holding the check lock, counts the free slots (IS_USED_LOCK) and records
+// it only while fewer waiters are ahead than slots were free, and else
+// gives the slot lock back (waking a parked waiter with wake kill, since a
+// waiter may have parked meanwhile) and refuses with ErrNoSlot. A waiter so
+// refused backs off (pollMin doubling to pollMax) before it takes a slot
+// lock again, so that a waiter ahead that is slow, or crashed and not yet
+// expired, does not make it spin. Parked waiters (wake kill) carry their
+// ticket in line, so each release wakes the first of the line. With limit 1
+// the server queues the waiters blocked in GET_LOCK and grants the lock in
+// its queue's order; a waiter that gets it out of turn gives it back to
+// the next one queued.
 //
 // Extend is a ping of the holder's connection: the slot is still ours
 // while IS_USED_LOCK(slot) = CONNECTION_ID(). A failed ping means the
@@ -119,6 +135,22 @@ const (
 		"    JSON_OBJECT('fencing', fencing + 1, 'conn', CONNECTION_ID(), 'owner', ?, 'host', ?, 'pid', ?, 'at', " + nowSQL + ")),\n" +
 		"  fencing = LAST_INSERT_ID(fencing + 1)\n" +
 		"WHERE name = ?"
+
+	// qSessGrantFirst is qSessGrant when no live waiter is ahead of the
+	// owner in line (every live waiter when the owner is not in line). No
+	// row: the semaphore is gone, or waiters are ahead (grantInLine tells).
+	// Arguments: slot, owner, host, pid, name, name, name, owner.
+	qSessGrantFirst = qSessGrant + " AND NOT EXISTS (SELECT 1 FROM `{p}semaphore_waiters` w\n" +
+		"  WHERE w.name = ? AND w.expires_at > " + nowSQL + " AND w.seq < COALESCE((SELECT x.seq FROM `{p}semaphore_waiters` x\n" +
+		"    WHERE x.name = ? AND x.owner = ? AND x.expires_at > " + nowSQL + "), " + noTicket + "))"
+
+	// qSessAhead counts the live waiters ahead of an owner in line; NULL
+	// when the semaphore is gone. Arguments: name, owner, name.
+	qSessAhead = "SELECT IF(EXISTS (SELECT 1 FROM `{p}semaphores` WHERE name = ?),\n" +
+		"  (SELECT count(*) FROM `{p}semaphore_waiters` w WHERE w.name = s.n AND w.expires_at > " + nowSQL + "\n" +
+		"    AND w.seq < COALESCE((SELECT x.seq FROM `{p}semaphore_waiters` x\n" +
+		"      WHERE x.name = s.n AND x.owner = ? AND x.expires_at > " + nowSQL + "), " + noTicket + ")), NULL)\n" +
+		"FROM (SELECT ? AS n) s"
 
 	// qSessPing checks that the connection still holds its slot lock.
 	qSessPing = "SELECT IS_USED_LOCK(?) = CONNECTION_ID(), " + nowSQL
@@ -177,8 +209,9 @@ type session struct {
 	slot  int // the slot lock held, -1 none
 	// waitLock: the connection holds the wait lock (wake: poll).
 	waitLock bool
-	// ticket orders parked waiters: backend time of the first try, µs.
-	ticket int64
+	// behind is the back-off of a waiter whose last grant the line refused
+	// (0: none).
+	behind time.Duration
 	// wake and limit as read at the last try: Release wakes waiters only
 	// with wake kill and a limit above 1.
 	wake  string
@@ -446,6 +479,9 @@ var errLeaseMode = errors.New("semaphore is not in mode session")
 // the connection holds no slot lock unless the error is unexpected, which
 // the caller answers by dropping the connection.
 func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.AcquireRequest) (backends.Grant, error) {
+	// The back-off lasts only while the line refuses grant after grant.
+	behind := w.behind
+	w.behind = 0
 	var r sessionTry
 	var err error
 	if w.slot >= 0 {
@@ -492,7 +528,11 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 		}
 		w.waitLock = false
 	}
-	fencing, err := s.recordGrant(ctx, w, req)
+	fencing, err := s.recordGrant(ctx, w, req, r.limit)
+	if errors.Is(err, errBehindLine) {
+		w.behind = min(max(2*behind, pollMin), pollMax)
+		return backends.Grant{}, fmt.Errorf("%w: %w", err, backends.ErrNoSlot)
+	}
 	if errors.Is(err, backends.ErrNotFound) {
 		if err := s.releaseSlot(ctx, w); err != nil {
 			return backends.Grant{}, err
@@ -506,11 +546,71 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 }
 
 // recordGrant bumps the fencing counter and records the holder
-// (qSessGrant), on the holder's connection: nothing is written for a holder
-// whose session died after taking the slot. ErrNotFound: the semaphore row
-// is gone.
-func (s *Store) recordGrant(ctx context.Context, w *session, req backends.AcquireRequest) (int64, error) {
-	return lastID(s.dexec(ctx, w.d, qSessGrant, w.slot, req.Owner, req.Host, req.PID, w.name))
+// (qSessGrantFirst, qSessGrant), on the holder's connection: nothing is
+// written for a holder whose session died after taking the slot. With
+// waiters ahead of the owner in line it leaves the decision to grantInLine.
+// ErrNotFound: the semaphore row is gone. errBehindLine: the line refused
+// the grant and the slot lock was given back. The grant removes the owner's
+// waiter record.
+func (s *Store) recordGrant(ctx context.Context, w *session, req backends.AcquireRequest, limit int) (int64, error) {
+	fencing, err := lastID(s.dexec(ctx, w.d, qSessGrantFirst, w.slot, req.Owner, req.Host, req.PID, w.name, w.name, w.name, req.Owner))
+	if errors.Is(err, backends.ErrNotFound) {
+		fencing, err = s.grantInLine(ctx, w, req, limit)
+	}
+	if err == nil && s.sess.ticket(w.name, w.owner) != unregisteredTicket {
+		s.sess.forgetTicket(w.name, w.owner)
+		_, err = s.dexec(ctx, w.d, qWaitLeave, w.name, w.owner)
+	}
+	return fencing, err
+}
+
+// errBehindLine: a session-mode grant that the line refused.
+var errBehindLine = errors.New("waiters ahead in line")
+
+// grantInLine decides a grant that has live waiters ahead of its owner,
+// holding the check lock so that two such decisions do not count the same
+// free slots: the owner keeps its slot lock while fewer waiters are ahead
+// of it than slots were free when it took it (its own included). Otherwise
+// it gives the slot lock back, wakes the first parked waiter (wake kill:
+// one may have parked while the lock was taken), and returns errBehindLine.
+func (s *Store) grantInLine(ctx context.Context, w *session, req backends.AcquireRequest, limit int) (int64, error) {
+	check := s.checkLock(w.name)
+	got, err := s.dint(ctx, w.d, helperLockWait+time.Minute, qSessGetLock, check, sleepSeconds(helperLockWait))
+	if err != nil {
+		return 0, err
+	}
+	if got.Int64 != 1 {
+		return 0, fmt.Errorf("check lock busy: %w", backends.ErrNoSlot)
+	}
+	fencing, err := s.grantInLineLocked(ctx, w, req, limit)
+	if _, rerr := s.dint(ctx, w.d, noDeadline, qSessRelease, check); rerr != nil && err == nil {
+		err = rerr
+	}
+	return fencing, err
+}
+
+func (s *Store) grantInLineLocked(ctx context.Context, w *session, req backends.AcquireRequest, limit int) (int64, error) {
+	ahead, err := s.dint(ctx, w.d, noDeadline, s.q(qSessAhead), w.name, req.Owner, w.name)
+	if err != nil {
+		return 0, err
+	}
+	if !ahead.Valid {
+		return 0, backends.ErrNotFound
+	}
+	used, err := s.usedSlots(ctx, conn{s: s}, w.d, w.name, limit)
+	if err != nil {
+		return 0, err
+	}
+	if free := limit - len(used) + 1; ahead.Int64 < int64(free) {
+		return lastID(s.dexec(ctx, w.d, qSessGrant, w.slot, req.Owner, req.Host, req.PID, w.name))
+	}
+	if err := s.releaseSlot(ctx, w); err != nil {
+		return 0, err
+	}
+	if w.wake == spec.WakeKill && limit > 1 {
+		_, _ = s.wakeParked(ctx, s.channel("semaphore", w.name), 1)
+	}
+	return 0, fmt.Errorf("%d %w", ahead.Int64, errBehindLine)
 }
 
 // acquireDraining is acquire while holders admitted under a higher limit
@@ -786,6 +886,11 @@ func (s *Store) sessionWaitOn(ctx context.Context, w *session, maxWait time.Dura
 	if w.slot >= 0 {
 		return nil
 	}
+	if w.behind > 0 {
+		// The line refused the last grant: let the waiters ahead take
+		// their slots before taking one again.
+		return sleepCtx(ctx, min(w.behind, maxWait))
+	}
 	deadline := time.Now().Add(maxWait)
 	block := min(maxWait, sessionSleepMax)
 	info := s.sess.info(w.name)
@@ -813,16 +918,14 @@ func (s *Store) sessionWaitOn(ctx context.Context, w *session, maxWait time.Dura
 		if err != nil {
 			return err
 		}
-		if w.ticket == 0 {
-			w.ticket = r.now // the first try's backend time: the FIFO rank
-		}
 		if r.slot >= 0 || !r.tried || r.notFound || r.mode != spec.ModeSession {
 			w.slot = r.slot
 			_, err := s.dint(ctx, w.d, noDeadline, qSessRelease, check)
 			return err
 		}
 		sleep := min(max(time.Until(deadline), 0), sessionSleepMax)
-		return s.park(ctx, w.d, parkTag(s.channel("semaphore", w.name), w.ticket), qSessParkBody, sleep, check, sleepSeconds(sleep))
+		// The ticket in line orders parked waiters: the first is woken first.
+		return s.park(ctx, w.d, parkTag(s.channel("semaphore", w.name), s.sess.ticket(w.name, w.owner)), qSessParkBody, sleep, check, sleepSeconds(sleep))
 
 	default:
 		// wake poll: only the holder of the wait lock polls.
@@ -977,14 +1080,15 @@ func (s *Store) repairSessionSlots(ctx context.Context, c conn, name, mode strin
 	return err
 }
 
-// RepairWakeups is the repair pass of wake kill (backends.WakeRepairer):
-// for each named semaphore in mode session with wake kill that has free
-// slots, it wakes its oldest parked waiters, one per free slot. A releaser
-// that died between freeing its slot and its KILL, or a holder whose
-// connection died (MySQL frees the slot, and nobody sends a KILL), leaves
-// waiters parked until their SLEEP ends; the daemon's leader runs this pass
-// at start-up and then periodically. With nobody parked it costs one
-// processlist query.
+// RepairWakeups is the repair pass of parked waiters
+// (backends.WakeRepairer): for each named semaphore in mode lease, or in
+// mode session with wake kill, that has free slots, it wakes its first
+// parked waiters in line, one per free slot. A releaser that died between
+// freeing its slot and its KILL, or a session holder whose connection died
+// (MySQL frees the slot, and nobody sends a KILL), leaves waiters parked
+// until their SLEEP ends; the semaphore package runs this pass when a
+// caller starts waiting, and the daemon's leader at start-up and then
+// periodically. With nobody parked it costs one processlist query.
 func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) {
 	ok, err := s.hasSchema(ctx)
 	if err != nil || !ok {
@@ -996,6 +1100,14 @@ func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) 
 	}
 	woken := 0
 	for _, name := range names {
+		if _, _, ok := backends.SplitInstance(name); ok {
+			n, err := s.repairInstance(ctx, name, parked)
+			woken += n
+			if err != nil {
+				return woken, err
+			}
+			continue
+		}
 		ch := s.channel("semaphore", name)
 		if !parked[ch] {
 			continue
@@ -1009,17 +1121,25 @@ func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) 
 		if err != nil {
 			return woken, err
 		}
-		if mode != spec.ModeSession || wake != spec.WakeKill {
+		var held int
+		switch {
+		case mode != spec.ModeSession:
+			// Lease mode: a parked waiter checks its turn itself.
+			err = s.on(nil).row(ctx, qSemLiveHolders, name).Scan(&held)
+		case wake == spec.WakeKill:
+			var used []int
+			used, err = s.usedSlots(ctx, s.on(nil), nil, name, max(stored, lim))
+			held = len(used)
+		default:
 			continue
 		}
-		used, err := s.usedSlots(ctx, s.on(nil), nil, name, max(stored, lim))
 		if err != nil {
 			return woken, err
 		}
-		if len(used) >= lim {
+		if held >= lim {
 			continue
 		}
-		n, err := s.wakeParked(ctx, ch, lim-len(used))
+		n, err := s.wakeParked(ctx, ch, lim-held)
 		woken += n
 		if err != nil {
 			return woken, err

@@ -20,6 +20,9 @@ const (
 	qWaitRenew = "UPDATE `{p}semaphore_waiters` SET expires_at = " + nowSQL + ` + ?
 WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 
+	// qWaitSeq reads owner's ticket.
+	qWaitSeq = "SELECT seq FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
+
 	// qWaitCount counts the waiters and finds the highest ticket. Run after
 	// qWaitDeleteExpired in the same transaction, every row is live.
 	qWaitCount = "SELECT count(*), coalesce(max(seq), 0) FROM `{p}semaphore_waiters` WHERE name = ?"
@@ -32,29 +35,17 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 
 	// qWaitFirst finds the oldest live waiter.
 	qWaitFirst = "SELECT owner FROM `{p}semaphore_waiters` WHERE name = ? AND expires_at > " + nowSQL + " ORDER BY seq LIMIT 1"
-
-	// qWaitMayAcquire is WaitSemaphore's poll: true when the live holders are
-	// below the limit and a free or expired slot row exists, i.e. when
-	// TryAcquire may succeed. No row: the semaphore is absent.
-	qWaitMayAcquire = "SELECT\n" +
-		"  (SELECT count(*) FROM `{p}semaphore_slots` WHERE name = s.name AND " + liveSQL + ") < s.lim\n" +
-		"  AND EXISTS (SELECT 1 FROM `{p}semaphore_slots` WHERE name = s.name AND " + freeSQL + ")\n" +
-		"FROM `{p}semaphores` s WHERE s.name = ?"
-)
-
-// Poll backoff of WaitSemaphore: until the push wake-up arrives (a later
-// release), a waiter polls a cheap read, doubling the interval from
-// waitPollMin up to waitPollMax.
-const (
-	waitPollMin = 2 * time.Millisecond
-	waitPollMax = 20 * time.Millisecond
 )
 
 // EnterWait registers owner as a waiter of semaphore name, leased for lease
 // in backend time, behind every live waiter. If owner already waits, its
-// lease is renewed and it keeps its place. It returns ErrTooManyWaiters when
-// max_waiting live waiters exist, ErrNotFound when the semaphore is absent.
+// lease is renewed and it keeps its place: one autocommit statement when
+// this store registered it. It returns ErrTooManyWaiters when max_waiting
+// live waiters exist, ErrNotFound when the semaphore is absent.
 func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instEnterWait(ctx, parent, key, owner, lease)
+	}
 	if owner == "" {
 		return fmt.Errorf("enter wait %q: empty owner", name)
 	}
@@ -62,16 +53,33 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 	if err != nil {
 		return fmt.Errorf("enter wait %q: %w", name, err)
 	}
+	if s.sess.ticket(name, owner) != unregisteredTicket {
+		// A renewal: extending a live record changes neither the count nor
+		// the order, so it needs no lock.
+		n, err := affected(s.autocommit(ctx, qWaitRenew, us, name, owner))
+		if err != nil {
+			return fmt.Errorf("enter wait %q as %q: %w", name, owner, err)
+		}
+		if n > 0 {
+			return nil
+		}
+		s.sess.forgetTicket(name, owner) // expired: it queues again, at the tail
+	}
 	var mode string
+	var seq int64
 	err = s.write(ctx, func(c conn) error {
 		var limit, maxWaiting int
 		var fencing int64
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode)
+		var keyed bool
+		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
 		if err != nil {
 			return err
+		}
+		if keyed {
+			return backends.ErrKeyRequired
 		}
 		if _, err := c.exec(ctx, qWaitDeleteExpired, name); err != nil {
 			return err
@@ -81,7 +89,7 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 			return err
 		}
 		if n > 0 {
-			return nil
+			return c.row(ctx, qWaitSeq, name, owner).Scan(&seq)
 		}
 		var waiting int
 		var last int64
@@ -91,9 +99,13 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
-		_, err = c.exec(ctx, qWaitInsert, name, owner, last+1, us)
+		seq = last + 1
+		_, err = c.exec(ctx, qWaitInsert, name, owner, seq, us)
 		return err
 	})
+	if err == nil {
+		s.sess.rememberTicket(name, owner, seq)
+	}
 	if err == nil && mode == spec.ModeSession {
 		s.sessionEnter(name, owner)
 	}
@@ -104,23 +116,38 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 }
 
 // LeaveWait removes owner's waiter record, and frees what a session-mode
-// wait holds (its connection and locks); absent is not an error.
+// wait holds (its connection and locks); absent is not an error. A waiter
+// that leaves the line (it gave up; a grant already removed the record of
+// one that got a slot) may make it another's turn: it wakes the first
+// parked waiter, who looks again.
 func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instLeaveWait(ctx, parent, key, owner)
+	}
 	s.sessionLeave(ctx, owner)
+	s.sess.forgetTicket(name, owner)
+	var n int64
 	err := s.write(ctx, func(c conn) error {
-		_, err := c.exec(ctx, qWaitLeave, name, owner)
+		var err error
+		n, err = affected(c.exec(ctx, qWaitLeave, name, owner))
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("leave wait %q as %q: %w", name, owner, err)
 	}
+	if n > 0 {
+		s.wakeSemaphore(ctx, name, 1)
+	}
 	return nil
 }
 
 // FirstWaiter returns the owner at the head of semaphore name's line: the
-// live waiter that entered first, "" when nobody waits. A caller serving
-// waiters FIFO lets only the head of the line call TryAcquire.
+// live waiter that entered first, "" when nobody waits. TryAcquire follows
+// the line itself; FirstWaiter is for tests and status.
 func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instFirstWaiter(ctx, parent, key)
+	}
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
 		owner = ""
@@ -137,54 +164,25 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 }
 
 // WaitSemaphore waits as the semaphore's mode says: on owner's dedicated
-// connection in mode session (sessionWait), else it polls, with a backoff
-// from waitPollMin to waitPollMax, until TryAcquire may succeed (live holders below the limit and a free or expired
-// slot), maxWait elapsed or ctx ended. It returns nil in the first two cases
-// and ctx's error in the last; the caller retries TryAcquire either way. An
-// absent semaphore (or a store never migrated) returns nil at once, so that
+// connection in mode session (sessionWait), else parked in the server
+// until it may be owner's turn in line (leaseWait, sem_park.go), maxWait
+// elapsed or ctx ended. It returns nil in the first two cases and ctx's
+// error in the last; the caller retries TryAcquire either way. An absent
+// semaphore (or a store never migrated) returns nil at once, so that
 // TryAcquire reports it.
 func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instWait(ctx, parent, key, owner, maxWait)
 	}
 	if session, err := s.isSessionMode(ctx, name); err != nil {
 		return s.waitErr(ctx, name, err)
 	} else if session {
 		return s.sessionWait(ctx, name, owner, maxWait)
 	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return s.waitErr(ctx, name, err)
-	}
-	if !ok {
-		return nil
-	}
-	deadline := time.Now().Add(maxWait)
-	timer := time.NewTimer(waitPollMax)
-	timer.Stop() // Go 1.23+: a stopped timer holds no stale tick
-	defer timer.Stop()
-	for backoff := waitPollMin; ; backoff = min(2*backoff, waitPollMax) {
-		var may bool
-		err := s.on(nil).row(ctx, qWaitMayAcquire, name).Scan(&may)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return nil
-		case err != nil:
-			return s.waitErr(ctx, name, err)
-		case may:
-			return nil
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
-		}
-		timer.Reset(min(backoff, left))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
+	return s.leaseWait(ctx, name, owner, maxWait)
 }
 
 // waitErr reports ctx's error when the poll failed because ctx ended.

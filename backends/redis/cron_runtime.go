@@ -33,7 +33,9 @@ const cronMaxOutput = 64 << 10
 // list expired runs of every task from one key.
 //
 // Every script that changes an occurrence takes the same keys, in this
-// order (cronKeys builds them):
+// order (cronKeys builds them; the batch scripts, which claim or finish
+// occurrences of many tasks at once, take the first six and then each
+// occurrence's task keys in turn):
 //
 //	KEYS[1]  the schedule (zset: name -> next_exec µs)
 //	KEYS[2]  the definitions (hash: name -> def)
@@ -48,7 +50,7 @@ const cronMaxOutput = 64 << 10
 //	KEYS[10] the task's finished records (zset: id -> fencing)
 //	KEYS[11] the task's running records (zset: id -> run lease expiry µs)
 //
-// and ARGV[1] is always the task's name.
+// and ARGV[1] is the task's name.
 func (s *Store) cronKeys(task string) []string {
 	k := s.keys
 	return []string{k.cronNext(), k.cronDefs(), k.cronFencing(), k.cronLeases(), k.cronRetries(), k.cronLimits(),
@@ -63,31 +65,39 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nows = string.format('%d', now)
 `
 
-// cronLuaTrim defines trim(), which deletes the task's oldest finished
-// records beyond its history limit (100 when the task is gone), with
-// their output and their pending-retry entries; running records are never
-// deleted. A record's text is JSON written by these scripts, so a status
-// found as '"status":"succeeded"' is that field (a quote inside a string
-// value is escaped); such a record was never a pending retry.
+// cronLuaTrim defines trim(k, name), which deletes task name's oldest
+// finished records beyond its history limit (100 when the task is gone),
+// with their output and their pending-retry entries; running records are
+// never deleted. k holds the task's keys: occ (records), out (outputs),
+// hist (history) and done (finished records). A record's text is JSON
+// written by these scripts, so a status found as '"status":"succeeded"'
+// is that field (a quote inside a string value is escaped); such a record
+// was never a pending retry.
 const cronLuaTrim = `
-local function trim()
-  local stop = -1 - tonumber(redis.call('HGET', KEYS[6], ARGV[1]) or '100')
-  local ids = redis.call('ZRANGE', KEYS[10], 0, stop)
+local function trim(k, name)
+  local stop = -1 - tonumber(redis.call('HGET', KEYS[6], name) or '100')
+  local ids = redis.call('ZRANGE', k.done, 0, stop)
   if #ids == 0 then return end
   for _, id in ipairs(ids) do
-    local rec = redis.call('HGET', KEYS[7], id)
+    local rec = redis.call('HGET', k.occ, id)
     if rec and not string.find(rec, '"status":"succeeded"', 1, true) and not string.find(rec, '"status":"skipped"', 1, true) then
       redis.call('ZREM', KEYS[5], rec)
     end
   end
   for i = 1, #ids, 1000 do
     local j = math.min(i + 999, #ids)
-    redis.call('HDEL', KEYS[7], unpack(ids, i, j))
-    redis.call('HDEL', KEYS[8], unpack(ids, i, j))
-    redis.call('ZREM', KEYS[9], unpack(ids, i, j))
+    redis.call('HDEL', k.occ, unpack(ids, i, j))
+    redis.call('HDEL', k.out, unpack(ids, i, j))
+    redis.call('ZREM', k.hist, unpack(ids, i, j))
   end
-  redis.call('ZREMRANGEBYRANK', KEYS[10], 0, stop)
+  redis.call('ZREMRANGEBYRANK', k.done, 0, stop)
 end
+`
+
+// cronLuaTaskKeys is the task keys of the single-occurrence scripts
+// (KEYS[7] to KEYS[10], see cronKeys), as trim takes them.
+const cronLuaTaskKeys = `
+local task = {occ = KEYS[7], out = KEYS[8], hist = KEYS[9], done = KEYS[10]}
 `
 
 // cronLuaFinal defines failed(status): the statuses that make an attempt
@@ -98,11 +108,13 @@ local function failed(status)
 end
 `
 
-// cronClaimScript claims one attempt: the compare-and-swap on next_exec
-// (scheduled attempt 1), the check of the previous attempt (retries) or the
-// choice of a free time (manual attempt 1), the fencing number and the
-// record, written with SET NX semantics on (task, scheduled_at, attempt),
-// all in one atomic step. Nothing is written unless the claim succeeds.
+// cronClaimScript makes a batch of claims, in order, each in one atomic
+// step: the compare-and-swap on next_exec (scheduled attempt 1), the check
+// of the previous attempt (retries) or the choice of a free time (manual
+// attempt 1), with Exclusive the check that no run of the task is live,
+// the fencing number and the record, written with SET NX semantics on
+// (task, scheduled_at, attempt). Nothing is written for a claim that is
+// refused.
 //
 // The fencing counter follows the data-loss rule: when the task's counter
 // is missing (a new task, a flush, a restart without persistence) it is
@@ -110,147 +122,190 @@ end
 // any the task held before (one claim per µs is far faster than claims
 // come).
 //
-//	KEYS as for every occurrence script (see cronKeys)
-//	ARGV[1] task, ARGV[2] mode: "s" scheduled attempt 1, "r" a later
-//	attempt, "m" manual attempt 1
-//	ARGV[3] scheduled_at µs (mode m: ignored, backend now is used, moved a
-//	µs at a time past an existing attempt 1 or the pending next_exec)
-//	ARGV[4] next_exec µs after the claim ("" none; mode s only)
-//	ARGV[5] attempt, ARGV[6] run id, ARGV[7] owner, ARGV[8] host
-//	ARGV[9] manual ("1" or "0"), ARGV[10] lease µs
-//	ARGV[11] skip reason ("" to run): the record is written as skipped and
+//	KEYS[1] to KEYS[6] as for every occurrence script (see cronKeys), then
+//	for claim j (from 0) the task's records, outputs, history, finished
+//	and running records at KEYS[7+5j] to KEYS[11+5j]
+//	ARGV, 12 per claim, claim j's at ARGV[1+12j] on:
+//	[1] task, [2] mode: "s" scheduled attempt 1, "r" a later attempt, "m"
+//	manual attempt 1
+//	[3] scheduled_at µs (mode m: ignored, backend now is used, moved a µs
+//	at a time past an existing attempt 1 or the pending next_exec)
+//	[4] next_exec µs after the claim ("" none; mode s only)
+//	[5] attempt, [6] run id, [7] owner, [8] host
+//	[9] manual ("1" or "0"), [10] lease µs
+//	[11] skip reason ("" to run): the record is written as skipped and
 //	finished, without a lease, and the history is trimmed
+//	[12] exclusive ("1": refused while a run of the task is live)
 //
-// Returns {0, fencing, scheduled_at µs, started µs, expires µs} when
-// claimed, or {code}: 1 the task is absent, 2 next_exec is no longer
-// scheduled_at, 3 the attempt exists, 4 the previous attempt has not ended
-// unsuccessfully, 5 no free time for a manual run.
+// Returns one reply per claim: {0, fencing, scheduled_at µs, started µs,
+// expires µs} when claimed, or {code}: 1 the task is absent, 2 next_exec
+// is no longer scheduled_at, 3 the attempt exists, 4 the previous attempt
+// has not ended unsuccessfully, 5 no free time for a manual run, 6 a run
+// of the task is live (exclusive).
 var cronClaimScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaFinal + `
-local name = ARGV[1]
-local attempt = tonumber(ARGV[5])
-local sched = ARGV[3]
-local prev
--- A task is in the schedule only while its definition exists (PutCron and
--- DeleteCron write both), so a matching next_exec proves the task exists.
-if ARGV[2] == 's' then
-  local cur = redis.call('ZSCORE', KEYS[1], name)
-  if not cur or tonumber(cur) ~= tonumber(sched) then
-    if redis.call('HEXISTS', KEYS[2], name) == 0 then return {1} end
-    return {2}
+local function claim(k, a)
+  local name = a[1]
+  local attempt = tonumber(a[5])
+  local sched = a[3]
+  local prev
+  -- A task is in the schedule only while its definition exists (PutCron
+  -- and DeleteCron write both), so a matching next_exec proves the task
+  -- exists.
+  if a[2] == 's' then
+    local cur = redis.call('ZSCORE', KEYS[1], name)
+    if not cur or tonumber(cur) ~= tonumber(sched) then
+      if redis.call('HEXISTS', KEYS[2], name) == 0 then return {1} end
+      return {2}
+    end
+  elseif redis.call('HEXISTS', KEYS[2], name) == 0 then
+    return {1}
+  elseif a[2] == 'r' then
+    prev = redis.call('HGET', k.occ, sched .. ':' .. string.format('%d', attempt - 1))
+    if not prev or not failed(cjson.decode(prev).status) then return {4} end
+  else
+    local nx = redis.call('ZSCORE', KEYS[1], name)
+    nx = nx and tonumber(nx)
+    sched = nil
+    for s = now, now + 999 do
+      local ss = string.format('%d', s)
+      if nx ~= s and redis.call('HEXISTS', k.occ, ss .. ':1') == 0 then
+        sched = ss
+        break
+      end
+    end
+    if not sched then return {5} end
   end
-elseif redis.call('HEXISTS', KEYS[2], name) == 0 then
-  return {1}
-elseif ARGV[2] == 'r' then
-  prev = redis.call('HGET', KEYS[7], sched .. ':' .. string.format('%d', attempt - 1))
-  if not prev or not failed(cjson.decode(prev).status) then return {4} end
-else
-  local nx = redis.call('ZSCORE', KEYS[1], name)
-  nx = nx and tonumber(nx)
-  sched = nil
-  for s = now, now + 999 do
-    local ss = string.format('%d', s)
-    if nx ~= s and redis.call('HEXISTS', KEYS[7], ss .. ':1') == 0 then
-      sched = ss
-      break
+  local id = sched .. ':' .. a[5]
+  if redis.call('HEXISTS', k.occ, id) == 1 then return {3} end
+  if a[12] == '1' and a[11] == '' and #redis.call('ZRANGEBYSCORE', k.run, '(' .. nows, '+inf', 'LIMIT', 0, 1) > 0 then
+    return {6}
+  end
+
+  -- A live counter is far above 1 (it starts at TIME in µs), so 1 means
+  -- it was missing: recreate it above anything it held before.
+  local fencing = redis.call('HINCRBY', KEYS[3], name, 1)
+  if fencing == 1 then
+    fencing = now + 1
+    redis.call('HSET', KEYS[3], name, string.format('%d', fencing))
+  end
+  local fs = string.format('%d', fencing)
+  local rec = {task = name, sched = sched, attempt = a[5], run_id = a[6], fencing = fs,
+    manual = a[9] == '1', owner = a[7], host = a[8], started = nows}
+  local exp = now
+  if a[11] == '' then
+    rec.status = 'running'
+    exp = now + tonumber(a[10])
+  else
+    rec.status = 'skipped'
+    rec.error = a[11]
+    rec.exit_code = '0'
+    rec.finished = nows
+    rec.expires = nows
+  end
+  local text = cjson.encode(rec)
+  redis.call('HSET', k.occ, id, text)
+  redis.call('ZADD', k.hist, fencing, id)
+  if a[2] == 's' then
+    if a[4] == '' then
+      redis.call('ZREM', KEYS[1], name)
+    else
+      redis.call('ZADD', KEYS[1], a[4], name)
     end
   end
-  if not sched then return {5} end
-end
-local id = sched .. ':' .. ARGV[5]
-if redis.call('HEXISTS', KEYS[7], id) == 1 then return {3} end
-
--- A live counter is far above 1 (it starts at TIME in µs), so 1 means it
--- was missing: recreate it above anything it held before.
-local fencing = redis.call('HINCRBY', KEYS[3], name, 1)
-if fencing == 1 then
-  fencing = now + 1
-  redis.call('HSET', KEYS[3], name, string.format('%d', fencing))
-end
-local fs = string.format('%d', fencing)
-local rec = {task = name, sched = sched, attempt = ARGV[5], run_id = ARGV[6], fencing = fs,
-  manual = ARGV[9] == '1', owner = ARGV[7], host = ARGV[8], started = nows}
-local exp = now
-if ARGV[11] == '' then
-  rec.status = 'running'
-  exp = now + tonumber(ARGV[10])
-else
-  rec.status = 'skipped'
-  rec.error = ARGV[11]
-  rec.exit_code = '0'
-  rec.finished = nows
-  rec.expires = nows
-end
-local text = cjson.encode(rec)
-redis.call('HSET', KEYS[7], id, text)
-redis.call('ZADD', KEYS[9], fencing, id)
-if ARGV[2] == 's' then
-  if ARGV[4] == '' then
-    redis.call('ZREM', KEYS[1], name)
+  if prev then redis.call('ZREM', KEYS[5], prev) end
+  if a[11] == '' then
+    redis.call('ZADD', k.run, exp, id)
+    redis.call('ZADD', KEYS[4], exp, text)
   else
-    redis.call('ZADD', KEYS[1], ARGV[4], name)
+    redis.call('ZADD', k.done, fencing, id)
+    trim(k, name)
   end
+  return {0, fencing, tonumber(sched), now, exp}
 end
-if prev then redis.call('ZREM', KEYS[5], prev) end
-if ARGV[11] == '' then
-  redis.call('ZADD', KEYS[11], exp, id)
-  redis.call('ZADD', KEYS[4], exp, text)
-else
-  redis.call('ZADD', KEYS[10], fencing, id)
-  trim()
+
+local out = {}
+for j = 0, #ARGV / 12 - 1 do
+  local b = 6 + 5 * j
+  local k = {occ = KEYS[b + 1], out = KEYS[b + 2], hist = KEYS[b + 3], done = KEYS[b + 4], run = KEYS[b + 5]}
+  out[j + 1] = claim(k, {unpack(ARGV, 1 + 12 * j, 12 + 12 * j)})
 end
-return {0, fencing, tonumber(sched), now, exp}
+return out
 `)
 
-// cronExtendScript renews a run lease, only for its owner, only while the
-// run is running and its lease unexpired.
+// cronExtendManyScript renews a batch of run leases, each only for its
+// owner, only while the run is running and its lease unexpired.
 //
-//	KEYS as for every occurrence script (see cronKeys)
-//	ARGV[1] task, ARGV[2] id, ARGV[3] owner, ARGV[4] lease µs
+//	KEYS[1] the leases, then for extension j (from 0) the task's records
+//	and running records at KEYS[2+2j] and KEYS[3+2j]
+//	ARGV, 3 per extension, extension j's at ARGV[1+3j] on: [1] id,
+//	[2] owner, [3] lease µs
 //
-// Returns the new expiry in µs, or 0 when owner does not hold the run.
-var cronExtendScript = goredis.NewScript(cronLuaNow + `
-local text = redis.call('HGET', KEYS[7], ARGV[2])
-if not text then return 0 end
-local rec = cjson.decode(text)
-if rec.status ~= 'running' or rec.owner ~= ARGV[3] then return 0 end
-local exp = tonumber(redis.call('ZSCORE', KEYS[11], ARGV[2]) or '0')
-if exp <= now then return 0 end
-exp = now + tonumber(ARGV[4])
-redis.call('ZADD', KEYS[11], exp, ARGV[2])
-redis.call('ZADD', KEYS[4], exp, text)
-return exp
+// Returns one number per extension: the new expiry in µs, or 0 when its
+// owner does not hold the run.
+var cronExtendManyScript = goredis.NewScript(cronLuaNow + `
+local out = {}
+for j = 0, #ARGV / 3 - 1 do
+  local occ, run = KEYS[2 + 2 * j], KEYS[3 + 2 * j]
+  local id, owner, lease = ARGV[1 + 3 * j], ARGV[2 + 3 * j], ARGV[3 + 3 * j]
+  local res = 0
+  local text = redis.call('HGET', occ, id)
+  if text then
+    local rec = cjson.decode(text)
+    local exp = tonumber(redis.call('ZSCORE', run, id) or '0')
+    if rec.status == 'running' and rec.owner == owner and exp > now then
+      res = now + tonumber(lease)
+      redis.call('ZADD', run, res, id)
+      redis.call('ZADD', KEYS[1], res, text)
+    end
+  end
+  out[j + 1] = res
+end
+return out
 `)
 
-// cronFinishScript records the result of a run still running under its
-// owner (expired or not, as long as nobody reaped it), moves it from the
-// running sets to the finished one (and to the pending retries when it
-// failed), and trims the task's history.
+// cronFinishScript records the results of runs still running under their
+// owners (expired or not, as long as nobody reaped them), moves each from
+// the running sets to the finished one (and to the pending retries when it
+// failed), and trims its task's history.
 //
-//	KEYS as for every occurrence script (see cronKeys)
-//	ARGV[1] task, ARGV[2] id, ARGV[3] owner, ARGV[4] status
-//	ARGV[5] exit code, ARGV[6] error, ARGV[7] output
+//	KEYS[1] to KEYS[6] as for every occurrence script (see cronKeys), then
+//	for finish j (from 0) the task's records, outputs, history, finished
+//	and running records at KEYS[7+5j] to KEYS[11+5j]
+//	ARGV, 7 per finish, finish j's at ARGV[1+7j] on: [1] task, [2] id,
+//	[3] owner, [4] status, [5] exit code, [6] error, [7] output
 //
-// Returns 1 when recorded, 0 when owner does not hold the run.
+// Returns one number per finish: 1 when recorded, 0 when its owner does
+// not hold the run.
 var cronFinishScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaFinal + `
-local old = redis.call('HGET', KEYS[7], ARGV[2])
-if not old then return 0 end
-local rec = cjson.decode(old)
-if rec.status ~= 'running' or rec.owner ~= ARGV[3] then return 0 end
-local exp = tonumber(redis.call('ZSCORE', KEYS[11], ARGV[2]) or nows)
-rec.status = ARGV[4]
-rec.exit_code = ARGV[5]
-if ARGV[6] ~= '' then rec.error = ARGV[6] end
-rec.finished = nows
-rec.expires = string.format('%d', exp)
-local text = cjson.encode(rec)
-redis.call('HSET', KEYS[7], ARGV[2], text)
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[8], ARGV[2], ARGV[7]) end
-redis.call('ZREM', KEYS[11], ARGV[2])
-redis.call('ZREM', KEYS[4], old)
-redis.call('ZADD', KEYS[10], rec.fencing, ARGV[2])
-if failed(ARGV[4]) then redis.call('ZADD', KEYS[5], now, text) end
-trim()
-return 1
+local function finish(k, a)
+  local old = redis.call('HGET', k.occ, a[2])
+  if not old then return 0 end
+  local rec = cjson.decode(old)
+  if rec.status ~= 'running' or rec.owner ~= a[3] then return 0 end
+  local exp = tonumber(redis.call('ZSCORE', k.run, a[2]) or nows)
+  rec.status = a[4]
+  rec.exit_code = a[5]
+  if a[6] ~= '' then rec.error = a[6] end
+  rec.finished = nows
+  rec.expires = string.format('%d', exp)
+  local text = cjson.encode(rec)
+  redis.call('HSET', k.occ, a[2], text)
+  if a[7] ~= '' then redis.call('HSET', k.out, a[2], a[7]) end
+  redis.call('ZREM', k.run, a[2])
+  redis.call('ZREM', KEYS[4], old)
+  redis.call('ZADD', k.done, rec.fencing, a[2])
+  if failed(a[4]) then redis.call('ZADD', KEYS[5], now, text) end
+  trim(k, a[1])
+  return 1
+end
+
+local out = {}
+for j = 0, #ARGV / 7 - 1 do
+  local b = 6 + 5 * j
+  local k = {occ = KEYS[b + 1], out = KEYS[b + 2], hist = KEYS[b + 3], done = KEYS[b + 4], run = KEYS[b + 5]}
+  out[j + 1] = finish(k, {unpack(ARGV, 1 + 7 * j, 7 + 7 * j)})
+end
+return out
 `)
 
 // cronReapScript marks a running occurrence whose lease expired as lost
@@ -261,7 +316,7 @@ return 1
 //	ARGV[1] task, ARGV[2] id
 //
 // Returns 1 when reaped, 0 when it was not running with an expired lease.
-var cronReapScript = goredis.NewScript(cronLuaNow + cronLuaTrim + `
+var cronReapScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaTaskKeys + `
 local old = redis.call('HGET', KEYS[7], ARGV[2])
 if not old then return 0 end
 local rec = cjson.decode(old)
@@ -279,7 +334,7 @@ redis.call('ZREM', KEYS[11], ARGV[2])
 redis.call('ZREM', KEYS[4], old)
 redis.call('ZADD', KEYS[10], rec.fencing, ARGV[2])
 redis.call('ZADD', KEYS[5], now, text)
-trim()
+trim(task, ARGV[1])
 return 1
 `)
 
@@ -469,49 +524,120 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 
 // ClaimOccurrence implements backends.Crons.ClaimOccurrence in one script.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	occ, err := s.claimCron(ctx, req)
-	if err != nil {
+	if err := s.writable(); err != nil {
 		return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
 	}
-	return occ, nil
-}
-
-func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	if err := s.writable(); err != nil {
-		return backends.Occurrence{}, err
-	}
-	switch {
-	case req.Task == "":
-		return backends.Occurrence{}, errors.New("empty task name")
-	case req.Owner == "":
-		return backends.Occurrence{}, errors.New("empty owner")
-	case req.Attempt < 1:
-		return backends.Occurrence{}, fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
-	}
-	var lease int64
-	if req.Skip == "" {
-		var err error
-		if lease, err = microsOfLease(req.Lease); err != nil {
-			return backends.Occurrence{}, err
-		}
-	}
-	mode, sched := "s", usArg(req.ScheduledAt.UnixMicro())
-	switch {
-	case req.Attempt > 1:
-		mode = "r"
-	case req.Manual:
-		mode, sched = "m", ""
-	}
-	manual := "0"
-	if req.Manual {
-		manual = "1"
-	}
-	occ := backends.Occurrence{Task: req.Task, Attempt: req.Attempt, RunID: newCronRunID(),
-		Owner: req.Owner, Host: req.Host, Manual: req.Manual}
-	res, err := cronClaimScript.Run(ctx, s.rdb, s.cronKeys(req.Task), req.Task, mode, sched, cronNextArg(req.Next),
-		req.Attempt, occ.RunID, req.Owner, req.Host, manual, lease, req.Skip).Slice()
+	res, err := s.claimCrons(ctx, []backends.ClaimRequest{req})
 	if err != nil {
 		return backends.Occurrence{}, err
+	}
+	return res[0].Occurrence, res[0].Err
+}
+
+// ClaimOccurrences implements backends.Crons.ClaimOccurrences in one
+// script, which makes the claims one after another.
+func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+	}
+	out := make([]backends.ClaimResult, len(reqs))
+	var batch []backends.ClaimRequest
+	var at []int // index in reqs of each batch request
+	for i, req := range reqs {
+		if req.Manual {
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: manual runs are claimed one at a time: %w", req.Task, req.Attempt, backends.ErrUnsupported)
+			continue
+		}
+		batch, at = append(batch, req), append(at, i)
+	}
+	if len(batch) == 0 {
+		return out, nil
+	}
+	res, err := s.claimCrons(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range res {
+		out[at[j]] = r
+	}
+	return out, nil
+}
+
+// claimCrons runs cronClaimScript for reqs; a request that fails its
+// checks gets its error without being sent.
+func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	out := make([]backends.ClaimResult, len(reqs))
+	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronFencing(), s.keys.cronLeases(), s.keys.cronRetries(), s.keys.cronLimits()}
+	var args []any
+	var sent []int // index in reqs of each claim in the script
+	runIDs := make([]string, len(reqs))
+	for i, req := range reqs {
+		var err error
+		var lease int64
+		switch {
+		case req.Task == "":
+			err = errors.New("empty task name")
+		case req.Owner == "":
+			err = errors.New("empty owner")
+		case req.Attempt < 1:
+			err = fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
+		case req.Skip == "":
+			lease, err = microsOfLease(req.Lease)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+			continue
+		}
+		mode, sched := "s", usArg(req.ScheduledAt.UnixMicro())
+		switch {
+		case req.Attempt > 1:
+			mode = "r"
+		case req.Manual:
+			mode, sched = "m", ""
+		}
+		runIDs[i] = newCronRunID()
+		keys = append(keys, s.keys.cronTask(req.Task, "occ"), s.keys.cronTask(req.Task, "out"), s.keys.cronTask(req.Task, "hist"),
+			s.keys.cronTask(req.Task, "done"), s.keys.cronTask(req.Task, "run"))
+		args = append(args, req.Task, mode, sched, cronNextArg(req.Next), req.Attempt, runIDs[i], req.Owner, req.Host,
+			flag(req.Manual), lease, req.Skip, flag(req.Exclusive))
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
+	}
+	res, err := cronClaimScript.Run(ctx, s.rdb, keys, args...).Slice()
+	if err == nil && len(res) != len(sent) {
+		err = fmt.Errorf("script returned %d replies for %d claims", len(res), len(sent))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(sent), err)
+	}
+	for j, i := range sent {
+		req := reqs[i]
+		occ, err := claimReply(req, res[j])
+		if err != nil {
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+			continue
+		}
+		occ.RunID = runIDs[i]
+		out[i].Occurrence = occ
+	}
+	return out, nil
+}
+
+// flag is a boolean script argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// claimReply decodes one claim's reply of cronClaimScript.
+func claimReply(req backends.ClaimRequest, reply any) (backends.Occurrence, error) {
+	res, _ := reply.([]any)
+	if len(res) == 0 {
+		return backends.Occurrence{}, fmt.Errorf("claim script returned %v", reply)
 	}
 	code, _ := res[0].(int64)
 	switch code {
@@ -526,6 +652,8 @@ func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backe
 		return backends.Occurrence{}, fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
 	case 5:
 		return backends.Occurrence{}, fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
+	case 6:
+		return backends.Occurrence{}, fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
 	default:
 		return backends.Occurrence{}, fmt.Errorf("claim script returned code %d", code)
 	}
@@ -536,29 +664,60 @@ func (s *Store) claimCron(ctx context.Context, req backends.ClaimRequest) (backe
 	at, _ := res[2].(int64)
 	started, _ := res[3].(int64)
 	exp, _ := res[4].(int64)
-	occ.Fencing, occ.ScheduledAt = fencing, timeOfMicros(at)
-	occ.StartedAt, occ.ExpiresAt = timeOfMicros(started), timeOfMicros(exp)
-	return occ, nil
+	return backends.Occurrence{Task: req.Task, Attempt: req.Attempt, Owner: req.Owner, Host: req.Host, Manual: req.Manual,
+		Fencing: fencing, ScheduledAt: timeOfMicros(at), StartedAt: timeOfMicros(started), ExpiresAt: timeOfMicros(exp)}, nil
+}
+
+// ExtendOccurrences implements backends.Crons.ExtendOccurrences in one
+// script.
+func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension) ([]backends.ExtendResult, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("extend %d cron occurrences: %w", len(exts), err)
+	}
+	out := make([]backends.ExtendResult, len(exts))
+	keys := []string{s.keys.cronLeases()}
+	var args []any
+	var sent []int
+	for i, e := range exts {
+		us, err := microsOfLease(e.Lease)
+		if err != nil {
+			out[i].Err = fmt.Errorf("extend cron %q: %w", e.Occurrence.Task, err)
+			continue
+		}
+		o := e.Occurrence
+		keys = append(keys, s.keys.cronTask(o.Task, "occ"), s.keys.cronTask(o.Task, "run"))
+		args = append(args, cronID(o.ScheduledAt, o.Attempt), o.Owner, us)
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
+	}
+	res, err := cronExtendManyScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(sent) {
+		err = fmt.Errorf("script returned %d replies for %d extensions", len(res), len(sent))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("extend %d cron occurrences: %w", len(sent), err)
+	}
+	for j, i := range sent {
+		if res[j] == 0 {
+			o := exts[i].Occurrence
+			out[i].Err = fmt.Errorf("extend cron %q attempt %d: %w", o.Task, o.Attempt, backends.ErrLost)
+			continue
+		}
+		out[i].ExpiresAt = timeOfMicros(res[j])
+	}
+	return out, nil
 }
 
 // ExtendOccurrence renews occ.Owner's run lease to the server's now +
 // lease, while it is live (ErrLost otherwise).
 func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	if err := s.writable(); err != nil {
-		return time.Time{}, fmt.Errorf("extend cron %q: %w", occ.Task, err)
-	}
-	us, err := microsOfLease(lease)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("extend cron %q: %w", occ.Task, err)
-	}
-	exp, err := cronExtendScript.Run(ctx, s.rdb, s.cronKeys(occ.Task), occ.Task, cronID(occ.ScheduledAt, occ.Attempt), occ.Owner, us).Int64()
-	if err == nil && exp == 0 {
-		err = backends.ErrLost
-	}
+	res, err := s.ExtendOccurrences(ctx, []backends.Extension{{Occurrence: occ, Lease: lease}})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
-	return timeOfMicros(exp), nil
+	return res[0].ExpiresAt, res[0].Err
 }
 
 // cronFinal reports whether status ends a run.
@@ -574,25 +733,55 @@ func cronFinal(status string) bool {
 // otherwise), keeping the last 64 KiB of output, and trims the task's
 // finished occurrences to its history_limit, in one script.
 func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	if err := s.writable(); err != nil {
-		return fmt.Errorf("finish cron %q: %w", occ.Task, err)
-	}
-	if !cronFinal(res.Status) {
-		return fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
-	}
-	out := res.Output
-	if len(out) > cronMaxOutput {
-		out = out[len(out)-cronMaxOutput:]
-	}
-	n, err := cronFinishScript.Run(ctx, s.rdb, s.cronKeys(occ.Task), occ.Task, cronID(occ.ScheduledAt, occ.Attempt), occ.Owner,
-		res.Status, res.ExitCode, res.Error, out).Int64()
-	if err == nil && n == 0 {
-		err = backends.ErrLost
-	}
+	errs, err := s.FinishOccurrences(ctx, []backends.Finish{{Occurrence: occ, Result: res}})
 	if err != nil {
 		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
-	return nil
+	return errs[0]
+}
+
+// FinishOccurrences implements backends.Crons.FinishOccurrences in one
+// script.
+func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) ([]error, error) {
+	if err := s.writable(); err != nil {
+		return nil, fmt.Errorf("finish %d cron occurrences: %w", len(fins), err)
+	}
+	out := make([]error, len(fins))
+	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronFencing(), s.keys.cronLeases(), s.keys.cronRetries(), s.keys.cronLimits()}
+	var args []any
+	var sent []int
+	for i, f := range fins {
+		occ, res := f.Occurrence, f.Result
+		if !cronFinal(res.Status) {
+			out[i] = fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
+			continue
+		}
+		o := res.Output
+		if len(o) > cronMaxOutput {
+			o = o[len(o)-cronMaxOutput:]
+		}
+		keys = append(keys, s.keys.cronTask(occ.Task, "occ"), s.keys.cronTask(occ.Task, "out"), s.keys.cronTask(occ.Task, "hist"),
+			s.keys.cronTask(occ.Task, "done"), s.keys.cronTask(occ.Task, "run"))
+		args = append(args, occ.Task, cronID(occ.ScheduledAt, occ.Attempt), occ.Owner, res.Status, res.ExitCode, res.Error, o)
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
+	}
+	res, err := cronFinishScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(sent) {
+		err = fmt.Errorf("script returned %d replies for %d finishes", len(res), len(sent))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finish %d cron occurrences: %w", len(sent), err)
+	}
+	for j, i := range sent {
+		if res[j] == 0 {
+			o := fins[i].Occurrence
+			out[i] = fmt.Errorf("finish cron %q attempt %d: %w", o.Task, o.Attempt, backends.ErrLost)
+		}
+	}
+	return out, nil
 }
 
 // ExpiredOccurrences lists running occurrences whose run lease expired, the

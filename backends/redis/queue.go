@@ -24,14 +24,15 @@ var _ backends.QueueAdmin = (*Store)(nil)
 //
 //	meta       hash: config (the QueueConfig as JSON, for ObserveQueues),
 //	           partitions, span, vis (µs), max_attempts, backoff (µs),
-//	           unique, max_payload, cursor (the next partition a claim
-//	           looks at first)
+//	           unique, max_payload, cursor (where claims of coordd
+//	           before issue 13 started their round robin; unused since)
 //	ids        the id counter (INCR; recreated at TIME µs when missing)
 //	jobs       hash: id -> the job's record (cmsgpack of partition,
 //	           attempt, enqueued_at, available_at, owner, key, last_error)
 //	payloads   hash: id -> payload
 //	ready:<p>  sorted set per partition: the ids of jobs available now,
-//	           scored by id, so that a claim takes them in insert order
+//	           scored by id, so that a claim, merging the sets, takes them
+//	           in push order
 //	inflight   sorted set: ids of claimed jobs scored by lease deadline
 //	           (µs, server time)
 //	delayed    sorted set: ids of ready jobs not yet available (a delayed

@@ -20,7 +20,8 @@ var _ backends.Queues = (*Store)(nil)
 
 // The queue runtime. A claim is one script that sweeps (due delayed jobs
 // into the ready sets, expired leases back to them or to the dead list)
-// and leases jobs of one partition per caller (queueClaimScript); Ack,
+// and leases the oldest claimable jobs, whatever their partition, to each
+// caller (queueClaimScript); Ack,
 // Retry and ExtendJob are one script each and check the owner token
 // recorded with the job, so that a job whose lease expired and that
 // another worker claimed is never touched by its old owner (ErrLost).
@@ -96,8 +97,9 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 	return backends.Job{}, fmt.Errorf("push to queue %q: script status %v", queue, res[0])
 }
 
-// Claim sweeps and then leases up to max jobs of one partition to owner,
-// in insert order (queueClaimScript). Concurrent claims of this Store on
+// Claim sweeps and then leases up to max claimable jobs to owner, oldest
+// first whatever their partition, at most one of a key and none of a key
+// that has a job running or an older job waiting (queueClaimScript). Concurrent claims of this Store on
 // one queue go together in one script (group.Claimer); once its group
 // is sent, a Claim waits for the reply even if ctx ends, so that no job is
 // leased to a caller that left.

@@ -283,28 +283,33 @@ return {1, idn, part, now, avail}
 // whose partition no longer exists (PutQueue shrank the queue while it was
 // delayed or in flight) goes to partition % P.
 //
-// Then each member in turn takes up to its max jobs of one partition, in
-// id (insert) order (ZPOPMIN): the first partition from the meta's cursor
-// on that has any, after which the cursor moves past it (round robin: no
-// partition starves). Each job is leased to the member's owner until now +
-// visibility, counting an attempt; a keyed job moves from kready to
-// krunning.
+// Then it reads the ready sets merged in id (push) order, whatever the
+// partition (each set is scored by id; a chunk of ids of a set at a time,
+// the set's share of the claim first, then twice the last up to
+// queueClaimChunkMax), and each member in turn takes up to its max
+// claimable jobs from that one stream. A job without a key is claimable; a
+// job with a key only while krunning has no job of its key and it is the
+// oldest job of its key in kready (which holds delayed ones too): the jobs
+// of one key run one at a time in push order, and a claim takes at most
+// one of them (taking it moves it to krunning). Jobs passed over stay in
+// their sets. Each job taken is leased to the member's owner until now +
+// visibility, counting an attempt.
 //
 // It returns {1, now, visibility µs, empty, next, then per member: count,
-// then count times the fields of queueJobFields}. empty is 1 when no
-// partition had a job, in which case the wake list was deleted (any job
-// that arrives later pushes a new element) and next is the earliest of the
-// first delayed job's available_at, the first lease deadline and now +
-// visibility (no lease taken later can expire sooner), the instant until
-// which an idle worker may block; otherwise empty is 0 and next -1. With
-// no member (n = 0) it only sweeps and looks.
+// then count times the fields of queueJobFields}. empty is 1 when no job
+// was claimable, in which case the wake list was deleted (anything that
+// may make a job claimable later pushes a new element: a push, a retry, an
+// ack or death of a job with a key, a return, a requeue) and next is the
+// earliest of the first delayed job's available_at, the first lease
+// deadline and now + visibility (no lease taken later can expire sooner),
+// the instant until which an idle worker may block; otherwise empty is 0
+// and next -1. With no member (n = 0) it only sweeps and looks.
 var queueClaimScript = queueScript(`
-local m = redis.call('HMGET', K_META, 'partitions', 'vis', 'max_attempts', 'cursor')
+local m = redis.call('HMGET', K_META, 'partitions', 'vis', 'max_attempts')
 if not m[1] then return {0} end
 local P = tonumber(m[1])
 if NLISTS ~= P then return {-1, P} end
-local vis, maxatt, cursor = tonumber(m[2]), tonumber(m[3]), tonumber(m[4] or '0') or 0
-if cursor >= P then cursor = 0 end
+local vis, maxatt = tonumber(m[2]), tonumber(m[3])
 local now = now_us()
 
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, SWEEP_MAX)
@@ -345,71 +350,137 @@ if #expired > 0 then
   end
 end
 
-local out = {1, now, vis, 0, -1}
+-- The candidates: per set, a chunk of ids after the last one read. The
+-- first chunk is the set's share of the claim (the members' max summed,
+-- over P: keyless jobs go round robin), each further one of a set twice
+-- the last, up to queueClaimChunkMax.
 local members = tonumber(ARGV[1])
-local popped = false
-local dry = false -- a member found every ready set empty
-for k = 1, members do
-  local owner, max = ARGV[2 * k], tonumber(ARGV[2 * k + 1])
-  local got, p = nil, 0
-  if not dry then
-    for step = 0, P - 1 do
-      p = (cursor + step) % P
-      local r = redis.call('ZPOPMIN', ready_key(p), max)
-      if #r > 0 then
-        got = r
-        break
+local need = 1
+for k = 1, members do need = need + tonumber(ARGV[2 * k + 1]) end
+local ids, size, at, last, ended, headn = {}, {}, {}, {}, {}, {}
+-- peek returns the next id of set p as a number (headn[p]), or nil.
+local function peek(p)
+  if ended[p] then return nil end
+  if not ids[p] or at[p] > #ids[p] then
+    local from = '-inf'
+    if last[p] then from = '(' .. last[p] end
+    size[p] = math.min(size[p] and 2 * size[p] or math.ceil(need / P) + 1, ` + strconv.Itoa(queueClaimChunkMax) + `)
+    local c = redis.call('ZRANGEBYSCORE', ready_key(p), from, '+inf', 'LIMIT', 0, size[p])
+    if #c == 0 then
+      ended[p] = true
+      return nil
+    end
+    ids[p], at[p], headn[p] = c, 1, nil
+  end
+  if not headn[p] then headn[p] = tonumber(ids[p][at[p]]) end
+  return headn[p]
+end
+-- next_candidate pops the lowest id of all sets: the id and its set.
+local function next_candidate()
+  local bestn, bp = nil, nil
+  for p = 0, P - 1 do
+    local n = peek(p)
+    if n and (not bestn or n < bestn) then bestn, bp = n, p end
+  end
+  if not bp then return nil end
+  local id = ids[bp][at[bp]]
+  last[bp], at[bp], headn[bp] = id, at[bp] + 1, nil
+  return id, bp
+end
+-- free reports whether a job of key may start, as far as the key goes.
+-- A key found busy stays busy for the rest of the script (a job taken
+-- here makes its key busy).
+local busy = {}
+local function free(id, key)
+  if key == '' then return true end
+  if busy[key] then return false end
+  local o = oldest_keyed(K_KREADY, key)
+  if oldest_keyed(K_KRUNNING, key) or (o and tonumber(o) ~= tonumber(id)) then
+    busy[key] = true
+    return false
+  end
+  return true
+end
+-- take returns the next claimable job (id, set, decoded record), or nil.
+-- It reads the candidates' records in batches (HMGET): the claim's size
+-- first, then twice the last batch, up to the chunk bound.
+local cids, cps, crecs, bi, bsize = {}, {}, {}, 1, nil
+local function take()
+  while true do
+    if bi > #cids then
+      bsize = math.min(bsize and 2 * bsize or need, ` + strconv.Itoa(queueClaimChunkMax) + `)
+      cids, cps, bi = {}, {}, 1
+      while #cids < bsize do
+        local id, p = next_candidate()
+        if not id then break end
+        cids[#cids + 1], cps[#cps + 1] = id, p
       end
+      if #cids == 0 then return nil end
+      crecs = redis.call('HMGET', K_JOBS, unpack(cids))
+    end
+    local id, p, rec = cids[bi], cps[bi], crecs[bi]
+    bi = bi + 1
+    if not rec then
+      redis.call('ZREM', ready_key(p), id) -- a record gone behind coordd's back
+    else
+      local j = decode(rec)
+      if free(id, j.key) then return id, p, j end
     end
   end
-  if not got then
-    dry = true
-    out[#out + 1] = 0
-  else
-    popped = true
-    cursor = (p + 1) % P
-    local ids = {}
-    for i = 1, #got, 2 do ids[#ids + 1] = got[i] end
-    local recs = redis.call('HMGET', K_JOBS, unpack(ids))
-    local pays = redis.call('HMGET', K_PAYLOADS, unpack(ids))
-    local exp = now + vis
-    local zargs, hargs = {}, {}
-    local countAt = #out + 1
-    out[countAt] = 0
-    local n, z, h = #out, 0, 0
-    for i, id in ipairs(ids) do
-      if recs[i] then
-        local _, attempt, enq, avail, _, key, err = cmsgpack.unpack(recs[i])
-        attempt = attempt + 1
-        zargs[z + 1], zargs[z + 2] = exp, id
-        hargs[h + 1], hargs[h + 2] = id, cmsgpack.pack(p, attempt, enq, avail, owner, key, err)
-        z, h = z + 2, h + 2
-        if key ~= '' then
-          local km = kmember(key, id)
-          redis.call('ZREM', K_KREADY, km)
-          redis.call('ZADD', K_KRUNNING, 0, km)
-        end
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] =
-          tonumber(id), p, attempt, enq, avail, key, err, pays[i] or ''
-        n = n + 8
+end
+
+local out = {1, now, vis, 0, -1}
+local popped = false
+local dry = false -- the stream ran out
+local gone = {}   -- per set, the ids taken from it
+for k = 1, members do
+  local owner, max = ARGV[2 * k], tonumber(ARGV[2 * k + 1])
+  local exp = now + vis
+  local zargs, hargs, taken = {}, {}, {}
+  local countAt = #out + 1
+  out[countAt] = 0
+  local n = countAt
+  while #taken < max and not dry do
+    local id, p, j = take()
+    if not id then
+      dry = true
+    else
+      taken[#taken + 1] = id
+      local g = gone[p]
+      if not g then
+        g = {}
+        gone[p] = g
       end
+      g[#g + 1] = id
+      j.attempt, j.owner, j.part = j.attempt + 1, owner, p
+      zargs[#zargs + 1], zargs[#zargs + 2] = exp, id
+      hargs[#hargs + 1], hargs[#hargs + 2] = id, encode(j)
+      if j.key ~= '' then
+        local km = kmember(j.key, id)
+        redis.call('ZREM', K_KREADY, km)
+        redis.call('ZADD', K_KRUNNING, 0, km)
+        busy[j.key] = true
+      end
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7] =
+        tonumber(id), p, j.attempt, j.enq, j.avail, j.key, j.err
+      out[n + 8] = false -- the payload, below
+      n = n + 8
     end
-    out[countAt] = (n - countAt) / 8
-    if #zargs > 0 then
-      redis.call('ZADD', K_INFLIGHT, unpack(zargs))
-      redis.call('HSET', K_JOBS, unpack(hargs))
-    end
+  end
+  out[countAt] = #taken
+  if #taken > 0 then
+    popped = true
+    local pays = redis.call('HMGET', K_PAYLOADS, unpack(taken))
+    for i = 1, #taken do out[countAt + 8 * i] = pays[i] or '' end
+    redis.call('ZADD', K_INFLIGHT, unpack(zargs))
+    redis.call('HSET', K_JOBS, unpack(hargs))
   end
 end
 if popped then
-  redis.call('HSET', K_META, 'cursor', cursor)
+  for p, g in pairs(gone) do each_chunk('ZREM', ready_key(p), g) end
   return out
 end
-if members == 0 then
-  for p = 0, P - 1 do
-    if redis.call('ZCARD', ready_key(p)) > 0 then return out end
-  end
-end
+if members == 0 and take() then return out end
 redis.call('DEL', K_WAKE)
 local next = now + vis
 local d = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
@@ -420,6 +491,10 @@ out[4], out[5] = 1, next
 return out
 `)
 
+// queueClaimChunkMax bounds how many ids of a ready set a claim reads at a
+// time.
+const queueClaimChunkMax = 1024
+
 // queueAckScript deletes finished jobs (Ack, a batch of one queue).
 //
 // KEYS: the fixed keys.
@@ -427,13 +502,15 @@ return out
 // It returns one number per pair: 1 when the job was deleted, 0 when the
 // owner does not hold it (any more): it is gone, back in the queue, dead,
 // or in flight for another owner. The second ack of one job in a batch
-// gets 0.
+// gets 0. A deleted job with a key whose key has jobs waiting pushes a wake
+// element: the next of them may start now.
 var queueAckScript = queueScript(`
 local n = #ARGV / 2
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local res, del, seen = {}, {}, {}
+local nwake = 0
 for i = 1, n do
   res[i] = 0
   local id = ids[i]
@@ -443,7 +520,10 @@ for i = 1, n do
       res[i] = 1
       seen[id] = true
       del[#del + 1] = id
-      if key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(key, id)) end
+      if key ~= '' then
+        redis.call('ZREM', K_KRUNNING, kmember(key, id))
+        if oldest_keyed(K_KREADY, key) then nwake = nwake + 1 end
+      end
     end
   end
 end
@@ -452,6 +532,7 @@ if #del > 0 then
   redis.call('HDEL', K_JOBS, unpack(del))
   redis.call('HDEL', K_PAYLOADS, unpack(del))
 end
+wake(nwake)
 return res
 `)
 
@@ -464,7 +545,8 @@ return res
 // clears the owner; with max_attempts > 0 used up the job goes to the dead
 // list, otherwise it is ready again at now + retry_backoff: in the delayed
 // set with a backoff, in its ready set (its id keeps its place) without,
-// and a wake element is pushed. It returns {1} (ready), {2} (dead), {3}
+// and a wake element is pushed (also when a job with a key dies and its
+// key has jobs waiting). It returns {1} (ready), {2} (dead), {3}
 // (the owner does not hold it, or the queue is gone), or {-1, P}.
 var queueRetryScript = queueScript(`
 local m = redis.call('HMGET', K_META, 'partitions', 'max_attempts', 'backoff')
@@ -483,6 +565,7 @@ if j.key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(j.key, id)) end
 if maxatt > 0 and j.attempt >= maxatt then
   redis.call('RPUSH', K_DEAD, id)
   redis.call('HSET', K_JOBS, id, encode(j))
+  if j.key ~= '' and oldest_keyed(K_KREADY, j.key) then wake(1) end
   return {2}
 end
 local now = now_us()

@@ -589,3 +589,45 @@ func TestQueueWorkers(t *testing.T) {
 		t.Fatalf("drained queue observed as %+v", st)
 	}
 }
+
+// TestQueueWaitKeyBlocked: a job waiting behind an earlier job of its key
+// is not claimable, so an idle worker blocks in its BLPOP rather than
+// returning at once; the ack of the earlier job through
+// another handle pushes a wake element, and the worker claims the next
+// job of the key.
+func TestQueueWaitKeyBlocked(t *testing.T) {
+	ss := openQueueStores(t, 2)
+	w, p := ss[0], ss[1]
+	ctx := t.Context()
+	putTestQueue(t, w, queueTestConfig("q", 2))
+	mustPush(t, p, "q", backends.PushRequest{Payload: []byte("k1"), Key: "k"})
+	k2 := mustPush(t, p, "q", backends.PushRequest{Payload: []byte("k2"), Key: "k"})
+	held := mustClaim(t, p, "q", "worker", 1)
+	if len(held) != 1 {
+		t.Fatalf("worker claimed %d jobs, want k1", len(held))
+	}
+	if jobs := mustClaim(t, w, "q", "waiter", 5); len(jobs) != 0 {
+		t.Fatalf("waiter claimed %+v while k1 runs, want nothing", jobs)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.WaitQueue(ctx, "q", time.Minute) }()
+	select {
+	case err := <-done:
+		t.Fatalf("the wait returned (%v) while k2 waits behind k1", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := p.Ack(ctx, held[0]); err != nil {
+		t.Fatalf("ack k1: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the ack of k1 through another handle did not wake the waiter")
+	}
+	if jobs := mustClaim(t, w, "q", "waiter", 5); len(jobs) != 1 || jobs[0].ID != k2.ID {
+		t.Fatalf("claim after the ack = %+v, want k2 (%d)", jobs, k2.ID)
+	}
+}

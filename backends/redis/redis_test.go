@@ -36,8 +36,9 @@ func harness() backendtest.Harness {
 			url, prefix := testenv.RedisURL(t)
 			return func() backends.Backend { return openStore(t, url, prefix, backends.Options{Version: "0.1.0"}) }
 		},
-		DeleteSlot: deleteSlot,
-		InsertJobs: insertJobs,
+		DeleteSlot:   deleteSlot,
+		InsertJobs:   insertJobs,
+		InstanceRows: instanceRows,
 	}
 }
 

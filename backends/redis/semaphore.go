@@ -48,7 +48,12 @@ const (
 	semKeyHold    = 3
 	semKeyFencing = 4
 	semKeyWake    = 5
+	semKeyWseq    = 6
 )
+
+// semWaiterWake is the wake list of one waiter in line (wkey in the
+// scripts): the wseq key, ":" and the owner, after the hash tag.
+func semWaiterWake(keys []string, owner string) string { return keys[semKeyWseq] + ":" + owner }
 
 // semState is what a Store keeps for its semaphores: the keys of the
 // semaphores it used (building them costs more than a script's server
@@ -109,8 +114,12 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 	case cfg.Mode != "" && cfg.Mode != spec.ModeLease:
 		return s.semErr("put", cfg.Name, fmt.Errorf("mode %q: %w", cfg.Mode, backends.ErrUnsupported))
 	}
-	err := semPutScript.Run(ctx, s.rdb, s.semKeys(cfg.Name),
-		cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, max(cfg.MaxWaiting, -1), int64(cfg.MaxHold)).Err()
+	keyed := "0"
+	if cfg.Keyed {
+		keyed = "1"
+	}
+	err := semPutScript.Run(ctx, s.rdb, s.semAdminKeys(cfg.Name), s.keys.instBase(cfg.Name),
+		cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, max(cfg.MaxWaiting, -1), int64(cfg.MaxHold), keyed).Err()
 	if err != nil {
 		return s.semErr("put", cfg.Name, err)
 	}
@@ -124,7 +133,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	live, err := semDeleteScript.Run(ctx, s.rdb, s.semKeys(name)).Int64()
+	live, err := semDeleteScript.Run(ctx, s.rdb, s.semAdminKeys(name), s.keys.instBase(name)).Int64()
 	if err != nil {
 		return s.semErr("delete", name, err)
 	}
@@ -135,10 +144,15 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 }
 
 // TryAcquire takes a free token (or reclaims an expired one) unless the live
-// holders reach the limit.
+// holders reach the limit or it is not req.Owner's turn in line (fewer live
+// waiters ahead of it than free slots; a caller not in line has every
+// waiter ahead of it). The grant takes req.Owner out of the line.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
+	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instAcquire(ctx, parent, key, req)
 	}
 	if err := backends.CheckAcquire(req); err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)
@@ -163,6 +177,10 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 		err = fmt.Errorf("%d of %d held: %w", v[1], v[2], backends.ErrNoSlot)
 	case code == -3:
 		err = fmt.Errorf("%d of %d held, but only %d free tokens (drift until the semaphore is repaired): %w", v[1], v[2], max(v[3], 0), backends.ErrNoSlot)
+	case code == -4:
+		err = fmt.Errorf("%d waiters ahead in line for %d free slots: %w", v[1], max(v[2], 0), backends.ErrNoSlot)
+	case code == -6:
+		err = backends.ErrKeyRequired
 	default:
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
@@ -173,6 +191,9 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
 	if err := s.writable(); err != nil {
 		return time.Time{}, err
+	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instExtend(ctx, parent, key, owner, lease)
 	}
 	us, err := semMicros(lease)
 	if err != nil {
@@ -196,6 +217,9 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instRelease(ctx, parent, key, owner)
+	}
 	v, err := semReleaseScript.Run(ctx, s.rdb, s.semKeys(name)[:semReleaseKeys], owner).Int64Slice()
 	if err != nil {
 		return s.semErr("release", name, err)
@@ -210,9 +234,14 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	}
 }
 
-// Holders lists live holders by slot; an absent semaphore has none.
+// Holders lists live holders by slot; an absent semaphore has none. Those
+// of a keyed semaphore's instances follow, by key and slot; an instance
+// reference lists the instance's.
 func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	v, err := semObserveScript.Run(ctx, s.rdb, s.semKeys(name)).Slice()
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instHolders(ctx, parent, key)
+	}
+	v, err := semObserveScript.Run(ctx, s.rdb, s.semAdminKeys(name), s.keys.instBase(name)).Slice()
 	if err != nil {
 		return nil, s.semErr("holders", name, err)
 	}
@@ -234,7 +263,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*goredis.Cmd, len(names))
 		for i, n := range names {
-			cmds[i] = semObserveScript.EvalSha(ctx, pipe, s.semKeys(n))
+			cmds[i] = semObserveScript.EvalSha(ctx, pipe, s.semAdminKeys(n), s.keys.instBase(n))
 		}
 		_, err := pipe.Exec(ctx)
 		return cmds, err
@@ -270,8 +299,9 @@ func parseSemState(name string, v []any) (*backends.SemaphoreState, error) {
 	if len(v) == 0 || toInt(v[0]) == 0 {
 		return nil, nil
 	}
-	if len(v) < 10 || (len(v)-10)%3 != 0 {
-		return nil, fmt.Errorf("observe semaphore %q: malformed reply of %d values", name, len(v))
+	malformed := fmt.Errorf("observe semaphore %q: malformed reply of %d values", name, len(v))
+	if len(v) < 12 || len(v) < 12+3*int(toInt(v[11])) {
+		return nil, malformed
 	}
 	num := func(i int) int64 {
 		n, _ := strconv.ParseInt(toString(v[i]), 10, 64)
@@ -284,15 +314,49 @@ func parseSemState(name string, v []any) (*backends.SemaphoreState, error) {
 		},
 		Slots: int(toInt(v[7])), Expired: int(toInt(v[8])), Waiters: int(toInt(v[9])),
 	}
-	for i := 10; i < len(v); i += 3 {
-		h, err := parseHolder(toString(v[i+2]))
-		if err != nil {
-			return nil, fmt.Errorf("observe semaphore %q: slot %d: %w", name, toInt(v[i]), err)
+	st.Config.Keyed = toString(v[10]) == "1"
+	// holders reads n triples (slot, expiry, record) from v[i:].
+	holders := func(i, n int, key string) ([]backends.Holder, int, error) {
+		var hs []backends.Holder
+		for ; n > 0; n-- {
+			if i+3 > len(v) {
+				return nil, i, malformed
+			}
+			h, err := parseHolder(toString(v[i+2]))
+			if err != nil {
+				return nil, i, fmt.Errorf("observe semaphore %q: slot %d: %w", name, toInt(v[i]), err)
+			}
+			h.Slot, h.ExpiresAt, h.Key = int(toInt(v[i])), fromMicros(toInt(v[i+1])), key
+			hs = append(hs, h)
+			i += 3
 		}
-		h.Slot, h.ExpiresAt = int(toInt(v[i])), fromMicros(toInt(v[i+1]))
-		st.Holders = append(st.Holders, h)
+		slices.SortFunc(hs, func(a, b backends.Holder) int { return a.Slot - b.Slot })
+		return hs, i, nil
 	}
-	slices.SortFunc(st.Holders, func(a, b backends.Holder) int { return a.Slot - b.Slot })
+	hs, i, err := holders(12, int(toInt(v[11])), "")
+	if err != nil {
+		return nil, err
+	}
+	st.Holders = hs
+	for i < len(v) {
+		if i+3 > len(v) {
+			return nil, malformed
+		}
+		is := backends.InstanceState{Key: toString(v[i]), Waiters: int(toInt(v[i+1]))}
+		if is.Holders, i, err = holders(i+3, int(toInt(v[i+2])), is.Key); err != nil {
+			return nil, err
+		}
+		if len(is.Holders) == 0 && is.Waiters == 0 {
+			continue // only expired records, not yet pruned
+		}
+		st.Instances = append(st.Instances, is)
+		st.Holders = append(st.Holders, is.Holders...)
+		st.Waiters += is.Waiters
+	}
+	if st.Config.Keyed {
+		backends.SortInstances(st.Instances)
+		st.Slots = st.WantSlots()
+	}
 	return st, nil
 }
 

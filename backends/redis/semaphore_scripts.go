@@ -16,9 +16,21 @@ import goredis "github.com/redis/go-redis/v9"
 //	                 one hash, so that one HSET writes both and one HDEL
 //	                 removes both)
 //	KEYS[5] fencing  string: the fencing counter
-//	KEYS[6] wake     list: wake elements for blocked waiters (BLPOP)
-//	KEYS[7] wseq     sorted set: waiter owner -> ticket (FIFO order)
+//	KEYS[6] wake     list: wake elements for blocked callers of
+//	                 WaitSemaphore that are not in line (BLPOP)
+//	KEYS[7] wseq     sorted set: waiter owner -> ticket (the line, FIFO)
 //	KEYS[8] wexp     sorted set: waiter owner -> expiry (µs)
+//
+// Each waiter in line also has a wake list of its own, KEYS[7] .. ":" ..
+// owner (wkey; the owner follows the hash tag, so it stays in the
+// semaphore's slot): a release pushes to the list of the waiter whose turn
+// it makes, so the wake-up reaches that waiter and no other.
+//
+// The line: a slot is granted only while fewer live waiters are ahead of
+// the caller than slots are free (limit minus live holders). A caller not
+// in line (a newcomer, a no-wait caller) has every live waiter ahead of it.
+// Expired waiter records are pruned by every script that reads the line,
+// so a crashed waiter holds its place for at most its waiter lease.
 //
 // A slot is a token in free, or a holder record (exp + holders + owners),
 // never both and never in the client's hands alone: a token leaves free
@@ -27,13 +39,14 @@ import goredis "github.com/redis/go-redis/v9"
 // is gone altogether (a key deleted, a partial flush): acquire rebuilds a
 // lost list from cfg and the holder set at once.
 
-// semLuaKeys opens every semaphore script: the keys by name. A script may
-// be given only the first keys it uses (acquire: 5, release: 6); the others
-// are then nil.
+// semLuaKeys opens every semaphore script: the keys by name, and how long
+// a waiter's own wake list outlives its last push (a waiter that died
+// before it read it).
 const semLuaKeys = `
 local K_CFG, K_FREE, K_EXP, K_HOLD, K_FENCE, K_WAKE, K_WSEQ, K_WEXP =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local SENTINEL = '#'
+local WAKE_TTL_MS = 300000
 `
 
 // semLuaLib is the library of the semaphore scripts: the helpers of the
@@ -129,6 +142,41 @@ local function wake(n, bound)
   if len > bound + 16 then redis.call('LTRIM', K_WAKE, -bound, -1) end
 end
 
+-- wkey is the wake list of one waiter in line.
+local function wkey(owner) return K_WSEQ .. ':' .. owner end
+
+-- prune_line drops the waiter records whose lease expired: a crashed
+-- waiter's place in line frees itself.
+local function prune_line(now)
+  for _, o in ipairs(redis.call('ZRANGE', K_WEXP, '-inf', int(now), 'BYSCORE')) do
+    redis.call('ZREM', K_WEXP, o)
+    redis.call('ZREM', K_WSEQ, o)
+  end
+end
+
+-- ahead counts the live waiters ahead of owner in line, every one when
+-- owner is not in line, and tells whether it is (run prune_line first).
+local function ahead(owner)
+  local seq = redis.call('ZSCORE', K_WSEQ, owner)
+  if seq then return redis.call('ZCOUNT', K_WSEQ, '-inf', '(' .. seq), true end
+  return redis.call('ZCARD', K_WSEQ), false
+end
+
+-- wake_line wakes the waiters at positions from .. from + n - 1 of the line
+-- (0 is the head; run prune_line first), each on its own list, which keeps
+-- at most one element; positions past the end of the line wake callers
+-- blocked on the shared list, who are not in line.
+local function wake_line(from, n, bound)
+  if n <= 0 then return end
+  local line = redis.call('ZRANGE', K_WSEQ, from, from + n - 1)
+  for _, o in ipairs(line) do
+    local k = wkey(o)
+    if redis.call('RPUSH', k, '1') > 1 then redis.call('LTRIM', k, -1, -1) end
+    redis.call('PEXPIRE', k, WAKE_TTL_MS)
+  end
+  wake(n - #line, bound)
+end
+
 -- rebuild recreates a lost free list from cfg and the holder set: every
 -- slot below the limit that no holder record names.
 local function rebuild(limit)
@@ -202,41 +250,69 @@ func semHotScript(fast, slow string) *goredis.Script {
 	return goredis.NewScript(semLuaKeys + fast + semLuaLib + slow)
 }
 
-// Number of keys (a prefix of keys.semaphore) the hot scripts take.
+// Number of keys (a prefix of keys.semaphore) the hot scripts take: all of
+// them, since both follow the line.
 const (
-	semAcquireKeys = 5 // cfg .. fencing
-	semReleaseKeys = 6 // cfg .. wake
+	semAcquireKeys = 8
+	semReleaseKeys = 8
 )
 
 // semPutScript creates or updates the config and repairs the slots to
 // max(limit, live holders), inside one script so that no token is in
-// flight while it counts; it wakes one waiter per free token.
+// flight while it counts; it wakes the waiters whose turn the free slots
+// make. A keyed semaphore keeps no token (slots left from before it was
+// keyed retire on release); the first waiters of each of its live
+// instances are woken instead, so that a higher limit reaches them at once.
 //
-//	ARGV[1..6] limit, lease ns, mode, wake, max_waiting, max_hold ns
+//	KEYS[9]    the index of the instances (keyed semaphores)
+//	ARGV[1]    the instances' key prefix (instObserveLua)
+//	ARGV[2..8] limit, lease ns, mode, wake, max_waiting, max_hold ns,
+//	           keyed ("1" or "0")
 //
 // Returns the number of free tokens.
-var semPutScript = semScript(`
-redis.call('HSET', K_CFG, 'limit', ARGV[1], 'lease', ARGV[2], 'mode', ARGV[3],
-  'wake', ARGV[4], 'max_waiting', ARGV[5], 'max_hold', ARGV[6])
-local limit = tonumber(ARGV[1])
-local n = repair(limit, now_us(), true)
-wake(n, math.max(limit, 1))
+var semPutScript = semScript(instObserveLua + `
+redis.call('HSET', K_CFG, 'limit', ARGV[2], 'lease', ARGV[3], 'mode', ARGV[4],
+  'wake', ARGV[5], 'max_waiting', ARGV[6], 'max_hold', ARGV[7], 'keyed', ARGV[8])
+local limit = tonumber(ARGV[2])
+local now = now_us()
+if ARGV[8] == '1' then
+  local n = repair(0, now, true)
+  for _, i in ipairs(instances(now)) do
+    if limit > 0 then inst_wake(i, limit) end
+  end
+  return n
+end
+local n = repair(limit, now, true)
+prune_line(now)
+wake_line(0, math.min(n, limit - live_count(now)), math.max(limit, 1))
 return n
 `)
 
 // semDeleteScript deletes every key of a semaphore without live holders;
 // with live holders it sets the limit to 0 and removes the free tokens and
-// the expired holders, so that the live ones retire on release.
+// the expired holders, so that the live ones retire on release. The live
+// holders of a keyed semaphore's instances count as its holders: while
+// they remain, the instances read the limit 0 and admit nobody; once none
+// remains, every instance's keys go with the semaphore's (their waiters
+// find the semaphore absent at their next look).
+//
+//	KEYS[9] the index of the instances  ARGV[1] their key prefix
 //
 // Returns the number of live holders (0: deleted).
-var semDeleteScript = semScript(`
-if redis.call('EXISTS', K_CFG) == 0 and redis.call('EXISTS', K_EXP) == 0 then
+var semDeleteScript = semScript(instObserveLua + `
+if redis.call('EXISTS', K_CFG) == 0 and redis.call('EXISTS', K_EXP) == 0 and redis.call('EXISTS', K_INST) == 0 then
   return 0
 end
 local now = now_us()
 local live = live_count(now)
+local inst = instances(now)
+for _, i in ipairs(inst) do live = live + inst_live(i, now) end
 if live == 0 then
-  redis.call('DEL', K_CFG, K_FREE, K_EXP, K_HOLD, K_FENCE, K_WAKE, K_WSEQ, K_WEXP)
+  -- Waiters in line learn at once that the semaphore is gone.
+  prune_line(now)
+  wake_line(0, redis.call('ZCARD', K_WSEQ), 1)
+  for _, i in ipairs(inst) do inst_delete(i) end
+  redis.call('DEL', K_CFG, K_FREE, K_EXP, K_HOLD, K_FENCE, K_WAKE, K_WSEQ, K_WEXP, K_INST)
   return 0
 end
 redis.call('HSET', K_CFG, 'limit', '0')
@@ -247,7 +323,9 @@ return live
 `)
 
 // semAcquireScript takes a token and records its holder. Unless the live
-// holders already reach the limit, it pops the first free token (a junk or
+// holders already reach the limit, or waiters are in line and it is not
+// the caller's turn (the line's rule, above; the grant takes the caller
+// out of the line), it pops the first free token (a junk or
 // duplicate token left by drift is dropped: ZADD NX refuses a slot that is
 // held), rebuilds a lost free list from cfg and the holder set, and when no
 // token is free reclaims the tokens whose lease expired (seed 000's
@@ -255,27 +333,47 @@ return live
 // Tokens missing from a list that still exists are drift: nobody is
 // admitted on them until PutSemaphore repairs the list. The fencing
 // counter, when missing, restarts at TIME in µs. The common case is seven
-// commands: HGET, TIME, ZCARD, LPOP, ZADD, INCR, HSET, and does not run
-// the library. The ZCARD guard is what keeps the live holders within the
+// commands: HGET, TIME, ZCARD, ZCARD, LPOP, ZADD, INCR, HSET, and does not
+// run the library. The ZCARD guard is what keeps the live holders within the
 // limit when tokens are in surplus (drift, a list rebuilt below a lowered
 // limit); the token list alone would not.
 //
-//	KEYS     the first semAcquireKeys keys (cfg, free, exp, holders, fencing)
 //	ARGV[1] owner  ARGV[2] host  ARGV[3] pid  ARGV[4] lease µs
 //
 // Returns {slot, fencing, expiry µs}, {-1} when the semaphore is absent,
 // {-2, live, limit} when full, {-3, live, limit, tokens} when tokens are
-// missing (drift).
+// missing (drift), {-4, ahead, free} when it is not the caller's turn,
+// {-6} when the semaphore is keyed (its instances hold the slots).
 var semAcquireScript = semHotScript(`
-local limit = redis.call('HGET', K_CFG, 'limit')
-if not limit then return {-1} end
-limit = tonumber(limit)
+local c = redis.call('HMGET', K_CFG, 'limit', 'keyed')
+if not c[1] then return {-1} end
+if c[2] == '1' then return {-6} end
+local limit = tonumber(c[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local live = redis.call('ZCARD', K_EXP)
 if live >= limit then
   live = redis.call('ZCOUNT', K_EXP, string.format('(%d', now), '+inf')
   if live >= limit then return {-2, live, limit} end
+end
+-- The line, when anybody waits.
+local waiting
+if redis.call('ZCARD', K_WEXP) > 0 then
+  for _, o in ipairs(redis.call('ZRANGE', K_WEXP, '-inf', string.format('%d', now), 'BYSCORE')) do
+    redis.call('ZREM', K_WEXP, o)
+    redis.call('ZREM', K_WSEQ, o)
+  end
+  waiting = redis.call('ZSCORE', K_WSEQ, ARGV[1])
+  local ahead
+  if waiting then
+    ahead = redis.call('ZCOUNT', K_WSEQ, '-inf', '(' .. waiting)
+  else
+    ahead = redis.call('ZCARD', K_WSEQ)
+  end
+  if ahead > 0 then
+    local free = limit - redis.call('ZCOUNT', K_EXP, string.format('(%d', now), '+inf')
+    if ahead >= free then return {-4, ahead, free} end
+  end
 end
 local exp = now + tonumber(ARGV[4])
 local sexp = string.format('%d', exp)
@@ -334,6 +432,11 @@ end
 redis.call('HSET', K_HOLD, slot,
   string.format('%d %d ', fencing, now) .. ARGV[3] .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2],
   'o:' .. ARGV[1], slot .. ' ' .. sexp)
+if waiting then
+  redis.call('ZREM', K_WEXP, ARGV[1])
+  redis.call('ZREM', K_WSEQ, ARGV[1])
+  redis.call('DEL', K_WSEQ .. ':' .. ARGV[1])
+end
 return {tonumber(slot), fencing, exp}
 `)
 
@@ -362,14 +465,15 @@ return tonumber(exp)
 // whose record is gone (reclaimed and given to another owner, deleted)
 // changes nothing, so a stale release cannot push a duplicate token. A
 // token given back, or a lost free list that acquire will rebuild, wakes
-// one waiter. The owner index entry ("<slot> <expiry µs>") must match the
+// the waiter whose turn it makes: with nobody in line, one caller blocked
+// on the shared list; otherwise the waiter at position free - 1 of the
+// line, on its own list (those before it were entitled already). The owner index entry ("<slot> <expiry µs>") must match the
 // slot's lease: a slot's expiry identifies its grant (a later grant of the
 // slot starts after the earlier lease ended; extend moves both), so a stale
 // entry never releases someone else's slot. The common case (the token
 // goes back) is nine commands: HGET, ZSCORE, TIME, HDEL, ZREM, HGET, ZCARD,
-// LPUSH, RPUSH, and does not run the library.
+// LPUSH, ZCARD, RPUSH, and does not run the library.
 //
-//	KEYS     the first semReleaseKeys keys (cfg, free, exp, holders, fencing, wake)
 //	ARGV[1] owner
 //
 // Returns {1} when the lease was live, {0} when it had expired (the record
@@ -391,21 +495,29 @@ local code = 0
 if score > now then code = 1 end
 redis.call('HDEL', K_HOLD, slot, oi)
 redis.call('ZREM', K_EXP, slot)
-local limit = tonumber(redis.call('HGET', K_CFG, 'limit') or '0')
+local c = redis.call('HMGET', K_CFG, 'limit', 'keyed')
+local limit = tonumber(c[1] or '0')
+-- A keyed semaphore's own slots (left from before it was keyed) retire.
+if c[2] == '1' then limit = 0 end
 local bound = math.max(limit, 1)
 local records = redis.call('ZCARD', K_EXP)
 local len = redis.call('LPUSH', K_FREE, slot)
 -- The sentinel is not a slot: len - 1 tokens.
-if len > 1 and len - 1 + records <= limit then
-  -- Wake one waiter; trimmed now and then rather than on every push.
+local kept = len > 1 and len - 1 + records <= limit
+if kept and redis.call('ZCARD', K_WEXP) == 0 then
+  -- Nobody in line: wake one caller on the shared list; trimmed now and
+  -- then rather than on every push.
   if redis.call('RPUSH', K_WAKE, '1') > bound + 16 then redis.call('LTRIM', K_WAKE, -bound, -1) end
   return {code}
 end
 `, `
-if len == 1 then
-  -- The list was lost: leave it to acquire to rebuild from the holders.
-  redis.call('DEL', K_FREE)
-  wake(1, bound)
+if kept or len == 1 then
+  if len == 1 then
+    -- The list was lost: leave it to acquire to rebuild from the holders.
+    redis.call('DEL', K_FREE)
+  end
+  prune_line(now)
+  wake_line(math.max(limit - live_count(now) - 1, 0), 1, bound)
 else
   redis.call('LPOP', K_FREE) -- retire the slot
   if len - 2 + records > limit then repair(limit, now, false) end
@@ -413,52 +525,93 @@ end
 return {code}
 `)
 
-// semObserveScript reads one semaphore against one instant.
+// semObserveScript reads one semaphore, and the live instances of a keyed
+// one, against one instant. It drops the index entries of instances that
+// expired (instObserveLua).
+//
+//	KEYS[9] the index of the instances  ARGV[1] their key prefix
 //
 // Returns {0} when absent, else {1, limit, lease ns, mode, wake,
-// max_waiting, max_hold ns, slots, expired, waiters, then slot, expiry µs,
-// holder record for each live holder}.
-var semObserveScript = semScript(`
-local cfg = redis.call('HMGET', K_CFG, 'limit', 'lease', 'mode', 'wake', 'max_waiting', 'max_hold')
+// max_waiting, max_hold ns, slots, expired, waiters, keyed, n, then slot,
+// expiry µs, holder record for each of the n live holders, then for each
+// live instance: key, waiters, m, and slot, expiry µs, holder record for
+// each of its m live holders}.
+var semObserveScript = semScript(instObserveLua + `
+local cfg = redis.call('HMGET', K_CFG, 'limit', 'lease', 'mode', 'wake', 'max_waiting', 'max_hold', 'keyed')
 if not cfg[1] then return {0} end
 local now = now_us()
 local ntok = math.max(token_count(), 0)
 local held = redis.call('ZRANGE', K_EXP, 0, -1, 'WITHSCORES')
 local out = {1, cfg[1], cfg[2] or '0', cfg[3] or '', cfg[4] or '', cfg[5] or '-1', cfg[6] or '0',
-  ntok + #held / 2, 0, redis.call('ZCOUNT', K_WEXP, '(' .. int(now), '+inf')}
+  ntok + #held / 2, 0, redis.call('ZCOUNT', K_WEXP, '(' .. int(now), '+inf'), cfg[7] or '0', 0}
 for i = 1, #held, 2 do
   if tonumber(held[i + 1]) > now then
     out[#out + 1] = tonumber(held[i])
     out[#out + 1] = tonumber(held[i + 1])
     out[#out + 1] = redis.call('HGET', K_HOLD, held[i]) or ''
+    out[12] = out[12] + 1
   else
     out[9] = out[9] + 1
+  end
+end
+if redis.call('EXISTS', K_INST) == 1 then
+  for _, i in ipairs(instances(now)) do
+    local hs = redis.call('ZRANGE', i[2], '(' .. int(now), '+inf', 'BYSCORE', 'WITHSCORES')
+    out[#out + 1] = i[1]
+    out[#out + 1] = redis.call('ZCOUNT', i[5], '(' .. int(now), '+inf')
+    out[#out + 1] = #hs / 2
+    for j = 1, #hs, 2 do
+      out[#out + 1] = tonumber(hs[j])
+      out[#out + 1] = tonumber(hs[j + 1])
+      out[#out + 1] = redis.call('HGET', i[3], hs[j]) or ''
+    end
   end
 end
 return out
 `)
 
 // semWaitCheckScript is WaitSemaphore's first step: it tells whether
-// TryAcquire may succeed now (a free token, an expired lease to reclaim, or
-// a lost free list to rebuild, below the limit). When not, it deletes the
-// wake elements, which are stale since no token is free, so that the
-// following BLPOP blocks until a release pushes a new one (a release
-// between this script and the BLPOP leaves its element for it).
+// TryAcquire may succeed now for the owner (a free token, an expired lease
+// to reclaim, or a lost free list to rebuild, below the limit, and the
+// owner's turn in line). When not, it deletes the stale wake elements of
+// the list the owner will block on (its own when in line, else the shared
+// one), so that the following BLPOP blocks until a release pushes a new one
+// (a release between this script and the BLPOP leaves its element for it).
+//
+//	ARGV[1] owner
 //
 // Returns {1} to try now (or the semaphore is absent), else {0, µs until
-// the earliest live lease expires or -1 when none}.
+// the next event or -1 when none, 1 when the owner is in line else 0}. The
+// events: the earliest live lease expires (TryAcquire reclaims it), or a
+// waiter ahead of the owner stops renewing and its record expires.
 var semWaitCheckScript = semScript(`
 local limit = redis.call('HGET', K_CFG, 'limit')
 if not limit then return {1} end
+limit = tonumber(limit)
 local now = now_us()
-if live_count(now) < tonumber(limit) then
+prune_line(now)
+local n, inline = ahead(ARGV[1])
+local live = live_count(now)
+if live < limit and n < limit - live then
   if token_count() ~= 0 then return {1} end
   if redis.call('ZCOUNT', K_EXP, '-inf', int(now)) > 0 then return {1} end
 end
-redis.call('DEL', K_WAKE)
+if inline then redis.call('DEL', wkey(ARGV[1])) else redis.call('DEL', K_WAKE) end
+local wait = -1
 local first = redis.call('ZRANGE', K_EXP, '(' .. int(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-if first[2] then return {0, tonumber(first[2]) - now} end
-return {0, -1}
+if first[2] then wait = tonumber(first[2]) - now end
+if n > 0 then
+  local ws = redis.call('ZRANGE', K_WEXP, '(' .. int(now), '+inf', 'BYSCORE', 'LIMIT', 0, 2, 'WITHSCORES')
+  for i = 1, #ws, 2 do
+    if ws[i] ~= ARGV[1] then
+      local d = tonumber(ws[i + 1]) - now
+      if wait < 0 or d < wait then wait = d end
+      break
+    end
+  end
+end
+if inline then return {0, wait, 1} end
+return {0, wait, 0}
 `)
 
 // semWakeScript gives back a wake element that a cancelled waiter took,
@@ -480,9 +633,12 @@ return 0
 //
 //	ARGV[1] owner  ARGV[2] lease µs
 //
-// Returns {1} entered, {0} renewed, {-1} absent, {-2, waiting, max_waiting}.
+// Returns {1} entered, {0} renewed, {-1} absent, {-2, waiting, max_waiting},
+// {-6} keyed (its instances have the lines).
 var semEnterWaitScript = semScript(`
-if redis.call('EXISTS', K_CFG) == 0 then return {-1} end
+local c = redis.call('HMGET', K_CFG, 'limit', 'keyed')
+if not c[1] then return {-1} end
+if c[2] == '1' then return {-6} end
 local now = now_us()
 for _, o in ipairs(redis.call('ZRANGE', K_WEXP, '-inf', int(now), 'BYSCORE')) do
   redis.call('ZREM', K_WEXP, o)
@@ -504,12 +660,22 @@ redis.call('ZADD', K_WEXP, exp, ARGV[1])
 return {1}
 `)
 
-// semLeaveWaitScript removes owner's waiter record.
+// semLeaveWaitScript removes owner's waiter record and wake list. A waiter
+// that leaves the line (it gave up) may make it the turn of the waiter at
+// position free - 1, which it wakes.
 //
 //	ARGV[1] owner
 var semLeaveWaitScript = semScript(`
-redis.call('ZREM', K_WEXP, ARGV[1])
+local was = redis.call('ZREM', K_WEXP, ARGV[1])
 redis.call('ZREM', K_WSEQ, ARGV[1])
+redis.call('DEL', wkey(ARGV[1]))
+if was == 1 then
+  local limit = tonumber(redis.call('HGET', K_CFG, 'limit') or '0')
+  local now = now_us()
+  prune_line(now)
+  local free = limit - live_count(now)
+  if free > 0 then wake_line(free - 1, 1, math.max(limit, 1)) end
+end
 return 0
 `)
 

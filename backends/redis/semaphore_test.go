@@ -295,7 +295,7 @@ func blockedWaiter(t *testing.T, ctx context.Context, w *Store, name string, max
 	t.Helper()
 	// A first short BLPOP dials the blocking client's connection, whose
 	// handshake counts as round trips too.
-	if err := w.semBlock(ctx, name, w.semKeys(name), time.Millisecond); err != nil {
+	if err := w.semBlock(ctx, name, w.semKeys(name), w.semKeys(name)[semKeyWake], time.Millisecond); err != nil {
 		t.Fatalf("warm-up wait: %v", err)
 	}
 	trips0 = w.RoundTrips()

@@ -41,6 +41,9 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instEnterWait(ctx, parent, key, owner, lease)
+	}
 	if owner == "" {
 		return s.semErr("enter wait", name, errors.New("empty owner"))
 	}
@@ -57,6 +60,8 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 		return nil
 	case -1:
 		return s.semErr("enter wait", name, backends.ErrNotFound)
+	case -6:
+		return s.semErr("enter wait", name, backends.ErrKeyRequired)
 	default:
 		return s.semErr("enter wait", name, fmt.Errorf("%d of %d waiting: %w", v[1], v[2], backends.ErrTooManyWaiters))
 	}
@@ -67,6 +72,9 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instLeaveWait(ctx, parent, key, owner)
+	}
 	if err := semLeaveWaitScript.Run(ctx, s.rdb, s.semKeys(name), owner).Err(); err != nil {
 		return s.semErr("leave wait", name, err)
 	}
@@ -74,12 +82,12 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 }
 
 // FirstWaiter returns the owner at the head of semaphore name's line: the
-// live waiter that entered first, "" when nobody waits. A caller serving
-// waiters FIFO lets only the head of the line call TryAcquire: as in the
-// other backends, TryAcquire itself takes any free token. Among waiters
-// blocked in WaitSemaphore, Redis serves BLPOP in the order the clients
-// blocked, so a release wakes the longest-blocked waiter first.
+// live waiter that entered first, "" when nobody waits. TryAcquire follows
+// the line itself; FirstWaiter is for tests and status.
 func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instFirstWaiter(ctx, parent, key)
+	}
 	owner, err := semFirstWaiterScript.Run(ctx, s.rdb, s.semKeys(name)).Text()
 	if err != nil {
 		return "", s.semErr("first waiter", name, err)
@@ -87,28 +95,35 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 	return owner, nil
 }
 
-// WaitSemaphore returns at once when TryAcquire may succeed (or the
-// semaphore is absent, so that TryAcquire reports it); otherwise it blocks
-// in BLPOP on the semaphore's wake list until a release (or growth, or a
-// repair) pushes a wake element, maxWait elapses, or the earliest live
-// lease expires, whichever comes first, so that an expired lease is always
-// noticed without polling. It returns nil in those cases and ctx's error
-// when ctx ends; the caller retries TryAcquire either way.
+// WaitSemaphore returns at once when TryAcquire may succeed for owner (or
+// the semaphore is absent, so that TryAcquire reports it); otherwise it
+// blocks in BLPOP until a release (or growth, a waiter ahead that leaves, a
+// repair) makes it owner's turn and pushes to owner's own wake list,
+// maxWait elapses, or the next event comes due: the earliest live lease
+// expires, or the record of a waiter ahead of owner expires (it crashed),
+// so that neither is missed and nobody polls. It returns nil in those
+// cases and ctx's error when ctx ends; the caller retries TryAcquire either
+// way. An owner not in line (never registered with EnterWait) blocks on
+// the semaphore's shared wake list, which a release pushes to only when
+// nobody in line is entitled to the slot.
 //
 // A cancelled ctx ends the BLPOP at once: the waiter listens on a private
 // interrupt list too, and cancellation pushes to it (go-redis only honours
 // a context's deadline, not its cancellation, on a blocked read). A wake
 // element a cancelled waiter took is given back.
-func (s *Store) WaitSemaphore(ctx context.Context, name, _ string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instWait(ctx, parent, key, owner, maxWait)
+	}
 	start := time.Now()
 	keys := s.semKeys(name)
-	v, err := semWaitCheckScript.Run(ctx, s.rdb, keys).Int64Slice()
+	v, err := semWaitCheckScript.Run(ctx, s.rdb, keys, owner).Int64Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -120,17 +135,38 @@ func (s *Store) WaitSemaphore(ctx context.Context, name, _ string, maxWait time.
 	}
 	d := min(maxWait-time.Since(start), semBlockMax)
 	if v[1] >= 0 {
-		// Wake just after the earliest lease ends: TryAcquire reclaims it.
+		// Wake just after the next event: TryAcquire reclaims an expired
+		// lease, and an expired waiter record no longer holds the line.
 		d = min(d, time.Duration(v[1])*time.Microsecond+time.Millisecond)
 	}
 	if d <= 0 {
 		return nil
 	}
-	return s.semBlock(ctx, name, keys, d)
+	wake := keys[semKeyWake]
+	if len(v) > 2 && v[2] == 1 {
+		wake = semWaiterWake(keys, owner)
+	}
+	return s.semBlock(ctx, name, keys, wake, d)
 }
 
-// semBlock runs one BLPOP of at most d on the wake list.
-func (s *Store) semBlock(ctx context.Context, name string, keys []string, d time.Duration) error {
+// semBlock runs one BLPOP of at most d on the wake list wake of semaphore
+// name. A wake element that a cancelled waiter took from the shared list
+// is given back.
+func (s *Store) semBlock(ctx context.Context, name string, keys []string, wake string, d time.Duration) error {
+	return s.blockOn(ctx, name, wake, d, func(cctx context.Context, interrupt string, took string) {
+		give := "0"
+		if took == keys[semKeyWake] {
+			give = "1"
+		}
+		_ = semWakeScript.Run(cctx, s.rdb, append(slices.Clip(keys), interrupt), give).Err()
+	})
+}
+
+// blockOn runs one BLPOP of at most d on the wake list wake, under the hash
+// tag of semaphore name. When ctx ends it returns ctx's error, after
+// cleanup (nil: delete the interrupt list) got the interrupt list and the
+// list an element was taken from ("" when none), if either.
+func (s *Store) blockOn(ctx context.Context, name, wake string, d time.Duration, cleanup func(ctx context.Context, interrupt, took string)) error {
 	bc, done, err := s.sems.blocker(ctx, s, d)
 	if err != nil || bc == nil {
 		return err
@@ -154,21 +190,27 @@ func (s *Store) semBlock(ctx context.Context, name string, keys []string, d time
 	// that), only a deadline past its timeout in case the server hangs.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+semBlockGrace)
 	secs := strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)
-	res, err := bc.Do(bctx, "BLPOP", interrupt, keys[semKeyWake], secs).StringSlice()
+	res, err := bc.Do(bctx, "BLPOP", interrupt, wake, secs).StringSlice()
 	cancel()
 	interrupted := !stop()
 	if interrupted {
 		<-pushed
 	}
 	if ctx.Err() != nil {
-		tookWake := err == nil && len(res) > 0 && res[0] == keys[semKeyWake]
-		if interrupted || tookWake {
-			give := "0"
-			if tookWake {
-				give = "1"
-			}
+		// A wake element taken from the shared list is given back; one
+		// taken from the waiter's own list is not needed: the waiter's
+		// LeaveWait wakes whoever's turn it makes.
+		took := ""
+		if err == nil && len(res) > 0 && res[0] != interrupt {
+			took = res[0]
+		}
+		if interrupted || took != "" {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), semBlockGrace)
-			_ = semWakeScript.Run(cctx, s.rdb, append(slices.Clip(keys), interrupt), give).Err()
+			if cleanup != nil {
+				cleanup(cctx, interrupt, took)
+			} else {
+				_ = s.rdb.Del(cctx, interrupt).Err()
+			}
 			cancel()
 		}
 		return ctx.Err()

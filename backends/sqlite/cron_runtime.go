@@ -70,6 +70,11 @@ WHERE name = ?1 AND next_exec = ?2 RETURNING fencing`
 	qCronRetryable = `SELECT EXISTS (SELECT 1 FROM cron_occurrences
 WHERE ` + occKey + ` AND status IN ('failed', 'timeout', 'lost'))`
 
+	// qCronBusy reports whether task ?1 has a run whose lease is live: an
+	// Exclusive claim (overlap forbid) is then refused.
+	qCronBusy = `SELECT EXISTS (SELECT 1 FROM cron_occurrences
+WHERE task = ?1 AND status = 'running' AND expires_at > ` + nowSQL + `)`
+
 	// qCronManualTaken reports whether a manual run at ?2 would collide with
 	// an existing attempt 1 of task ?1 or with its pending next_exec.
 	qCronManualTaken = `SELECT EXISTS (SELECT 1 FROM cron_occurrences WHERE task = ?1 AND scheduled_at = ?2 AND attempt = 1)
@@ -200,110 +205,211 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 // ClaimOccurrence implements backends.Crons.ClaimOccurrence in one
 // IMMEDIATE transaction.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	occ, err := s.claim(ctx, req)
+	occ, err := s.claimOne(ctx, req)
 	if err != nil {
 		return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
 	}
 	return occ, nil
 }
 
-func (s *Store) claim(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	switch {
-	case req.Task == "":
-		return backends.Occurrence{}, errors.New("empty task name")
-	case req.Owner == "":
-		return backends.Occurrence{}, errors.New("empty owner")
-	case req.Attempt < 1:
-		return backends.Occurrence{}, fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
+func (s *Store) claimOne(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
+	cl, err := newCronClaim(req)
+	if err != nil {
+		return backends.Occurrence{}, err
 	}
-	status, lease, reason := backends.RunRunning, int64(0), sql.NullString{}
-	if req.Skip != "" {
-		status, reason = backends.RunSkipped, sql.NullString{String: req.Skip, Valid: true}
-	} else {
-		var err error
-		if lease, err = leaseMicros(req.Lease); err != nil {
-			return backends.Occurrence{}, err
+	err = s.write(ctx, func(c conn) error { return cl.run(ctx, c) })
+	return cl.occ, err
+}
+
+// ClaimOccurrences implements backends.Crons.ClaimOccurrences in one
+// IMMEDIATE transaction: each request runs inside a savepoint, so a
+// request that is refused (ErrConflict, ErrNotFound, ErrHeld) leaves no
+// trace while the others commit. Any other error fails the whole call.
+func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+	out := make([]backends.ClaimResult, len(reqs))
+	claims := make([]*cronClaim, len(reqs))
+	for i, req := range reqs {
+		if req.Manual {
+			out[i].Err = fmt.Errorf("claim cron %q: manual runs are claimed one at a time: %w", req.Task, backends.ErrUnsupported)
+			continue
+		}
+		cl, err := newCronClaim(req)
+		if err != nil {
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+			continue
+		}
+		claims[i] = cl
+	}
+	errs := make([]error, len(reqs))
+	err := s.write(ctx, func(c conn) error {
+		clear(errs)
+		for i, cl := range claims {
+			if cl == nil {
+				continue
+			}
+			if _, err := c.exec(ctx, `SAVEPOINT claim`); err != nil {
+				return err
+			}
+			err := cl.run(ctx, c)
+			if err != nil {
+				if !refusal(err) {
+					return err
+				}
+				errs[i] = err
+				if _, err := c.exec(ctx, `ROLLBACK TO claim`); err != nil {
+					return err
+				}
+			}
+			if _, err := c.exec(ctx, `RELEASE claim`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+	}
+	for i, cl := range claims {
+		switch {
+		case cl == nil:
+		case errs[i] != nil:
+			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", cl.req.Task, cl.req.Attempt, errs[i])
+		default:
+			out[i].Occurrence = cl.occ
 		}
 	}
+	return out, nil
+}
+
+// refusal reports whether a claim's error is the claim being refused,
+// rather than the store failing.
+func refusal(err error) bool {
+	return errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrHeld)
+}
+
+// cronClaim is one claim: its request, checked, and the occurrence it
+// makes.
+type cronClaim struct {
+	req    backends.ClaimRequest
+	status string
+	lease  int64
+	reason sql.NullString
+	occ    backends.Occurrence
+}
+
+func newCronClaim(req backends.ClaimRequest) (*cronClaim, error) {
+	switch {
+	case req.Task == "":
+		return nil, errors.New("empty task name")
+	case req.Owner == "":
+		return nil, errors.New("empty owner")
+	case req.Attempt < 1:
+		return nil, fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
+	}
+	cl := &cronClaim{req: req, status: backends.RunRunning}
+	if req.Skip != "" {
+		cl.status, cl.reason = backends.RunSkipped, sql.NullString{String: req.Skip, Valid: true}
+	} else {
+		var err error
+		if cl.lease, err = leaseMicros(req.Lease); err != nil {
+			return nil, err
+		}
+	}
+	return cl, nil
+}
+
+// run makes the claim in c's transaction; on error the caller rolls back
+// what it wrote.
+func (cl *cronClaim) run(ctx context.Context, c conn) error {
+	req := cl.req
 	occ := backends.Occurrence{
 		Task: req.Task, Attempt: req.Attempt, RunID: newRunID(),
 		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
 	}
-	err := s.write(ctx, func(c conn) error {
-		// notFoundOr tells an absent task from a lost compare-and-swap.
-		notFoundOr := func(other error) error {
-			var exists bool
-			if err := c.row(ctx, qCronTaskExists, req.Task).Scan(&exists); err != nil {
-				return err
-			}
-			if !exists {
-				return backends.ErrNotFound
-			}
-			return other
+	// notFoundOr tells an absent task from a lost compare-and-swap.
+	notFoundOr := func(other error) error {
+		var exists bool
+		if err := c.row(ctx, qCronTaskExists, req.Task).Scan(&exists); err != nil {
+			return err
 		}
-		var sched int64
-		switch {
-		case req.Attempt > 1:
-			sched = req.ScheduledAt.UnixMicro()
-			var retryable bool
-			if err := c.row(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
-				return err
-			}
-			if !retryable {
-				return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
-			}
-			err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
-			if errors.Is(err, sql.ErrNoRows) {
-				return backends.ErrNotFound
-			} else if err != nil {
-				return err
-			}
-		case req.Manual:
-			err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
-			if errors.Is(err, sql.ErrNoRows) {
-				return backends.ErrNotFound
-			} else if err != nil {
-				return err
-			}
-			if err := c.row(ctx, qNow).Scan(&sched); err != nil {
-				return err
-			}
-			for i := 0; ; i, sched = i+1, sched+1 {
-				if i == maxManualProbe {
-					return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
-				}
-				var taken bool
-				if err := c.row(ctx, qCronManualTaken, req.Task, sched).Scan(&taken); err != nil {
-					return err
-				}
-				if !taken {
-					break
-				}
-			}
-		default:
-			sched = req.ScheduledAt.UnixMicro()
-			err := c.row(ctx, qCronAdvance, req.Task, sched, toNullMicros(req.Next), req.Host).Scan(&occ.Fencing)
-			if errors.Is(err, sql.ErrNoRows) {
-				return notFoundOr(fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict))
-			} else if err != nil {
-				return err
-			}
+		if !exists {
+			return backends.ErrNotFound
 		}
-		var started, expires int64
-		err := c.row(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
-			req.Owner, req.Host, status, lease, reason).Scan(&started, &expires)
+		return other
+	}
+	var sched int64
+	switch {
+	case req.Attempt > 1:
+		sched = req.ScheduledAt.UnixMicro()
+		var retryable bool
+		if err := c.row(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
+			return err
+		}
+		if !retryable {
+			return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
+		}
+		err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
+			return backends.ErrNotFound
 		} else if err != nil {
 			return err
 		}
-		occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
-		if status != backends.RunRunning {
-			_, err = c.exec(ctx, qCronTrim, req.Task)
+	case req.Manual:
+		err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrNotFound
+		} else if err != nil {
+			return err
 		}
+		if err := c.row(ctx, qNow).Scan(&sched); err != nil {
+			return err
+		}
+		for i := 0; ; i, sched = i+1, sched+1 {
+			if i == maxManualProbe {
+				return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
+			}
+			var taken bool
+			if err := c.row(ctx, qCronManualTaken, req.Task, sched).Scan(&taken); err != nil {
+				return err
+			}
+			if !taken {
+				break
+			}
+		}
+	default:
+		sched = req.ScheduledAt.UnixMicro()
+		err := c.row(ctx, qCronAdvance, req.Task, sched, toNullMicros(req.Next), req.Host).Scan(&occ.Fencing)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFoundOr(fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict))
+		} else if err != nil {
+			return err
+		}
+	}
+	if req.Exclusive && req.Skip == "" {
+		var busy bool
+		if err := c.row(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
+			return err
+		}
+		if busy {
+			return fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
+		}
+	}
+	var started, expires int64
+	err := c.row(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
+		req.Owner, req.Host, cl.status, cl.lease, cl.reason).Scan(&started, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
+	} else if err != nil {
 		return err
-	})
-	return occ, err
+	}
+	occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
+	if cl.status != backends.RunRunning {
+		if _, err = c.exec(ctx, qCronTrim, req.Task); err != nil {
+			return err
+		}
+	}
+	cl.occ = occ
+	return nil
 }
 
 // ExtendOccurrence renews occ.Owner's run lease to backend now + lease.
@@ -326,6 +432,47 @@ func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, l
 	return fromMicros(exp), nil
 }
 
+// ExtendOccurrences implements backends.Crons.ExtendOccurrences in one
+// IMMEDIATE transaction.
+func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension) ([]backends.ExtendResult, error) {
+	out := make([]backends.ExtendResult, len(exts))
+	us := make([]int64, len(exts))
+	for i, e := range exts {
+		var err error
+		if us[i], err = leaseMicros(e.Lease); err != nil {
+			out[i].Err = fmt.Errorf("extend cron %q: %w", e.Occurrence.Task, err)
+		}
+	}
+	exp := make([]int64, len(exts))
+	err := s.write(ctx, func(c conn) error {
+		clear(exp)
+		for i, e := range exts {
+			if out[i].Err != nil {
+				continue
+			}
+			o := e.Occurrence
+			err := c.row(ctx, qCronExtend, o.Task, o.ScheduledAt.UnixMicro(), o.Attempt, o.Owner, us[i]).Scan(&exp[i])
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extend %d cron occurrences: %w", len(exts), err)
+	}
+	for i, e := range exts {
+		switch {
+		case out[i].Err != nil:
+		case exp[i] == 0:
+			out[i].Err = fmt.Errorf("extend cron %q attempt %d: %w", e.Occurrence.Task, e.Occurrence.Attempt, backends.ErrLost)
+		default:
+			out[i].ExpiresAt = fromMicros(exp[i])
+		}
+	}
+	return out, nil
+}
+
 // finished reports whether status ends a run.
 func finished(status string) bool {
 	switch status {
@@ -339,32 +486,61 @@ func finished(status string) bool {
 // otherwise), keeping the last 64 KiB of output, and trims the task's
 // finished occurrences to its history_limit in the same transaction.
 func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	if !finished(res.Status) {
-		return fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
-	}
-	out := res.Output
-	if len(out) > maxOutput {
-		out = out[len(out)-maxOutput:]
-	}
-	errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
-	err := s.write(ctx, func(c conn) error {
-		r, err := c.exec(ctx, qCronFinish, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
-			res.Status, res.ExitCode, errText, out)
-		if err != nil {
-			return err
-		}
-		if n, err := r.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return backends.ErrLost
-		}
-		_, err = c.exec(ctx, qCronTrim, occ.Task)
-		return err
-	})
+	errs, err := s.FinishOccurrences(ctx, []backends.Finish{{Occurrence: occ, Result: res}})
 	if err != nil {
 		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
 	}
-	return nil
+	return errs[0]
+}
+
+// FinishOccurrences implements backends.Crons.FinishOccurrences in one
+// IMMEDIATE transaction.
+func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) ([]error, error) {
+	out := make([]error, len(fins))
+	for i, f := range fins {
+		if !finished(f.Result.Status) {
+			out[i] = fmt.Errorf("finish cron %q: status %q does not end a run", f.Occurrence.Task, f.Result.Status)
+		}
+	}
+	lost := make([]bool, len(fins))
+	err := s.write(ctx, func(c conn) error {
+		clear(lost)
+		for i, f := range fins {
+			if out[i] != nil {
+				continue
+			}
+			occ, res := f.Occurrence, f.Result
+			o := res.Output
+			if len(o) > maxOutput {
+				o = o[len(o)-maxOutput:]
+			}
+			errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
+			r, err := c.exec(ctx, qCronFinish, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
+				res.Status, res.ExitCode, errText, o)
+			if err != nil {
+				return err
+			}
+			if n, err := r.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				lost[i] = true
+				continue
+			}
+			if _, err := c.exec(ctx, qCronTrim, occ.Task); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d cron occurrences: %w", len(fins), err)
+	}
+	for i, f := range fins {
+		if lost[i] {
+			out[i] = fmt.Errorf("finish cron %q attempt %d: %w", f.Occurrence.Task, f.Occurrence.Attempt, backends.ErrLost)
+		}
+	}
+	return out, nil
 }
 
 // ExpiredOccurrences lists running occurrences whose run lease expired, up

@@ -50,12 +50,15 @@
 // ErrTooManyWaiters when max_waiting live waiters remain, and otherwise
 // queues the owner with a ticket (seq) above every live waiter's, leased in
 // backend time so that a crashed waiter's place frees itself. Re-entering
-// renews the lease and keeps the place. FirstWaiter (not part of
-// backends.Waiters) names the head of the line, the live waiter with the
-// lowest ticket, so that a caller serving waiters FIFO lets only the head
-// call TryAcquire. SQLite cannot push a wake-up to another process, so
-// WaitSemaphore polls a cheap read, with a backoff from 5 ms to 100 ms,
-// until TryAcquire may succeed.
+// renews the lease and keeps the place. TryAcquire serves the line first
+// come, first served, in its write transaction: it grants a slot only while
+// fewer live waiters are ahead of the owner (lower tickets; every live
+// waiter for an owner not in line) than slots are free, and deletes the
+// owner's waiter record with the grant. FirstWaiter (not part of
+// backends.Waiters) names the head of the line. SQLite cannot push a
+// wake-up to another process, so WaitSemaphore polls a cheap read that
+// follows the same rule, with a backoff from 2 ms to 20 ms, until
+// TryAcquire may succeed.
 //
 // # The leader lease
 //

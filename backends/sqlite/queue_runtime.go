@@ -62,25 +62,32 @@ SET state = CASE WHEN ?2 > 0 AND attempt >= ?2 THEN 'dead' ELSE 'ready' END,
   owner = NULL, expires_at = 0, last_error = 'visibility timeout'
 WHERE queue = ?1 AND state = 'running' AND expires_at <= ` + nowSQL
 
-	// qJobPickPartition picks the partition Claim serves: of the partitions
-	// that have a job claimable now, the one least recently claimed (ties:
-	// the lowest number), so that no partition starves.
-	qJobPickPartition = `SELECT p.partition FROM queue_partitions p
-WHERE p.queue = ?1 AND EXISTS (SELECT 1 FROM queue_jobs j INDEXED BY queue_jobs_claim
-  WHERE j.queue = p.queue AND j.partition = p.partition AND j.state = 'ready' AND j.available_at <= ` + nowSQL + `)
-ORDER BY p.claimed_at, p.partition LIMIT 1`
+	// jobKeyFree is true when job j (a queue_jobs row aliased j) may start
+	// as far as its key goes: it has no key, or no job of its key is
+	// running and no older one is ready (a delayed one included), so that
+	// the jobs of one key run one at a time in push order. Two point
+	// lookups in queue_jobs_key.
+	jobKeyFree = `(j.unique_key IS NULL OR (
+  NOT EXISTS (SELECT 1 FROM queue_jobs k INDEXED BY queue_jobs_key
+    WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'running')
+  AND NOT EXISTS (SELECT 1 FROM queue_jobs k INDEXED BY queue_jobs_key
+    WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'ready' AND k.id < j.id)))`
 
-	// qJobPartitionClaimed records when Claim last served a partition.
-	qJobPartitionClaimed = `UPDATE queue_partitions SET claimed_at = ` + nowSQL + ` WHERE queue = ?1 AND partition = ?2`
+	// jobClaimable is true when job j is ready, available now and free as
+	// far as its key goes.
+	jobClaimable = `j.state = 'ready' AND j.available_at <= ` + nowSQL + ` AND ` + jobKeyFree
 
-	// qJobClaim leases up to ?5 claimable jobs of one partition, in id
-	// (insert) order, to owner ?3 until now + ?4 microseconds, counting an
-	// attempt. RETURNING does not promise an order: the caller sorts by id.
+	// qJobClaim leases up to ?4 claimable jobs of queue ?1, whatever their
+	// partition, in id (push) order, to owner ?2 until now + ?3
+	// microseconds, counting an attempt. The sub-select reads the jobs as
+	// they were before the update, so it takes at most one job of a key
+	// (the later ones have an older one ready). RETURNING does not promise
+	// an order: the caller sorts by id.
 	qJobClaim = `UPDATE queue_jobs
-SET state = 'running', owner = ?3, attempt = attempt + 1, expires_at = ` + nowSQL + ` + ?4
-WHERE id IN (SELECT id FROM queue_jobs INDEXED BY queue_jobs_claim
-  WHERE queue = ?1 AND partition = ?2 AND state = 'ready' AND available_at <= ` + nowSQL + `
-  ORDER BY id LIMIT ?5)
+SET state = 'running', owner = ?2, attempt = attempt + 1, expires_at = ` + nowSQL + ` + ?3
+WHERE id IN (SELECT j.id FROM queue_jobs j INDEXED BY queue_jobs_ready
+  WHERE j.queue = ?1 AND ` + jobClaimable + `
+  ORDER BY j.id LIMIT ?4)
 RETURNING ` + jobColumns
 
 	// qJobAck deletes a job, only while owner holds it.
@@ -103,8 +110,8 @@ RETURNING expires_at`
 	// qJobMayClaim is WaitQueue's poll: true when a job is claimable now or
 	// a running job's visibility expired (Claim makes it ready again). No
 	// row: the queue is absent.
-	qJobMayClaim = `SELECT EXISTS (SELECT 1 FROM queue_jobs
-  WHERE queue = q.name AND state = 'ready' AND available_at <= ` + nowSQL + `)
+	qJobMayClaim = `SELECT EXISTS (SELECT 1 FROM queue_jobs j INDEXED BY queue_jobs_ready
+  WHERE j.queue = q.name AND ` + jobClaimable + `)
   OR EXISTS (SELECT 1 FROM queue_jobs
   WHERE queue = q.name AND state = 'running' AND expires_at <= ` + nowSQL + `)
 FROM queues q WHERE q.name = ?1`
@@ -231,9 +238,10 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 }
 
 // Claim first returns running jobs whose visibility expired to the queue
-// (or the dead set), then leases up to max claimable jobs of the least
-// recently claimed partition that has one, in insert order, all in one
-// transaction.
+// (or the dead set), then leases up to max claimable jobs of the queue, in
+// push order, all in one transaction. SQLite has one writer at a time, so
+// claims never run at once and the partitions play no part in them: each
+// claim takes the oldest claimable jobs of the whole queue.
 func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
@@ -243,6 +251,7 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	}
 	var jobs []backends.Job
 	err := s.write(ctx, func(c conn) error {
+		jobs = jobs[:0]
 		cfg, err := loadQueueConfig(ctx, c, queue)
 		if err != nil {
 			return err
@@ -254,18 +263,7 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 		if _, err := c.exec(ctx, qJobExpire, queue, cfg.MaxAttempts); err != nil {
 			return err
 		}
-		var partition int
-		err = c.row(ctx, qJobPickPartition, queue).Scan(&partition)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // nothing claimable
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := c.exec(ctx, qJobPartitionClaimed, queue, partition); err != nil {
-			return err
-		}
-		rows, err := c.query(ctx, qJobClaim, queue, partition, owner, vis, max)
+		rows, err := c.query(ctx, qJobClaim, queue, owner, vis, max)
 		if err != nil {
 			return err
 		}

@@ -28,13 +28,15 @@ const (
 	// microseconds (the rule every backend follows), so a semaphore deleted
 	// and created again, or replaced from another backend, still hands out
 	// numbers above any a holder of the old one can have.
-	qSemUpsert = `INSERT INTO semaphores (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, fencing)
-VALUES (?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
+	qSemUpsert = `INSERT INTO semaphores (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, keyed, fencing)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
 ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, lease_ns = excluded.lease_ns, mode = excluded.mode,
-  wake = excluded.wake, max_waiting = excluded.max_waiting, max_hold_ns = excluded.max_hold_ns`
+  wake = excluded.wake, max_waiting = excluded.max_waiting, max_hold_ns = excluded.max_hold_ns, keyed = excluded.keyed`
 
-	// qSemLimit reads the stored limit.
-	qSemLimit = `SELECT lim FROM semaphores WHERE name = ?`
+	// qSemLimit reads the number of slot rows the semaphore keeps: its
+	// limit, 0 when keyed (its instances hold their own rows; slot rows
+	// left from before it was keyed retire on release).
+	qSemLimit = `SELECT CASE WHEN keyed THEN 0 ELSE lim END FROM semaphores WHERE name = ?`
 
 	// qSemSlotsLive lists a semaphore's slots, each with whether it is live.
 	qSemSlotsLive = `SELECT slot, ` + liveSQL + ` FROM semaphore_slots WHERE name = ? ORDER BY slot`
@@ -51,12 +53,26 @@ WHERE name = ? AND slot IN (SELECT value FROM json_each(?)) AND ` + freeSQL
 	qSemInsertSlots = `INSERT INTO semaphore_slots (name, slot) SELECT ?, value FROM json_each(?)`
 
 	// qSemAcquireState reads, against one instant, everything TryAcquire
-	// decides on: the limit, the number of live holders and the lowest free
-	// or expired slot. No row: the semaphore is absent.
+	// decides on: the limit, the number of live holders, the lowest free or
+	// expired slot, how many live waiters are ahead of the owner in line
+	// (lineAheadSQL), whether the owner has a waiter record and whether the
+	// semaphore is keyed. No row: the semaphore is absent. Arguments: owner,
+	// owner, name.
 	qSemAcquireState = `SELECT s.lim,
   (SELECT count(*) FROM semaphore_slots WHERE name = s.name AND ` + liveSQL + `),
-  (SELECT min(slot) FROM semaphore_slots WHERE name = s.name AND ` + freeSQL + `)
+  (SELECT min(slot) FROM semaphore_slots WHERE name = s.name AND ` + freeSQL + `),
+  ` + lineAheadSQL + `,
+  EXISTS (SELECT 1 FROM semaphore_waiters WHERE name = s.name AND owner = ?),
+  s.keyed
 FROM semaphores s WHERE s.name = ?`
+
+	// lineAheadSQL counts the live waiters ahead of an owner (the argument)
+	// in the line of semaphore s: those with a lower ticket, or every live
+	// waiter when the owner has no live record (a newcomer joins at the
+	// tail). The line's rule (see TryAcquire) compares it with the free slots.
+	lineAheadSQL = `(SELECT count(*) FROM semaphore_waiters w WHERE w.name = s.name AND w.expires_at > ` + nowSQL + `
+    AND w.seq < coalesce((SELECT x.seq FROM semaphore_waiters x
+      WHERE x.name = s.name AND x.owner = ? AND x.expires_at > ` + nowSQL + `), 9223372036854775807))`
 
 	// qSemNextFencing bumps the semaphore's fencing counter and returns it;
 	// under the write lock every grant gets a strictly higher number.
@@ -97,7 +113,7 @@ FROM semaphore_slots WHERE name = ? AND ` + liveSQL + ` ORDER BY slot`
 
 	// qSemObserveConfigs reads the configs of many semaphores (a JSON array
 	// of names).
-	qSemObserveConfigs = `SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns
+	qSemObserveConfigs = `SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, keyed
 FROM semaphores WHERE name IN (SELECT value FROM json_each(?))`
 
 	// qSemObserveWaiters counts the live waiters of many semaphores.
@@ -124,10 +140,16 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 		maxWaiting = -1
 	}
 	err := s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold)); err != nil {
+		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
 			return err
 		}
-		return repairSlots(ctx, c, cfg.Name, cfg.Limit, true)
+		// A keyed semaphore keeps slot rows only for holders left from
+		// before it was keyed: they retire on release.
+		rowLimit := cfg.Limit
+		if cfg.Keyed {
+			rowLimit = 0
+		}
+		return repairSlots(ctx, c, cfg.Name, rowLimit, true)
 	})
 	if err != nil {
 		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
@@ -170,12 +192,20 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 
 // DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
 // drains it: limit 0, free slots gone, ErrHeld; held slots retire on release.
+// The live holders of a keyed semaphore's instances count as its holders;
+// they keep their rows until they release, and the instances admit nobody
+// meanwhile (the limit they read is 0).
 func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	held := 0
 	err := s.write(ctx, func(c conn) error {
+		var inst int
 		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
 			return err
 		}
+		if err := c.row(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
+			return err
+		}
+		held += inst
 		if held > 0 {
 			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
 				return err
@@ -183,7 +213,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 			_, err := c.exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
-		for _, q := range []string{qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
+		for _, q := range []string{qInstDeleteWaiters, qInstDeleteSlots, qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
 			if _, err := c.exec(ctx, q, name); err != nil {
 				return err
 			}
@@ -200,8 +230,16 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 }
 
 // TryAcquire takes the lowest free or expired slot, unless the live holders
-// already reach the limit (the guard that keeps a lowered limit safe).
+// already reach the limit (the guard that keeps a lowered limit safe) or
+// the line says it is not req.Owner's turn: a slot goes to an owner only
+// while fewer live waiters are ahead of it in line than slots are free, so
+// a newcomer (and a --no-wait caller), who has every live waiter ahead of
+// it, never takes a slot a waiter is entitled to. The grant deletes the
+// owner's waiter record in the same transaction: the line moves on at once.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instAcquire(ctx, parent, key, req)
+	}
 	var g backends.Grant
 	if err := backends.CheckAcquire(req); err != nil {
 		return g, fmt.Errorf("acquire %q: %w", name, err)
@@ -214,17 +252,24 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 		return g, fmt.Errorf("acquire %q: %w", name, err)
 	}
 	err = s.write(ctx, func(c conn) error {
-		var limit, live int
+		var limit, live, ahead int
 		var slot sql.NullInt64
-		err := c.row(ctx, qSemAcquireState, name).Scan(&limit, &live, &slot)
+		var waiting, keyed bool
+		err := c.row(ctx, qSemAcquireState, req.Owner, req.Owner, name).Scan(&limit, &live, &slot, &ahead, &waiting, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
+		if keyed {
+			return backends.ErrKeyRequired
+		}
 		if live >= limit {
 			return fmt.Errorf("%d of %d held: %w", live, limit, backends.ErrNoSlot)
+		}
+		if ahead >= limit-live {
+			return fmt.Errorf("%d of %d held, %d waiters ahead in line: %w", live, limit, ahead, backends.ErrNoSlot)
 		}
 		if !slot.Valid {
 			// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
@@ -238,7 +283,10 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 			return err
 		}
 		g.Slot, g.ExpiresAt = int(slot.Int64), fromMicros(exp)
-		return nil
+		if waiting {
+			_, err = c.exec(ctx, qWaitLeave, name, req.Owner)
+		}
+		return err
 	})
 	if err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
@@ -248,6 +296,9 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
 func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instExtend(ctx, parent, key, owner, lease)
+	}
 	us, err := leaseMicros(lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %q: %w", name, err)
@@ -271,6 +322,9 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 // still cleared, but the call returns ErrLost: the caller's hold was not
 // exclusive to the end.
 func (s *Store) Release(ctx context.Context, name, owner string) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instRelease(ctx, parent, key, owner)
+	}
 	wasLive := false
 	err := s.write(ctx, func(c conn) error {
 		var slot int
@@ -299,8 +353,13 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	return nil
 }
 
-// Holders lists live holders by slot; an absent semaphore has none.
+// Holders lists live holders by slot; an absent semaphore has none. Those
+// of a keyed semaphore's instances follow, by key and slot; an instance
+// reference lists the instance's.
 func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instHolders(ctx, parent, key)
+	}
 	var hs []backends.Holder
 	_, err := s.read(ctx, func(c conn) error {
 		rows, err := c.query(ctx, qSemHolders, name)
@@ -317,7 +376,13 @@ func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, er
 			h.AcquiredAt, h.ExpiresAt = fromMicros(acq), fromMicros(exp)
 			hs = append(hs, h)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		inst, err := allInstHolders(ctx, c, name)
+		hs = append(hs, inst...)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("holders %q: %w", name, err)
@@ -325,7 +390,9 @@ func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, er
 	return hs, nil
 }
 
-// ObserveSemaphores reads many semaphores in two statements in one snapshot.
+// ObserveSemaphores reads many semaphores in one snapshot: one statement
+// each for the configs, the slots, the waiters and, for keyed semaphores,
+// their instances' holders and waiters.
 func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
 	out := make(map[string]*backends.SemaphoreState, len(names))
 	if len(names) == 0 {
@@ -343,7 +410,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 		for rows.Next() {
 			var cfg backends.SemaphoreConfig
 			var lease, maxHold int64
-			if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold); err != nil {
+			if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold, &cfg.Keyed); err != nil {
 				rows.Close()
 				return err
 			}
@@ -399,7 +466,10 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 				st.Waiters = n
 			}
 		}
-		return wrows.Err()
+		if err := wrows.Err(); err != nil {
+			return err
+		}
+		return observeInstances(ctx, c, arg, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("observe semaphores: %w", err)

@@ -16,7 +16,7 @@ const (
 	qWaitDeleteExpired = `DELETE FROM semaphore_waiters WHERE name = ? AND expires_at <= ` + nowSQL
 
 	// qWaitMax reads the semaphore's max_waiting (< 0: unbounded).
-	qWaitMax = `SELECT max_waiting FROM semaphores WHERE name = ?`
+	qWaitMax = `SELECT max_waiting, keyed FROM semaphores WHERE name = ?`
 
 	// qWaitRenew renews owner's live record and keeps its place in line.
 	qWaitRenew = `UPDATE semaphore_waiters SET expires_at = ` + nowSQL + ` + ?
@@ -35,12 +35,12 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 	// qWaitFirst finds the oldest live waiter.
 	qWaitFirst = `SELECT owner FROM semaphore_waiters WHERE name = ? AND expires_at > ` + nowSQL + ` ORDER BY seq LIMIT 1`
 
-	// qWaitMayAcquire is WaitSemaphore's poll: true when the live holders are
-	// below the limit and a free or expired slot row exists, i.e. when
-	// TryAcquire may succeed. No row: the semaphore is absent.
-	qWaitMayAcquire = `SELECT
-  (SELECT count(*) FROM semaphore_slots WHERE name = s.name AND ` + liveSQL + `) < s.lim
-  AND EXISTS (SELECT 1 FROM semaphore_slots WHERE name = s.name AND ` + freeSQL + `)
+	// qWaitMayAcquire is WaitSemaphore's poll: true when TryAcquire may
+	// succeed for the owner (first argument): a free or expired slot row
+	// exists and fewer live waiters are ahead of the owner than slots are
+	// free (limit minus live holders). No row: the semaphore is absent.
+	qWaitMayAcquire = `SELECT EXISTS (SELECT 1 FROM semaphore_slots WHERE name = s.name AND ` + freeSQL + `)
+  AND ` + lineAheadSQL + ` < s.lim - (SELECT count(*) FROM semaphore_slots WHERE name = s.name AND ` + liveSQL + `)
 FROM semaphores s WHERE s.name = ?`
 )
 
@@ -60,6 +60,9 @@ const (
 // lease is renewed and it keeps its place. It returns ErrTooManyWaiters when
 // max_waiting live waiters exist, ErrNotFound when the semaphore is absent.
 func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instEnterWait(ctx, parent, key, owner, lease)
+	}
 	if owner == "" {
 		return fmt.Errorf("enter wait %q: empty owner", name)
 	}
@@ -72,12 +75,16 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 			return err
 		}
 		var maxWaiting int
-		err := c.row(ctx, qWaitMax, name).Scan(&maxWaiting)
+		var keyed bool
+		err := c.row(ctx, qWaitMax, name).Scan(&maxWaiting, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
 		if err != nil {
 			return err
+		}
+		if keyed {
+			return backends.ErrKeyRequired
 		}
 		res, err := c.exec(ctx, qWaitRenew, us, name, owner)
 		if err != nil {
@@ -107,6 +114,9 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 
 // LeaveWait removes owner's waiter record; absent is not an error.
 func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instLeaveWait(ctx, parent, key, owner)
+	}
 	err := s.write(ctx, func(c conn) error {
 		_, err := c.exec(ctx, qWaitLeave, name, owner)
 		return err
@@ -118,9 +128,12 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 }
 
 // FirstWaiter returns the owner at the head of semaphore name's line: the
-// live waiter that entered first, "" when nobody waits. A caller serving
-// waiters FIFO lets only the head of the line call TryAcquire.
+// live waiter that entered first, "" when nobody waits. TryAcquire follows
+// the line itself; FirstWaiter is for tests and status.
 func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instFirstWaiter(ctx, parent, key)
+	}
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
 		err := c.row(ctx, qWaitFirst, name).Scan(&owner)
@@ -135,13 +148,30 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 	return owner, nil
 }
 
-// WaitSemaphore polls, with a backoff from 5 ms to 100 ms, until TryAcquire
-// may succeed (live holders below the limit and a free or expired slot),
-// maxWait elapsed or ctx ended. It returns nil in the first two cases and ctx's error
-// in the last; the caller retries TryAcquire either way. An absent semaphore
-// (or a store never migrated) returns nil at once, so that TryAcquire reports
-// it.
-func (s *Store) WaitSemaphore(ctx context.Context, name, _ string, maxWait time.Duration) error {
+// WaitSemaphore polls, with a backoff from waitPollMin to waitPollMax,
+// until TryAcquire may succeed for owner (a free or expired slot, and fewer
+// live waiters ahead of owner in line than free slots), maxWait elapsed or
+// ctx ended. It returns nil in the first two cases and ctx's error in the
+// last; the caller retries TryAcquire either way. An absent semaphore (or a
+// store never migrated) returns nil at once, so that TryAcquire reports it.
+// Since the check follows the line, a waiter behind a crashed waiter's
+// record is let through as soon as that record expires.
+func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instWait(ctx, parent, key, owner, maxWait)
+	}
+	return s.pollWait(ctx, name, maxWait, func() (may, absent bool, err error) {
+		err = s.on(nil).row(ctx, qWaitMayAcquire, owner, name).Scan(&may)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, true, nil
+		}
+		return may, false, err
+	})
+}
+
+// pollWait runs poll with WaitSemaphore's backoff until it says TryAcquire
+// may succeed or the semaphore is absent, maxWait elapsed or ctx ended.
+func (s *Store) pollWait(ctx context.Context, name string, maxWait time.Duration, poll func() (may, absent bool, err error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -157,10 +187,9 @@ func (s *Store) WaitSemaphore(ctx context.Context, name, _ string, maxWait time.
 	timer.Stop() // Go 1.23+: a stopped timer holds no stale tick
 	defer timer.Stop()
 	for backoff := waitPollMin; ; backoff = min(2*backoff, waitPollMax) {
-		var may bool
-		err := s.on(nil).row(ctx, qWaitMayAcquire, name).Scan(&may)
+		may, absent, err := poll()
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
+		case absent:
 			return nil
 		case err != nil:
 			return s.waitErr(ctx, name, err)
@@ -185,5 +214,5 @@ func (s *Store) waitErr(ctx context.Context, name string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return fmt.Errorf("wait semaphore %q: %w", name, err)
+	return fmt.Errorf("wait semaphore %s: %w", backends.DescribeRef(name), err)
 }

@@ -29,9 +29,11 @@ var cronCmd = &command{
 cron run runs task NAME now, in this process, as the applied spec defines it
 (command, env, workdir, timeout, semaphore, overlap), and records the run in
 the task's history as manual. The command gets COORDD_TASK,
-COORDD_SCHEDULED_AT, COORDD_ATTEMPT, COORDD_RUN_ID and COORDD_FENCING_TOKEN,
-and lacks the environment variables that the spec's backend connection fields
-reference (unless cluster.child_env is inherit).
+COORDD_SCHEDULED_AT, COORDD_ATTEMPT, COORDD_RUN_ID, COORDD_TASK_FENCING_TOKEN
+and COORDD_FENCING_TOKEN (with a semaphore: the slot's number, and
+COORDD_SEMAPHORE and COORDD_SLOT), and lacks the environment variables that
+the spec's backend connection fields reference (unless cluster.child_env is
+inherit).
 
 cron list shows each task's schedule, next run and last result; cron history
 shows a task's past runs, newest first.

@@ -17,6 +17,10 @@ changes apply would make: + create, ~ update, -/+ replace, - destroy, and
 drift (state changed outside coordd) apart. plan never creates, migrates or
 changes anything.
 
+Warnings about the spec (advice, such as a semaphore without max_hold) are
+printed on stderr as Warning: FILE:LINE:COL: ADDRESS: what, and listed under
+"warnings" with --json; they do not change the exit status.
+
 Exit status: 0 success, 1 error. With --detailed-exitcode: 0 no changes,
 1 error, 2 changes present.
 `,
@@ -49,6 +53,7 @@ Exit status: 0 success, 1 error. With --detailed-exitcode: 0 no changes,
 			fmt.Fprintf(env.stderr, "coordd: plan: %v\n", err)
 			return 1
 		}
+		printWarnings(env, p.Warnings)
 		if *asJSON {
 			if err := p.WriteJSON(env.stdout); err != nil {
 				fmt.Fprintf(env.stderr, "coordd: %v\n", err)

@@ -34,9 +34,11 @@ var queueCmd = &command{
   coordd queue dead NAME [-f PATH] [--requeue | --purge] [--json]
 
 queue push enqueues one job and prints its id. The payload is PAYLOAD, or
-stdin when it is "-" or absent. Under the queue's unique setting a push whose
---key is already pending is not pushed again: it prints the existing job's id
-and exits 0. A payload over max_payload is an error.
+stdin when it is "-" or absent. Jobs are claimed oldest first; the jobs of
+one --key run one at a time, in push order (claim: partition). Under the
+queue's unique setting a push whose --key is already pending is not pushed
+again: it prints the existing job's id and exits 0. A payload over
+max_payload is an error.
 
 queue work claims jobs of queue NAME and runs CMD once per job, up to
 --concurrency at a time. The payload is CMD's stdin; CMD gets COORDD_QUEUE,
@@ -57,8 +59,9 @@ failed attempt like any other. CMD does not inherit the environment
 variables that the spec's backend connection fields reference (unless
 cluster.child_env is inherit).
 
-queue stats shows ready, in-flight, delayed and dead jobs and the age of the
-oldest ready job. queue dead lists dead jobs, or with --requeue makes them
+queue stats shows ready (now), in-flight, delayed (a delayed push or a
+retry in its backoff) and dead jobs and the age of the oldest ready job;
+coordd status and /metrics count them the same way. queue dead lists dead jobs, or with --requeue makes them
 ready again (attempts reset), or with --purge deletes them, printing how many.
 
 Exit status: 0 ok, 1 error; queue work also 126 (CMD not executable) and
@@ -122,7 +125,7 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	fs := newFlags(c, env)
 	path := specFlag(fs, env)
 	delay := fs.Duration("delay", 0, "make the job claimable only after this long")
-	key := fs.String("key", "", "partition key; the deduplication key under unique (at most 255 bytes of UTF-8, no control characters)")
+	key := fs.String("key", "", "the job's key: jobs of one key run one at a time in push order; the deduplication key under unique (at most 255 bytes of UTF-8, no control characters)")
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -462,7 +465,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		row := queueStatsJSON{Name: n, Backend: bn}
 		if st := states[n]; st != nil {
 			row.Applied = true
-			row.Ready, row.InFlight, row.Delayed, row.Dead = st.Ready-st.Delayed, st.InFlight, st.Delayed, st.Dead
+			row.Ready, row.InFlight, row.Delayed, row.Dead = st.ReadyNow(), st.InFlight, st.Delayed, st.Dead
 			if !st.OldestReady.IsZero() {
 				row.OldestAge = max(nows[bn].Sub(st.OldestReady), 0).Seconds()
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -24,17 +25,24 @@ var semCmd = &command{
 	name:    "sem",
 	summary: "run a command holding a semaphore slot; show holders",
 	usage: `Usage:
-  coordd sem run NAME [-f PATH] [--wait DURATION | --no-wait] [--host-id ID] -- CMD ARGS...
-  coordd sem status [NAME] [-f PATH] [--json]
+  coordd sem run NAME [--key KEY] [-f PATH] [--wait DURATION | --no-wait] [--host-id ID] -- CMD ARGS...
+  coordd sem status [NAME] [--key KEY] [-f PATH] [--json]
 
 sem run takes a slot of semaphore NAME, runs CMD while renewing the lease, and
 releases the slot when CMD exits. Without --wait or --no-wait it waits as long
-as it takes, as flock(1) does. The child runs in its own process group, gets
+as it takes, as flock(1) does. Waiters are served in the order they came
+(memcached excepted), and --no-wait never takes a slot a waiter is owed. The child runs in its own process group, gets
 INT, TERM, HUP and QUIT forwarded, and has COORDD_SEMAPHORE, COORDD_SLOT and
 COORDD_FENCING_TOKEN set, and lacks the environment variables that the spec's
 backend connection fields reference (unless cluster.child_env is inherit). It
 never outlives the lease: if renewals stop, it gets TERM and then KILL before
 the lease ends. A release that fails is retried for a few seconds.
+
+A semaphore declared with keyed: true takes --key: each key is an instance
+of its own with the semaphore's limit and max_waiting (one runs, one waits,
+the rest are dropped, per user id or per file), and the child gets
+COORDD_SEMAPHORE_KEY too. sem status lists a keyed semaphore's live
+instances, or with --key the one instance.
 
 Exit status of sem run:
   the child's code, or 128+N when signal N killed it
@@ -54,7 +62,9 @@ Exit status of sem run:
 // semTarget is one semaphore resolved from the local spec, with its backend
 // opened.
 type semTarget struct {
-	name    string
+	name string
+	// key is the instance's key when the semaphore is keyed.
+	key     string
 	local   *spec.Semaphore
 	backend backends.Backend
 	applied backends.SemaphoreConfig
@@ -62,10 +72,11 @@ type semTarget struct {
 	unset []string
 }
 
-// openSem loads the spec, finds name and opens its backend. The runtime
-// enforces the applied config, not the local file, so two hosts with
+// openSem loads the spec, finds name, checks key against it (a keyed
+// semaphore needs one, another takes none) and opens its backend. The
+// runtime enforces the applied config, not the local file, so two hosts with
 // different checkouts still share one limit; a difference is reported.
-func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, error) {
+func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarget, error) {
 	s, ok := loadSpec(env, path, false)
 	if !ok {
 		return nil, errors.New("the spec is invalid")
@@ -73,6 +84,12 @@ func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, e
 	local := s.Semaphores[name]
 	if local == nil {
 		return nil, fmt.Errorf("semaphore %q is not declared in %s", name, path)
+	}
+	switch {
+	case local.Keyed && key == "":
+		return nil, fmt.Errorf("semaphore %q is keyed: give the instance's key with --key: %w", name, backends.ErrKeyRequired)
+	case !local.Keyed && key != "":
+		return nil, fmt.Errorf("semaphore %q is not keyed (declare it with keyed: true to use --key): %w", name, backends.ErrNotKeyed)
 	}
 	adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, local.Backend, "semaphores", false)
 	if err != nil {
@@ -92,7 +109,7 @@ func openSem(ctx context.Context, env *cliEnv, path, name string) (*semTarget, e
 		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s) differs from the applied one (limit %d, lease %s); the applied one is enforced\n",
 			name, local.Limit, local.Lease, st.Config.Limit, st.Config.Lease)
 	}
-	return &semTarget{name: name, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
+	return &semTarget{name: name, key: key, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
 }
 
 // hostID is --host-id, or the hostname when the flag is empty. Either must
@@ -129,6 +146,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	wait := fs.Duration("wait", 0, "give up after waiting this long (exit 75)")
 	noWait := fs.Bool("no-wait", false, "give up at once when no slot is free (exit 75)")
 	host := fs.String("host-id", "", "host id recorded with the holder (default: the hostname)")
+	key := fs.String("key", "", "the instance of a keyed semaphore to hold")
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -154,6 +172,12 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
 		return child.ExitCoorddFailed
 	}
+	if *key != "" {
+		if err := backends.CheckInstanceKey(*key); err != nil {
+			fmt.Fprintf(env.stderr, "coordd sem run: --key: %v\n", err)
+			return child.ExitCoorddFailed
+		}
+	}
 
 	// Signal handlers go in before waiting starts, so a signal while
 	// waiting ends the wait cleanly instead of killing us with a slot taken.
@@ -173,7 +197,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		}
 	}()
 
-	t, err := openSem(ctx, env, *path, name)
+	t, err := openSem(ctx, env, *path, name, *key)
 	if err != nil {
 		close(stopWatch)
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
@@ -186,15 +210,15 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
 		return child.ExitCoorddFailed
 	}
-	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait})
+	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, Key: *key})
 	close(stopWatch)
 	switch {
 	case err == nil:
 	case errors.Is(err, semaphore.ErrNotAcquired), errors.Is(err, backends.ErrTooManyWaiters):
-		fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: %v\n", name, err)
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: %v\n", t.label(), err)
 		return child.ExitNotAcquired
 	case waitSig != nil:
-		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", name, waitSig)
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", t.label(), waitSig)
 		return 128 + int(waitSig.(syscall.Signal))
 	default:
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
@@ -214,24 +238,28 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 		err := l.Extend(ectx)
 		cancel()
 		if errors.Is(err, backends.ErrLost) {
-			fmt.Fprintf(env.stderr, "coordd sem run: %s: the slot was lost before the command started: %v\n", t.name, err)
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: the slot was lost before the command started: %v\n", t.label(), err)
 			return child.ExitLeaseLost
 		}
+	}
+	vars := []string{
+		child.VarSemaphore + "=" + t.name,
+		child.VarSlot + "=" + strconv.Itoa(l.Slot),
+		child.VarFencingToken + "=" + strconv.FormatInt(l.Fencing, 10),
+	}
+	if t.key != "" {
+		vars = append(vars, child.VarSemaphoreKey+"="+t.key)
 	}
 	p, err := child.Start(ctx, child.Spec{
 		Argv:  argv,
 		Stdin: env.stdin, Stdout: env.stdout, Stderr: env.stderr,
-		Env: []string{
-			"COORDD_SEMAPHORE=" + t.name,
-			"COORDD_SLOT=" + strconv.Itoa(l.Slot),
-			"COORDD_FENCING_TOKEN=" + strconv.FormatInt(l.Fencing, 10),
-		},
+		Env:   vars,
 		Lease: lease, Margin: semaphore.Margin(lease), Grace: grace, AcquiredAt: l.RenewedAt(),
 		Timeout: t.applied.MaxHold, KillGrace: grace,
 		Shim:  selfExe(),
 		Unset: t.unset,
 	})
-	release := func() { releaseLease(ctx, env, t.name, l) }
+	release := func() { releaseLease(ctx, env, t.label(), l) }
 	if err != nil {
 		release()
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
@@ -250,7 +278,7 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 			// the deadline.
 			if !lost {
 				lost = true
-				fmt.Fprintf(env.stderr, "coordd sem run: %s: slot lost; stopping the command\n", t.name)
+				fmt.Fprintf(env.stderr, "coordd sem run: %s: slot lost; stopping the command\n", t.label())
 				_ = p.Signal(syscall.SIGTERM)
 				go func() {
 					select {
@@ -273,6 +301,14 @@ func runHolding(ctx context.Context, env *cliEnv, t *semTarget, l *semaphore.Lea
 	return child.ExitCode(res)
 }
 
+// label names the semaphore, and the instance's key, in messages.
+func (t *semTarget) label() string {
+	if t.key == "" {
+		return t.name
+	}
+	return t.name + " key " + esc(t.key)
+}
+
 // semStatusJSON is one semaphore in `sem status --json`.
 type semStatusJSON struct {
 	Name    string            `json:"name"`
@@ -284,15 +320,31 @@ type semStatusJSON struct {
 	Holders []backends.Holder `json:"holders"`
 	Waiters int               `json:"waiters"`
 	Applied bool              `json:"applied"`
+	// Keyed semaphores: their live instances (with --key, only that one,
+	// and Holders and Waiters are that instance's).
+	Keyed     bool                     `json:"keyed,omitempty"`
+	Key       string                   `json:"key,omitempty"`
+	Instances []backends.InstanceState `json:"instances,omitempty"`
 }
 
 func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	fs := newFlags(c, env)
 	path := specFlag(fs, env)
 	asJSON := fs.Bool("json", false, "print JSON")
+	key := fs.String("key", "", "show only this instance of a keyed semaphore")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if *key != "" && len(pos) != 1 {
+		fmt.Fprintln(env.stderr, "coordd sem status: --key needs exactly one semaphore NAME")
+		return 1
+	}
+	if *key != "" {
+		if err := backends.CheckInstanceKey(*key); err != nil {
+			fmt.Fprintf(env.stderr, "coordd sem status: --key: %v\n", err)
+			return 1
+		}
 	}
 	s, ok := loadSpec(env, *path, false)
 	if !ok {
@@ -312,6 +364,10 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		sem := s.Semaphores[n]
 		if sem == nil {
 			fmt.Fprintf(env.stderr, "coordd sem status: semaphore %q is not declared\n", n)
+			return 1
+		}
+		if *key != "" && !sem.Keyed {
+			fmt.Fprintf(env.stderr, "coordd sem status: semaphore %q is not keyed: --key does not apply\n", n)
 			return 1
 		}
 		byBackend[sem.Backend] = append(byBackend[sem.Backend], n)
@@ -341,6 +397,17 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			row.Mode = st.Config.Mode
 			row.Holders = append(row.Holders, st.Holders...)
 			row.Waiters = st.Waiters
+			row.Keyed, row.Instances = st.Config.Keyed, st.Instances
+			if *key != "" {
+				// One instance: an idle one has no holder and no waiter.
+				row.Key, row.Holders, row.Waiters, row.Instances = *key, []backends.Holder{}, 0, nil
+				for _, i := range st.Instances {
+					if i.Key == *key {
+						row.Holders, row.Waiters = append(row.Holders, i.Holders...), i.Waiters
+						row.Instances = []backends.InstanceState{i}
+					}
+				}
+			}
 		}
 		out = append(out, row)
 	}
@@ -354,23 +421,42 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			fmt.Fprintf(tw, "semaphore.%s\tnot applied (run coordd apply)\n", r.Name)
 			continue
 		}
-		fmt.Fprintf(tw, "semaphore.%s\tbackend %s\tmode %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", r.Name, r.Backend, esc(r.Mode), r.Limit, r.Lease, len(r.Holders), r.Waiters)
-		for _, h := range r.Holders {
-			// A session-mode slot has no expiry: it is held while the
-			// MySQL connection (processlist id) holds its lock.
-			until := "expires " + h.ExpiresAt.UTC().Format(time.RFC3339)
-			if h.Session != 0 {
-				until = fmt.Sprintf("connection %d", h.Session)
-			}
-			since := "-"
-			if !h.AcquiredAt.IsZero() {
-				since = h.AcquiredAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "  slot %d\thost %s\tpid %d\tsince %s\t%s\tfencing %d\n", h.Slot, esc(h.Host), h.PID, since, until, h.Fencing)
+		name := "semaphore." + r.Name
+		switch {
+		case r.Key != "":
+			name += " key " + esc(r.Key)
+		case r.Keyed:
+			name += fmt.Sprintf(" (keyed, %d instances)", len(r.Instances))
 		}
+		fmt.Fprintf(tw, "%s\tbackend %s\tmode %s\tlimit %d\tlease %s\tholders %d\twaiters %d\n", name, r.Backend, esc(r.Mode), r.Limit, r.Lease, len(r.Holders), r.Waiters)
+		if r.Keyed && r.Key == "" {
+			for _, i := range r.Instances {
+				fmt.Fprintf(tw, "  key %s\tholders %d\twaiters %d\n", esc(i.Key), len(i.Holders), i.Waiters)
+				writeHolders(tw, "    ", i.Holders)
+			}
+			continue
+		}
+		writeHolders(tw, "  ", r.Holders)
 	}
 	tw.Flush()
 	return 0
+}
+
+// writeHolders prints one line per holder, indented.
+func writeHolders(w io.Writer, indent string, hs []backends.Holder) {
+	for _, h := range hs {
+		// A session-mode slot has no expiry: it is held while the MySQL
+		// connection (processlist id) holds its lock.
+		until := "expires " + h.ExpiresAt.UTC().Format(time.RFC3339)
+		if h.Session != 0 {
+			until = fmt.Sprintf("connection %d", h.Session)
+		}
+		since := "-"
+		if !h.AcquiredAt.IsZero() {
+			since = h.AcquiredAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%sslot %d\thost %s\tpid %d\tsince %s\t%s\tfencing %d\n", indent, h.Slot, esc(h.Host), h.PID, since, until, h.Fencing)
+	}
 }
 
 // releaseLease releases the slot of sem run, retrying a failure for

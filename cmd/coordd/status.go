@@ -118,6 +118,9 @@ type objectStatus struct {
 	// Semaphores
 	Limit   *int `json:"limit,omitempty"`
 	Holders *int `json:"holders,omitempty"`
+	// Instances counts a keyed semaphore's live instances (its holders
+	// are theirs).
+	Instances *int `json:"instances,omitempty"`
 	// Cron
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	Running    *int       `json:"running,omitempty"`
@@ -178,6 +181,9 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				}
 				if st := m[a.Name]; st != nil {
 					ob.Applied, ob.Limit, ob.Holders = true, ptr(st.Config.Limit), ptr(len(st.Holders))
+					if st.Config.Keyed {
+						ob.Instances = ptr(len(st.Instances))
+					}
 				}
 			}
 		case spec.KindCron:
@@ -207,7 +213,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				}
 				if st := m[a.Name]; st != nil {
 					ob.Applied = true
-					ob.Ready, ob.InFlight, ob.Delayed, ob.Dead = ptr(st.Ready), ptr(st.InFlight), ptr(st.Delayed), ptr(st.Dead)
+					ob.Ready, ob.InFlight, ob.Delayed, ob.Dead = ptr(st.ReadyNow()), ptr(st.InFlight), ptr(st.Delayed), ptr(st.Dead)
 					if !st.OldestReady.IsZero() {
 						ob.Oldest = ptr(st.OldestReady)
 					}
@@ -296,6 +302,8 @@ func (r *statusReport) writeText(env *cliEnv) {
 			continue
 		}
 		switch {
+		case o.Limit != nil && o.Instances != nil:
+			fmt.Fprintf(tw, "%s\tbackend %s\tlimit %d per key\tholders %d\tinstances %d\n", o.Address, o.Backend, *o.Limit, *o.Holders, *o.Instances)
 		case o.Limit != nil:
 			fmt.Fprintf(tw, "%s\tbackend %s\tlimit %d\tholders %d\n", o.Address, o.Backend, *o.Limit, *o.Holders)
 		case o.NextRun != nil:

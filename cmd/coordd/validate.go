@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/coordd/coordd/spec"
 )
 
 var validateCmd = &command{
@@ -14,7 +16,9 @@ Loads the spec and checks it: syntax, field types, references and backend
 capabilities. Every error is printed on stderr as FILE:LINE:COL: ADDRESS: what
 is wrong; after the first 50, one line counts the rest. Only regular files
 (or symlinks to them) are read, of at most 8 MiB each and 16 MiB together.
-validate never connects to a backend.
+validate never connects to a backend. Warnings (advice, such as a semaphore
+without max_hold) are printed on stderr as Warning: FILE:LINE:COL: ADDRESS:
+what; they do not change the exit status.
 
 Exit status: 0 valid, 1 invalid.
 `,
@@ -34,6 +38,14 @@ Exit status: 0 valid, 1 invalid.
 			return 1
 		}
 		fmt.Fprintf(env.stdout, "The spec is valid: %d object(s) in %d file(s).\n", s.ObjectCount(), len(s.Files))
+		printWarnings(env, s.Warnings())
 		return 0
 	},
+}
+
+// printWarnings prints the spec's warnings on stderr, one a line.
+func printWarnings(env *cliEnv, ws []spec.Warning) {
+	for _, w := range ws {
+		fmt.Fprintf(env.stderr, "Warning: %s\n", w)
+	}
 }

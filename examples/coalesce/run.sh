@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Seed 003: one runs, one waits, the rest are dropped. Run from anywhere:
+# Seed 003: one runs, one waits, the rest are dropped, per catalogue. Run
+# from anywhere:
 #
 #   examples/coalesce/run.sh         # embedded SQLite store, no setup
 #   examples/coalesce/run.sh redis   # Redis at $COORDD_REDIS_URL (default redis://127.0.0.1:6379/0)
@@ -18,33 +19,42 @@ touch "$REINDEX_HOLD"
 cd "$here"
 fail() { echo "FAILED: $*" >&2; exit 1; }
 wait_for() { for _ in $(seq 200); do "$@" && return 0; sleep 0.1; done; fail "timed out waiting for: $*"; }
-state() { coordd sem status reindex -f "$spec" | grep -q "holders $1  *waiters $2\$"; }
+# state KEY HOLDERS WAITERS: the instance of KEY has that many of each.
+state() { coordd sem status reindex --key "$1" -f "$spec" | grep -q "holders $2  *waiters $3\$"; }
+trigger() { coordd sem run reindex --key "$1" -f "$spec" --wait 1h -- ./reindex.sh "$2"; }
 
 echo "== coordd apply (data dir $COORDD_DATA_DIR)"
 coordd apply -f "$spec" --auto-approve
 
-echo "== trigger 1 runs"
-coordd sem run reindex -f "$spec" --wait 1h -- ./reindex.sh 1 &
+echo "== catalogue-a: trigger 1 runs"
+trigger catalogue-a 1 &
 t1=$!
-wait_for state 1 0
-echo "== trigger 2 waits"
-coordd sem run reindex -f "$spec" --wait 1h -- ./reindex.sh 2 &
+wait_for state catalogue-a 1 0
+echo "== catalogue-a: trigger 2 waits"
+trigger catalogue-a 2 &
 t2=$!
-wait_for state 1 1
+wait_for state catalogue-a 1 1
 coordd sem status reindex -f "$spec"
 
-echo "== triggers 3 to 5 find the line full and are dropped at once: exit 75"
+echo "== catalogue-a: triggers 3 to 5 find its line full and are dropped at once: exit 75"
 for i in 3 4 5; do
   rc=0
-  coordd sem run reindex -f "$spec" --wait 1h -- ./reindex.sh "$i" || rc=$?
+  trigger catalogue-a "$i" || rc=$?
   [ "$rc" -eq 75 ] || fail "trigger $i: exit $rc, want 75"
 done
 
-echo "== trigger 1 finishes; trigger 2 runs"
+echo "== catalogue-b: its own instance, so trigger 1 runs at once (and ends)"
+REINDEX_HOLD= trigger catalogue-b 1 || fail "catalogue-b trigger 1 exited $?"
+
+echo "== catalogue-a: trigger 1 finishes; trigger 2 runs"
 rm "$REINDEX_HOLD"
 wait "$t1" || fail "trigger 1 exited $?"
 wait "$t2" || fail "trigger 2 exited $?"
 ran=$(tr '\n' ' ' <"$REINDEX_LOG")
 echo "ran: $ran"
-[ "$ran" = "1 2 " ] || fail "ran \"$ran\", want \"1 2 \""
+[ "$ran" = "catalogue-a 1 catalogue-b 1 catalogue-a 2 " ] || fail "ran \"$ran\", want \"catalogue-a 1 catalogue-b 1 catalogue-a 2 \""
+
+echo "== nothing is left of either catalogue's instance"
+coordd sem status reindex -f "$spec"
+coordd sem status reindex -f "$spec" | grep -q "(keyed, 0 instances)" || fail "instances left behind"
 echo OK

@@ -18,7 +18,7 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 echo "== coordd apply (data dir $COORDD_DATA_DIR)"
 coordd apply -f "$spec" --auto-approve
 
-echo "== push five images; the key picks the partition (and deduplicates)"
+echo "== push five images; jobs of one key run in push order (and the key deduplicates)"
 for i in 1 2 3 4 5; do
   coordd queue push thumbnails -f "$spec" --key "image-$i" "{\"image\": $i}"
 done

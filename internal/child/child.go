@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,9 +56,10 @@ type Spec struct {
 	// Env is appended to os.Environ(); later entries win.
 	Env []string
 	// Unset names variables of os.Environ() that the command must not
-	// inherit (the backends' secrets: spec.Spec.ChildEnvUnset). Entries of
-	// Env are kept even when named here. With a shim, the shim gets the
-	// reduced environment and passes it on, so neither has them.
+	// inherit (the backends' secrets: spec.Spec.ChildEnvUnset); Vars are
+	// never inherited either. Entries of Env are kept even when named
+	// here. With a shim, the shim gets the reduced environment and passes
+	// it on, so neither has them.
 	Unset []string
 
 	Stdin          io.Reader
@@ -79,6 +81,13 @@ type Spec struct {
 	// a shim process that leads the process group and kills the whole
 	// group if coordd dies: see the package doc. Empty: no shim.
 	Shim string
+	// Guard, when set, is such an executable too, run once per process as
+	// the guard: the one process that starts every command whose Spec
+	// names it, and kills each one's whole group if coordd dies, at the
+	// cost of one process in all rather than one per command (see the
+	// package doc). It takes precedence over Shim, which is used instead
+	// for a command too large to hand to the guard.
+	Guard string
 }
 
 // Result is the outcome of a child process.
@@ -161,6 +170,16 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 		cmd = exec.Command(s.Argv[0], s.Argv[1:]...)
 	}
 	path := cmd.Path
+	if s.Guard != "" {
+		// The lookup in PATH happens here, with coordd's PATH, as
+		// without a guard.
+		if cmd.Err != nil {
+			return nil, mapStartErr(cmd.Err)
+		}
+		cmd.Dir = s.Dir
+		cmd.Env = append(without(os.Environ(), slices.Concat(s.Unset, Vars)), s.Env...)
+		return startGuarded(ctx, s, cmd)
+	}
 	// The shim's (or the child's) death signal: the shim catches SIGTERM to
 	// kill the whole group; a direct child just dies.
 	deathSig := syscall.SIGKILL
@@ -179,7 +198,7 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 		deathSig = syscall.SIGTERM
 	}
 	cmd.Dir = s.Dir
-	cmd.Env = append(without(os.Environ(), s.Unset), s.Env...)
+	cmd.Env = append(without(os.Environ(), slices.Concat(s.Unset, Vars)), s.Env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Stdin, s.Stdout, s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
 	cmd.WaitDelay = WaitDelay

@@ -34,12 +34,15 @@ func TestMain(m *testing.M) {
 	case "pdeathsig":
 		pdeathsigHelper(Spec{Argv: []string{"sleep", "60"}})
 		return
-	case "group-shim", "group-noshim":
+	case "group-shim", "group-noshim", "group-guard":
 		// A shell with a background job: its pid and the job's are
 		// printed by the shell itself.
 		s := Spec{Shell: `sleep 60 & echo $$ $!; wait`, Stdout: os.Stdout}
-		if os.Getenv(helperEnv) == "group-shim" {
+		switch os.Getenv(helperEnv) {
+		case "group-shim":
 			s.Shim = testExecutable()
+		case "group-guard":
+			s.Guard = testExecutable()
 		}
 		pdeathsigHelper(s)
 		return
@@ -62,6 +65,9 @@ var testShim string
 func start(ctx context.Context, s Spec) (*Process, error) {
 	if s.Shim == "" {
 		s.Shim = testShim
+	}
+	if s.Guard == "" {
+		s.Guard = testGuard
 	}
 	return Start(ctx, s)
 }

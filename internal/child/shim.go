@@ -41,15 +41,21 @@ const (
 // tests of other packages.
 var DefaultShim string
 
-// MaybeRunShim runs the child shim and exits if this process was started as
-// one (os.Args[1] is the hidden shim argument); otherwise it returns at once.
+// MaybeRunShim runs the child shim, or the guard, and exits if this process
+// was started as one (os.Args[1] is the hidden shim or guard argument);
+// otherwise it returns at once.
 // A program that is named in Spec.Shim must call it first thing in main (and
 // in TestMain for a test binary that acts as that program).
 func MaybeRunShim() {
-	if len(os.Args) < 2 || os.Args[1] != shimArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(runShim(os.Args[2:]))
+	switch os.Args[1] {
+	case shimArg:
+		os.Exit(runShim(os.Args[2:]))
+	case guardArg:
+		os.Exit(runGuard(os.Args[2:]))
+	}
 }
 
 // runShim is the shim process: it starts the command as its child in its own
@@ -159,25 +165,36 @@ func shimCommand(shimPath string, cmd *exec.Cmd, statusW *os.File) *exec.Cmd {
 // else why it did not start (the exec error, with its errno, so that
 // mapStartErr recognises it).
 func shimStart(r *bufio.Reader, path string) error {
+	_, err := readStart(r, path)
+	return err
+}
+
+// readStart reads the first status line of a shim or of the guard: the
+// command's pid once it runs, else why it did not start.
+func readStart(r *bufio.Reader, path string) (int, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("child: the shim exited without starting %s (does it call child.MaybeRunShim?)", path)
+			return 0, fmt.Errorf("child: the shim exited without starting %s (does it call child.MaybeRunShim?)", path)
 		}
-		return fmt.Errorf("child: reading the shim's status: %w", err)
+		return 0, fmt.Errorf("child: reading the shim's status: %w", err)
 	}
 	word, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
 	switch word {
 	case "started":
-		return nil
+		pid, err := strconv.Atoi(rest)
+		if err != nil || pid <= 0 {
+			return 0, fmt.Errorf("child: unexpected status line from the shim: %q", line)
+		}
+		return pid, nil
 	case "error":
 		num, msg, _ := strings.Cut(rest, " ")
 		if n, err := strconv.Atoi(num); err == nil && n > 0 {
-			return &os.PathError{Op: "fork/exec", Path: path, Err: syscall.Errno(n)}
+			return 0, &os.PathError{Op: "fork/exec", Path: path, Err: syscall.Errno(n)}
 		}
-		return errors.New(msg)
+		return 0, errors.New(msg)
 	}
-	return fmt.Errorf("child: unexpected status line from the shim: %q", line)
+	return 0, fmt.Errorf("child: unexpected status line from the shim: %q", line)
 }
 
 // shimStatus reads the rest of the status pipe after the shim exited and
