@@ -68,6 +68,10 @@ type Config struct {
 	// HeartbeatEvery is how often the host record is written to the
 	// cluster backend (hosts.go); default 30s. Tests shorten it.
 	HeartbeatEvery time.Duration
+	// PruneEvery is how often the daemon deletes host records not seen
+	// for backends.HostRetention, after doing so at start (hosts.go);
+	// default 1h. Tests shorten it.
+	PruneEvery time.Duration
 }
 
 // Daemon is one running `coordd run`.
@@ -150,6 +154,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.HeartbeatEvery <= 0 {
 		cfg.HeartbeatEvery = defaultHeartbeatEvery
+	}
+	if cfg.PruneEvery <= 0 {
+		cfg.PruneEvery = defaultPruneEvery
 	}
 	s, err := spec.Load(cfg.SpecPath, cfg.LoadOptions)
 	if err != nil {
@@ -412,6 +419,13 @@ func (d *Daemon) reload(ctx context.Context) {
 		}
 	}
 	if s.Hash() == old.Hash() {
+		// Nothing to apply, but keep the new spec: the variables it
+		// references, which commands must not inherit (ChildEnvUnset), may
+		// have changed under the same values (a secret moved to a new
+		// variable).
+		d.mu.Lock()
+		d.spec = s
+		d.mu.Unlock()
 		return
 	}
 	d.mu.Lock()

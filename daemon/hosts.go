@@ -31,9 +31,10 @@ const defaultHeartbeatEvery = 30 * time.Second
 // latest apply record: every 2 minutes by default.
 const appliedCheckBeats = 4
 
-// pruneEvery is how often a daemon deletes the records of hosts not seen for
-// backends.HostRetention; every daemon does, at start and then hourly.
-const pruneEvery = time.Hour
+// defaultPruneEvery is Config.PruneEvery's default: how often a daemon
+// deletes the records of hosts not seen for backends.HostRetention; every
+// daemon does, at start and then hourly.
+const defaultPruneEvery = time.Hour
 
 // hashState is what the daemon knows of its spec hash against the applied
 // one. Guarded by Daemon.mu.
@@ -67,7 +68,7 @@ func (d *Daemon) hostLoop(ctx context.Context) {
 		if beats%appliedCheckBeats == 0 {
 			d.checkApplied(ctx)
 		}
-		if pruned.IsZero() || time.Since(pruned) >= pruneEvery {
+		if pruned.IsZero() || time.Since(pruned) >= d.cfg.PruneEvery {
 			pruned = time.Now()
 			d.pruneHosts(ctx)
 		}

@@ -19,10 +19,12 @@
 //
 // # One claimer per Work call
 //
-// Work runs one claim loop that claims only as many jobs as it has free
-// handler slots (at most WorkerOptions.Batch per claim), so a claimed job
-// never waits in a local buffer while its lease runs. Each claim uses a new
-// random owner token.
+// Work runs one claim loop that claims as many jobs as it has free handler
+// slots (at most WorkerOptions.Batch per claim, which defaults to all of
+// them), and never more, so a claimed job never waits in a local buffer
+// while its lease runs. One claim of many jobs costs the backend about
+// what a claim of one does (one round trip, one commit), which is why the
+// default takes every free slot. Each claim uses a new random owner token.
 //
 // # Leases
 //

@@ -21,9 +21,15 @@ type recording struct {
 	claims, claimed atomic.Int64
 	hold            chan struct{} // nil: acks go through at once
 	acking          chan int64    // receives each job id whose ack was called (buffered)
+
+	mu    sync.Mutex
+	asked []int // the max of every claim
 }
 
 func (r *recording) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
+	r.mu.Lock()
+	r.asked = append(r.asked, max)
+	r.mu.Unlock()
 	js, err := r.Store.Claim(ctx, queue, owner, max)
 	if len(js) > 0 {
 		r.claims.Add(1)
@@ -119,4 +125,59 @@ func TestClaimsGatherABatch(t *testing.T) {
 	if avg < 5 {
 		t.Fatalf("claims took %.1f jobs each, want batches of about 8", avg)
 	}
+}
+
+// TestDefaultClaimTakesFreeSlots: without WorkerOptions.Batch, an idle
+// worker's first claim takes a job for each of its free handler slots, and
+// every job starts at once; no claim asks for more jobs than there are
+// slots.
+func TestDefaultClaimTakesFreeSlots(t *testing.T) {
+	st := newStore(t, queueConfig("q"))
+	r := &recording{Store: st}
+	c := newClient(t, r)
+	ctx := context.Background()
+	for i := range 6 {
+		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan string, 6)
+	release := make(chan struct{}, 6)
+	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 4, Drain: true}, func(_ context.Context, j backends.Job) error {
+		started <- string(j.Payload)
+		<-release
+		return nil
+	})
+	for range 4 {
+		<-started
+	}
+	if n := r.claims.Load(); n != 1 {
+		t.Fatalf("4 handlers started after %d claims with jobs, want 1 claim of 4 (asked: %v)", n, r.asks())
+	}
+	release <- struct{}{} // one slot frees: the fifth job starts
+	<-started
+	release <- struct{}{}
+	release <- struct{}{}
+	<-started
+	for range 3 {
+		release <- struct{}{}
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	asked := r.asks()
+	if asked[0] != 4 {
+		t.Fatalf("the first claim asked for %d jobs, want 4 (asked: %v)", asked[0], asked)
+	}
+	for _, n := range asked {
+		if n > 4 {
+			t.Fatalf("a claim asked for %d jobs with 4 slots (asked: %v)", n, asked)
+		}
+	}
+}
+
+func (r *recording) asks() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.asked...)
 }

@@ -166,12 +166,15 @@ type Stats struct {
 type WorkerOptions struct {
 	// Concurrency is how many handlers run at once; default 1.
 	Concurrency int
-	// Batch is the most jobs one claim takes; default 1, at most
-	// Concurrency. A claim never takes more jobs than there are free
-	// handler slots. While the queue has a backlog (the last claim got all
-	// it asked for), a claim waits up to 2 ms for more slots to free up,
-	// so that claims take whole batches rather than a job per freed slot;
-	// an idle worker claims at once.
+	// Batch is the most jobs one claim takes, at most Concurrency; 0 (the
+	// default) means Concurrency: a claim takes as many jobs as there are
+	// free handler slots. A claim never takes more jobs than there are
+	// free slots, so every job it takes starts at once and no lease runs
+	// while a job waits in a buffer. While the queue has a backlog (the
+	// last claim got all it asked for), a claim waits up to 2 ms for more
+	// slots to free up, so that claims take whole batches rather than a
+	// job per freed slot; an idle worker claims at once. Set 1 to claim
+	// one job at a time (several workers then share a backlog job by job).
 	Batch int
 	// Drain makes Work return nil once the queue holds no job that is
 	// ready, delayed or in flight (dead jobs do not count).
@@ -356,7 +359,10 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 		return fmt.Errorf("work queue %q: visibility timeout %v: must be positive", queue, cfg.VisibilityTimeout)
 	}
 	conc := max(opts.Concurrency, 1)
-	batch := min(max(opts.Batch, 1), conc)
+	batch := conc
+	if opts.Batch > 0 {
+		batch = min(opts.Batch, conc)
+	}
 	w := &worker{c: c, queue: queue, vis: cfg.VisibilityTimeout, opts: opts, h: h, logf: opts.Logf, stats: opts.Stats,
 		finish: make(chan struct{}, 1), halt: make(chan struct{})}
 	if w.logf == nil {

@@ -14,7 +14,10 @@
 // most Config.Poll (20 s), which bounds how late a task applied behind this
 // host's back is noticed; Wake (the daemon calls it after every reload and
 // apply, a run calls it when it ends) and a leadership change wake it at
-// once. Each pass claims the due tasks. Every Config.Sweep (20 s), and on
+// once. Each pass claims the due tasks, a page at a time: every task with
+// one on-time due time in one ClaimOccurrences call, overlap forbid checked
+// in the claim (Exclusive); while pages remain the next is claimed at once
+// and sweeps wait (see "Bursts" below). Every Config.Sweep (20 s), and on
 // every wake-up, leadership gain, end of a retry's backoff or expiry of the
 // run lease of a run that holds back a due task (overlap forbid), the pass
 // first reaps occurrences whose run lease expired (marked lost) and claims
@@ -47,9 +50,21 @@
 // task's timeout, stops the command as a timeout would, so a hung command
 // cannot keep the slot renewed forever.
 //
-// A run holds a run lease (run_lease, renewed every run_lease/3); the child
-// supervisor kills the command before a lease it failed to renew ends, and
-// the run is then recorded as lost. Stopping Run never stops a command:
-// Shutdown waits for them until its context ends, then stops them (TERM,
-// then KILL after kill_grace); such runs are recorded as lost.
+// A run holds a run lease (run_lease, renewed every run_lease/3, and until
+// its result is recorded); the child supervisor kills the command before a
+// lease it failed to renew ends, and the run is then recorded as lost.
+// Stopping Run never stops a command: Shutdown waits for them until its
+// context ends, then stops them (TERM, then KILL after kill_grace); such
+// runs are recorded as lost.
+//
+// # Bursts
+//
+// Many tasks due at once must not cost a store write, or a process, per run
+// before the last one starts. Claims go a page at a time (above). Commands
+// start through child's guard, one process for all of them, when coordd's
+// main set child.DefaultShim. Results and lease renewals go through a
+// coalescer per backend (batch.go): calls made while others are in flight
+// leave together as one FinishOccurrences or ExtendOccurrences; and while
+// claimed runs are still starting, results wait (at most 2 s), so that the
+// starts get the store and the CPU first.
 package scheduler

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
@@ -20,7 +21,18 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// This test binary is the guard of the commands the tests run, as
+	// coordd's executable is the daemon's: every run goes through it.
+	child.MaybeRunShim()
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	child.DefaultShim = exe
+	// The guard lives as long as the process; so does its reaper.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/coordd/coordd/internal/child.startGuard.func1"))
+}
 
 func openStore(t *testing.T, path string) *sqlite.Store {
 	t.Helper()

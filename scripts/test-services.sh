@@ -420,7 +420,8 @@ else
 	need_memcached=1
 fi
 
-# 2. Collect missing packages: servers we must start, and a C compiler for -race.
+# 2. Collect missing packages: servers we must start, a C compiler for -race
+#    and Chromium for the dashboard's browser tests.
 declare -a missing=()
 if ((need_mysql)); then
 	{ find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null 2>&1 ||
@@ -432,6 +433,8 @@ if (($# == 0)); then
 	# go test -race needs cgo, hence a C compiler.
 	cc=$(go env CC 2>/dev/null || true)
 	command -v "${cc:-gcc}" >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+	# The dashboard's tests drive a real headless Chromium (internal/browsertest).
+	find_bin chromium chromium-browser google-chrome >/dev/null 2>&1 || missing+=(chromium)
 fi
 
 if ((${#missing[@]})); then

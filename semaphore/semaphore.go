@@ -33,10 +33,13 @@
 // user id or per file. Everything above applies to the instance.
 //
 // In one process, waiters are woken on release with no lost wake-ups: a
-// waiter takes the current wake channel *before* it tries to acquire, and a
-// release closes that channel, so a release that lands between a failed
-// try and the wait still wakes it (the scheme of a condition variable, as
-// in seed 004). Across processes the backend's WaitSemaphore takes over: a
+// waiter reads its name's release count *before* it tries to acquire, and
+// registers its wake channel only if no release came since (else it tries
+// again at once), so a release that lands between a failed try and the
+// wait still wakes it (the scheme of a condition variable, as in seed
+// 004). An acquire that gets its slot and a release that finds nobody
+// waiting in the process touch no channel and no lock: the uncontended
+// pair costs the backend's two round trips and little else. Across processes the backend's WaitSemaphore takes over: a
 // blocking pop on each waiter's own list on Redis, a statement parked in
 // the server and ended by KILL QUERY on MySQL, a bounded backoff poll on
 // SQLite; each wakes the waiter whose turn a release makes.
@@ -53,8 +56,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -74,10 +80,28 @@ type Client struct {
 	repairer backends.WakeRepairer
 	host     string
 	pid      int
+	// owners makes owner tokens: a random prefix per Client and a counter
+	// (unique without a read of the system's random source per acquire).
+	ownerPrefix string
+	owners      atomic.Uint64
 
-	mu    sync.Mutex
-	wakes map[string]chan struct{}
+	// releases counts the releases of the names hashed to each bucket
+	// (wakeBucket); waiting counts the acquires of this Client that wait.
+	// wakes holds the channels of waited-for names, under mu.
+	releases [wakeBuckets]atomic.Uint64
+	waiting  atomic.Int64
+	mu       sync.Mutex
+	wakes    map[string]chan struct{}
 }
+
+// wakeBuckets spreads names over release counters: a release of another
+// name in the same bucket only makes a waiter try once more.
+const wakeBuckets = 64
+
+var wakeSeed = maphash.MakeSeed()
+
+// wakeBucket is name's release counter.
+func wakeBucket(name string) int { return int(maphash.String(wakeSeed, name) % wakeBuckets) }
 
 // New returns a client for b. host identifies this machine in holder
 // records; it must be a valid host id (spec.ErrInvalidHostID otherwise).
@@ -91,13 +115,27 @@ func New(b backends.Backend, host string) (*Client, error) {
 	}
 	w, _ := b.(backends.Waiters)
 	r, _ := b.(backends.WakeRepairer)
-	return &Client{sems: s, waiters: w, repairer: r, host: host, pid: os.Getpid(), wakes: map[string]chan struct{}{}}, nil
+	var p [8]byte
+	_, _ = rand.Read(p[:])
+	return &Client{sems: s, waiters: w, repairer: r, host: host, pid: os.Getpid(),
+		ownerPrefix: hex.EncodeToString(p[:]) + "-", wakes: map[string]chan struct{}{}}, nil
 }
 
-// wakeChan returns the channel the next release of name closes.
-func (c *Client) wakeChan(name string) <-chan struct{} {
+// waitChan returns the channel the next release of name closes, or nil
+// when a release of name's bucket came since the caller read releases
+// (seen): the caller then tries again at once. After a non-nil channel the
+// caller calls unwait. The order (count this waiter, then look at the
+// releases; a release counts itself, then looks for waiters) is what loses
+// no wake-up: either the release sees this waiter, or this waiter sees the
+// release.
+func (c *Client) waitChan(name string, bucket int, seen uint64) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.waiting.Add(1)
+	if c.releases[bucket].Load() != seen {
+		c.waiting.Add(-1)
+		return nil
+	}
 	ch, ok := c.wakes[name]
 	if !ok {
 		ch = make(chan struct{})
@@ -106,8 +144,15 @@ func (c *Client) wakeChan(name string) <-chan struct{} {
 	return ch
 }
 
+// unwait ends a wait that waitChan started.
+func (c *Client) unwait() { c.waiting.Add(-1) }
+
 // wake wakes every in-process waiter of name.
 func (c *Client) wake(name string) {
+	c.releases[wakeBucket(name)].Add(1)
+	if c.waiting.Load() == 0 {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ch, ok := c.wakes[name]; ok {
@@ -153,9 +198,9 @@ type Lease struct {
 	ref        string // what the backend calls the semaphore or instance
 
 	mu       sync.Mutex
-	deadline time.Time // monotonic: sentAt + lease - margin
-	lost     chan struct{}
-	lostOnce sync.Once
+	deadline time.Time     // monotonic: sentAt + lease - margin
+	lost     chan struct{} // made on first use (Lost, markLost)
+	isLost   bool
 	released bool
 }
 
@@ -165,10 +210,10 @@ func Margin(lease time.Duration) time.Duration {
 	return min(lease/10, 2*time.Second)
 }
 
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// newOwner returns an owner token no other acquire uses: the Client's
+// random prefix and a count.
+func (c *Client) newOwner() string {
+	return c.ownerPrefix + strconv.FormatUint(c.owners.Add(1), 16)
 }
 
 // Acquire takes a slot of name, waiting in line as opts say (see the
@@ -178,15 +223,15 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	if opts.Lease <= 0 {
 		return nil, errors.New("acquire: lease must be positive")
 	}
-	what := fmt.Sprintf("%q", name)
+	base := name
 	if opts.Key != "" {
 		if err := backends.CheckInstanceKey(opts.Key); err != nil {
 			return nil, fmt.Errorf("acquire %q: %w", name, err)
 		}
-		what = backends.DescribeRef(backends.Instance(name, opts.Key))
 		name = backends.Instance(name, opts.Key)
 	}
-	owner := newOwner()
+	owner := c.newOwner()
+	bucket := wakeBucket(name)
 	var deadline <-chan time.Time
 	if opts.Wait > 0 {
 		t := time.NewTimer(opts.Wait)
@@ -206,18 +251,17 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		}
 	}()
 	for {
-		wake := c.wakeChan(name) // before the try: a release after it closes this channel
+		seen := c.releases[bucket].Load() // before the try: a release after it wakes this caller
 		sentAt := time.Now()
 		g, err := c.sems.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
 		if err == nil {
-			base, _, _ := backends.SplitInstance(name)
 			return &Lease{
 				Name: base, Key: opts.Key, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
-				ref: name, deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)), lost: make(chan struct{}),
+				ref: name, deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)),
 			}, nil
 		}
 		if !errors.Is(err, backends.ErrNoSlot) {
-			return nil, fmt.Errorf("acquire %s: %w", what, err)
+			return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
 		}
 		if opts.NoWait {
 			return nil, ErrNotAcquired
@@ -226,14 +270,20 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			// Registering (and renewing) the waiter record enforces
 			// max_waiting; a crashed waiter's record expires on its own.
 			if err := c.waiters.EnterWait(ctx, name, owner, waiterLease); err != nil {
-				return nil, fmt.Errorf("wait for %s: %w", what, err)
+				return nil, fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
 			}
 			if !registered {
 				registered = true
 				c.repairWakeups(ctx, name)
 			}
 		}
-		if err := c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3); err != nil {
+		wake := c.waitChan(name, bucket, seen)
+		if wake == nil {
+			continue // a release came since the try
+		}
+		err = c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3)
+		c.unwait()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -295,7 +345,23 @@ func (c *Client) waitOnce(ctx context.Context, name, owner string, wake <-chan s
 
 // Lost is closed when the lease is lost: an extend found another owner, or
 // the deadline passed without a successful renewal.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+func (l *Lease) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostChan()
+}
+
+// lostChan is Lost's channel, made on first use (l.mu held): most leases
+// are released without anybody asking.
+func (l *Lease) lostChan() chan struct{} {
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.isLost {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
 
 // Deadline is the monotonic instant until which the lease is trusted.
 func (l *Lease) Deadline() time.Time {
@@ -310,7 +376,16 @@ func (l *Lease) RenewedAt() time.Time {
 	return l.Deadline().Add(-(l.lease - Margin(l.lease)))
 }
 
-func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+func (l *Lease) markLost() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.isLost {
+		l.isLost = true
+		if l.lost != nil {
+			close(l.lost)
+		}
+	}
+}
 
 // Extend renews the lease once. It returns backends.ErrLost (and closes
 // Lost) when the slot is no longer this lease's.
@@ -340,11 +415,12 @@ func (l *Lease) KeepAlive(ctx context.Context, onRenew func(sentAt time.Time)) {
 	every := max(l.lease/3, 10*time.Millisecond)
 	t := time.NewTimer(every)
 	defer t.Stop()
+	lost := l.Lost()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.lost:
+		case <-lost:
 			return
 		case <-t.C:
 		}

@@ -84,6 +84,7 @@ var capabilities = []capability{
 	{"StateStore", is[backends.StateStore], testStateStore},
 	{"Semaphores", isSemaphores, testSemaphores},
 	{"Waiters", is[backends.Waiters], testWaiters},
+	{"WaiterRejoin", is[backends.Waiters], testWaitRejoin},
 	{"Keyed", isSemaphores, testKeyed},
 	{"Leader", is[backends.Leader], testLeader},
 	{"LeaderTerms", is[backends.Leader], testLeaderTerms},
@@ -93,6 +94,8 @@ var capabilities = []capability{
 	{"Queues", is[backends.Queues], testQueues},
 	{"QueueReturn", is[backends.Queues], testQueueReturn},
 	{"QueueOrder", is[backends.Queues], testQueueOrder},
+	{"QueueKeys", is[backends.Queues], testQueueKeys},
+	{"QueueComeBack", is[backends.Queues], testQueueComeBack},
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 

@@ -54,6 +54,23 @@ import (
 // does nothing) or running its next statement, which it ends: a spurious
 // wake-up of the next park, which looks again.
 //
+// A push reads the processlist only when a worker may be parked: before
+// it parks, a worker marks the queue's row (qQueueParkMark: parked_until,
+// a backend time past the end of its park), and the push's statement reads
+// the mark under the share lock it takes on the same row (queue_push.go).
+// The mark's write takes the row exclusively, so the two serialise: a push
+// that read no mark committed before the mark was written, hence before
+// the worker's park read the jobs, and that read sees the push's job; a
+// push that came after the mark sees it and wakes the worker. A worker
+// marks ahead (parkMarkAhead) and marks again only when its next park
+// would outlast its last mark, so an idle worker writes the row about once
+// per parkMarkAhead; a mark outlives the parks it covers by at most that,
+// and pushes meanwhile read the processlist as they always did. A worker
+// of a binary older than the mark does not write it, and a push of this
+// one does not wake it: during a rolling upgrade such a worker wakes at the
+// end of its SLEEP. The other wakers (Retry, RequeueDead, PutQueue, the
+// ack of a job with a key) read no mark and always read the processlist.
+//
 // Privileges: the processlist lists other users' connections only with
 // PROCESS, and KILL QUERY of another user's connection needs CONNECTION
 // ADMIN (MariaDB 10.5+, MySQL 8) or SUPER. Hosts that all connect as one
@@ -91,6 +108,10 @@ const (
 	wakeTimeout = 5 * time.Second
 	// maxWake bounds the workers one call wakes (RequeueDead of many jobs).
 	maxWake = 64
+	// parkMarkAhead is how far past a park's end a worker's mark reaches
+	// at least (qQueueParkMark), so that parks shorter than it (a
+	// draining worker's, a re-park after a wake-up) seldom write it again.
+	parkMarkAhead = 5 * time.Second
 )
 
 const (
@@ -129,6 +150,12 @@ const (
 	// any max.
 	farFuture = "4611686018427387904"
 
+	// qQueueParkMark marks that a worker may be parked on the queue until
+	// now + a duration in microseconds (or later, if another worker's mark
+	// reaches further). Pushes read the mark (qPushedParked) and wake
+	// workers only while it lasts. Arguments: the duration, queue.
+	qQueueParkMark = "UPDATE `{p}queues` SET parked_until = GREATEST(parked_until, " + nowSQL + " + ?) WHERE name = ?"
+
 	// qQueueDeniedMark marks a queue whose wake-ups were denied until now +
 	// a duration in microseconds. The mark lives in the expires_at column of
 	// partition 0's lock row, which the partition claim does not use (it
@@ -151,6 +178,45 @@ type queueState struct {
 	// marked maps a queue to when this store last marked it denied in the
 	// database (*atomic.Int64, Unix nanoseconds).
 	marked sync.Map
+	// parkMarks maps a queue to the end of this store's last park mark
+	// (*atomic.Int64, host monotonic time as a duration since monoBase).
+	parkMarks sync.Map
+	// pushSeq spreads keyless jobs over the partitions, round robin.
+	pushSeq atomic.Uint64
+	// pushes maps a queue to the batcher of its pushes
+	// (*group.Batcher[*pushItem], queue_push.go).
+	pushes sync.Map
+	// packet is the most bytes one statement may take (packetLimit; 0:
+	// not read yet).
+	packet atomic.Int64
+	// pushTx makes pushes take MySQL's path (a transaction) on MariaDB
+	// too; tests set it.
+	pushTx atomic.Bool
+}
+
+// markParked makes sure that the queue's park mark (qQueueParkMark)
+// lasts at least park beyond now, writing it when this store's last mark
+// does not. The mark is written before the park, and a push reads it
+// under a lock that the write waits for (see the top of this file).
+func (s *Store) markParked(ctx context.Context, queue string, park time.Duration) error {
+	v, _ := s.queues.parkMarks.LoadOrStore(queue, new(atomic.Int64))
+	until := v.(*atomic.Int64)
+	sent := time.Since(monoBase)
+	if time.Duration(until.Load()) >= sent+park {
+		return nil
+	}
+	ahead := park + parkMarkAhead
+	if _, err := s.autocommit(ctx, qQueueParkMark, ahead.Microseconds(), queue); err != nil {
+		return fmt.Errorf("mark the queue parked: %w", err)
+	}
+	// The server's now is at or after sent, so the mark lasts at least
+	// until sent + ahead.
+	for {
+		old := until.Load()
+		if old >= int64(sent+ahead) || until.CompareAndSwap(old, int64(sent+ahead)) {
+			return nil
+		}
+	}
 }
 
 // killDenied reports whether a wake-up of s was denied within
@@ -291,6 +357,13 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 		if left < time.Millisecond {
 			s.undedicate(d)
 			return nil
+		}
+		if err := s.markParked(ctx, queue, left); err != nil {
+			s.undedicate(d)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return waitErr(err)
 		}
 		r, err := s.parkQueue(ctx, d, tag, queue, left, backoff, qs.killDenied(), keys)
 		switch {

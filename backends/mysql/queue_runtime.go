@@ -31,11 +31,12 @@ var _ backends.Queues = (*Store)(nil)
 //
 // Push reads the queue row LOCK IN SHARE MODE, and so does a claim in
 // mode partition, so that they never run against a partition count that a
-// concurrent PutQueue is changing (PutQueue takes the row exclusively). A
-// unique push locks the key's index range with a locking read before
-// inserting, so two pushes of one key serialise (or deadlock, and the
-// store's retry runs the loser again, which then finds the winner's job).
-// Every time comparison is made in SQL against nowSQL.
+// concurrent PutQueue is changing (PutQueue takes the row exclusively).
+// Most pushes are one statement (queue_push.go). A unique push locks the
+// key's index range with a locking read before inserting, so two pushes of
+// one key serialise (or deadlock, and the store's retry runs the loser
+// again, which then finds the winner's job). Every time comparison is made
+// in SQL against nowSQL.
 //
 // Claim has two modes, the queue's claim field:
 //
@@ -97,25 +98,6 @@ const (
 	// qQueueConfig reads a queue's partition count and config under a
 	// shared lock. No row: the queue is absent.
 	qQueueConfig = "SELECT partitions, config FROM `{p}queues` WHERE name = ? LOCK IN SHARE MODE"
-
-	// qJobDuplicate finds (and locks, with the key's index range) the oldest
-	// job of a queue with a key that is ready, or (third argument true)
-	// running: the job a unique push collides with.
-	qJobDuplicate = "SELECT " + jobColumns + " FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_unique)\n" +
-		"WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? AND state = 'running'))\n" +
-		"ORDER BY id LIMIT 1 FOR UPDATE"
-
-	// qJobPush inserts a ready job available at now + the delay in
-	// microseconds (arguments: queue, partition, payload, key, delay).
-	qJobPush = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\n" +
-		"VALUES (?, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", '')"
-
-	// qJobSetPartition places a keyless job: the partition of its own id
-	// modulo the partition count, which is round robin.
-	qJobSetPartition = "UPDATE `{p}queue_jobs` SET `partition` = ? WHERE id = ?"
-
-	// qJobByID reads one job back.
-	qJobByID = "SELECT " + jobColumns + " FROM `{p}queue_jobs` WHERE id = ?"
 
 	// The claim scripts. A claim is one script (several statements sent
 	// in one round trip on a dedicated connection, runScript): one
@@ -387,72 +369,6 @@ func keyPartition(key string, partitions int) int {
 
 // nonNegMicros converts a delay or backoff to microseconds, negative as 0.
 func nonNegMicros(d time.Duration) int64 { return max(d, 0).Microseconds() }
-
-// Push enqueues a job and wakes one worker parked on the queue. With
-// unique set on the queue and a key, a job with the same key that is ready
-// (or, under pending_or_running, running) is returned with ErrDuplicate
-// instead.
-func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
-	if err := backends.CheckPush(req); err != nil {
-		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
-	}
-	var job backends.Job
-	err := s.write(ctx, func(c conn) error {
-		job = backends.Job{}
-		cfg, err := loadQueueConfig(ctx, c, queue)
-		if err != nil {
-			return err
-		}
-		if err := backends.CheckPayload(len(req.Payload), cfg.MaxPayload); err != nil {
-			return err
-		}
-		var key sql.NullString
-		partition := 0
-		if req.Key != "" {
-			key = sql.NullString{String: req.Key, Valid: true}
-			partition = keyPartition(req.Key, cfg.Partitions)
-			if cfg.Unique == spec.UniquePending || cfg.Unique == spec.UniquePendingOrRunning {
-				j, err := scanJob(c.row(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
-				switch {
-				case err == nil:
-					job = j
-					return fmt.Errorf("key %q is %s as job %d: %w", req.Key, cfg.Unique, j.ID, backends.ErrDuplicate)
-				case !errors.Is(err, sql.ErrNoRows):
-					return err
-				}
-			}
-		}
-		payload := req.Payload
-		if payload == nil {
-			payload = []byte{} // the column is NOT NULL
-		}
-		res, err := c.exec(ctx, qJobPush, queue, partition, payload, key, nonNegMicros(req.Delay))
-		if err != nil {
-			return err
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return err
-		}
-		if req.Key == "" && cfg.Partitions > 1 {
-			if _, err := c.exec(ctx, qJobSetPartition, int(id%int64(cfg.Partitions)), id); err != nil {
-				return err
-			}
-		}
-		job, err = scanJob(c.row(ctx, qJobByID, id), queue)
-		return err
-	})
-	if err != nil {
-		if !errors.Is(err, backends.ErrDuplicate) {
-			job = backends.Job{}
-		}
-		return job, fmt.Errorf("push to queue %q: %w", queue, err)
-	}
-	// A job ready now wakes a parked worker; a delayed one too, so that
-	// the worker re-parks with the job's available_at as its bound.
-	s.wakeQueue(ctx, queue, 1)
-	return job, nil
-}
 
 // Claim first returns running jobs whose visibility expired to the queue
 // (or the dead set), then leases up to max claimable jobs, all in one

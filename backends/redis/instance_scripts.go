@@ -334,14 +334,14 @@ return {0, wait, 0}
 
 // instObserveLua reads the instances of a semaphore for semObserveScript
 // and cleans up after them for semDeleteScript and semPutScript. Those
-// scripts take the semaphore's keys (KEYS[1..8]) and its index
-// (KEYS[9]); an instance's keys are not in KEYS, since the scripts cannot
+// scripts take the semaphore's keys (KEYS[1..9]) and its index
+// (KEYS[10]); an instance's keys are not in KEYS, since the scripts cannot
 // know them in advance: they are built here from ARGV[1], the key prefix
 // shared by the semaphore's instances ("<prefix>{sem:<name>}:i:"), with
 // the encoding of keys.instance (encodeKey), and share the semaphore's hash
 // tag, so they live in its slot.
 const instObserveLua = `
-local K_INST = KEYS[9]
+local K_INST = KEYS[10]
 local IBASE = ARGV[1]
 
 local function enc_key(k)

@@ -24,7 +24,7 @@ var (
 
 // semKeyNames are the parts of a semaphore's keys, in the order of the
 // scripts' KEYS (see semaphore_scripts.go).
-var semKeyNames = [...]string{"cfg", "free", "exp", "holders", "fencing", "wake", "wseq", "wexp"}
+var semKeyNames = [...]string{"cfg", "free", "exp", "holders", "fencing", "wake", "wseq", "wexp", "lock"}
 
 // semaphore returns the keys of semaphore name, in the scripts' order.
 func (k keys) semaphore(name string) []string {
@@ -49,6 +49,7 @@ const (
 	semKeyFencing = 4
 	semKeyWake    = 5
 	semKeyWseq    = 6
+	semKeyLock    = 8
 )
 
 // semWaiterWake is the wake list of one waiter in line (wkey in the
@@ -60,7 +61,7 @@ func semWaiterWake(keys []string, owner string) string { return keys[semKeyWseq]
 // time), and the client for blocking calls (waiters.go), created on first
 // use.
 type semState struct {
-	keys   sync.Map // name -> []string; never modified once stored
+	keys   sync.Map // name -> *semEntry
 	nkeys  atomic.Int32
 	mu     sync.Mutex
 	block  *goredis.Client
@@ -68,23 +69,71 @@ type semState struct {
 	closed bool
 }
 
+// semEntry is what a Store keeps of one semaphore.
+type semEntry struct {
+	keys []string // keys.semaphore; never modified once stored
+	fast []string // fencing and lock: KEYS of semFastAcquireScript
+	lock []string // lock: KEYS of semFastReleaseScript
+	// tokens is set once the semaphore was seen without the one-slot mode:
+	// its acquires go to semAcquireScript first. Only a hint (either
+	// script sends the other kind of semaphore to the other).
+	tokens atomic.Bool
+}
+
 // semKeyCacheMax bounds the key cache (names come from the spec, but the
 // Go API accepts any).
 const semKeyCacheMax = 4096
 
-// semKeys returns the keys of semaphore name, cached. Callers must not
-// modify the slice.
-func (s *Store) semKeys(name string) []string {
+// semEntry returns what the Store keeps of semaphore name, cached.
+func (s *Store) semEntry(name string) *semEntry {
 	if v, ok := s.sems.keys.Load(name); ok {
-		return v.([]string)
+		return v.(*semEntry)
 	}
 	k := s.keys.semaphore(name)
+	e := &semEntry{keys: k, fast: []string{k[semKeyFencing], k[semKeyLock]}, lock: []string{k[semKeyLock]}}
 	if s.sems.nkeys.Load() < semKeyCacheMax {
-		if _, loaded := s.sems.keys.LoadOrStore(name, k); !loaded {
+		v, loaded := s.sems.keys.LoadOrStore(name, e)
+		if !loaded {
 			s.sems.nkeys.Add(1)
 		}
+		e = v.(*semEntry)
 	}
-	return k
+	return e
+}
+
+// semKeys returns the keys of semaphore name, cached. Callers must not
+// modify the slice.
+func (s *Store) semKeys(name string) []string { return s.semEntry(name).keys }
+
+// semLockTTL is the one-slot lock's key TTL in ms for a lease: the lease in
+// whole ms (rounded down: the lock's TTL never outlasts the lease it
+// records) plus semLockGraceMs.
+func semLockTTL(d time.Duration) int64 { return d.Milliseconds() + semLockGrace.Milliseconds() }
+
+// semLockGrace is semLockGraceMs.
+const semLockGrace = time.Hour
+
+// semOwnerArg is the owner as the one-slot scripts take it: its length, a
+// space and itself, so that a prefix comparison matches one owner only.
+func semOwnerArg(owner string) string { return strconv.Itoa(len(owner)) + " " + owner }
+
+// parseLockGrant reads the grant from a one-slot record ("<flag><ownerArg>
+// <fencing> <acquired µs> <expiry µs> <pid> <host>").
+func parseLockGrant(rec, ownerArg string) (backends.Grant, bool) {
+	if len(rec) < 1+len(ownerArg)+1 {
+		return backends.Grant{}, false
+	}
+	rest := rec[1+len(ownerArg)+1:]
+	var f [3]int64
+	for i := range f {
+		field, tail, _ := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return backends.Grant{}, false
+		}
+		f[i], rest = n, tail
+	}
+	return backends.Grant{Slot: 0, Fencing: f[0], ExpiresAt: fromMicros(f[2])}, true
 }
 
 // semMicros validates a lease and returns it in µs.
@@ -146,7 +195,10 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // TryAcquire takes a free token (or reclaims an expired one) unless the live
 // holders reach the limit or it is not req.Owner's turn in line (fewer live
 // waiters ahead of it than free slots; a caller not in line has every
-// waiter ahead of it). The grant takes req.Owner out of the line.
+// waiter ahead of it). The grant takes req.Owner out of the line. A
+// one-slot semaphore (semaphore_scripts.go) takes semFastAcquireScript,
+// any other semAcquireScript; each sends the other kind to the other
+// script, so the Store's hint of which is which only saves a round trip.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
@@ -164,27 +216,89 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 	if err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)
 	}
-	v, err := semAcquireScript.Run(ctx, s.rdb, s.semKeys(name)[:semAcquireKeys], req.Owner, req.Host, req.PID, us).Int64Slice()
-	if err != nil {
-		return backends.Grant{}, s.semErr("acquire", name, err)
+	e := s.semEntry(name)
+	var ownerArg string
+	// A semaphore that changes kind between the two scripts' runs (a put
+	// in between) sends the caller back once more; a bound keeps a
+	// pathological flapping from looping.
+	for range 4 {
+		var v []int64
+		if e.tokens.Load() {
+			v, err = semAcquireScript.Run(ctx, s.rdb, e.keys, req.Owner, req.Host, req.PID, us).Int64Slice()
+		} else {
+			if ownerArg == "" {
+				ownerArg = semOwnerArg(req.Owner)
+			}
+			var res any
+			res, err = semFastAcquireScript.Run(ctx, s.rdb, e.fast, ownerArg, strconv.Itoa(req.PID)+" "+req.Host, semLockTTL(req.Lease), us).Result()
+			if rec, ok := res.(string); ok && err == nil {
+				if g, ok := parseLockGrant(rec, ownerArg); ok {
+					return g, nil
+				}
+				return backends.Grant{}, s.semErr("acquire", name, fmt.Errorf("malformed grant %q", rec))
+			}
+			if err == nil {
+				v, err = int64s(res)
+			}
+		}
+		if err != nil {
+			return backends.Grant{}, s.semErr("acquire", name, err)
+		}
+		if len(v) > 0 && v[0] == -7 {
+			e.tokens.Store(!e.tokens.Load())
+			continue
+		}
+		return s.acquireReply(name, v)
 	}
+	return backends.Grant{}, s.semErr("acquire", name, errors.New("the semaphore kept changing between its one-slot and token forms"))
+}
+
+// acquireReply reads the reply of either acquire script.
+func (s *Store) acquireReply(name string, v []int64) (backends.Grant, error) {
+	if len(v) == 0 {
+		return backends.Grant{}, s.semErr("acquire", name, errors.New("empty reply"))
+	}
+	at := func(i int) int64 {
+		if i < len(v) {
+			return v[i]
+		}
+		return 0
+	}
+	var err error
 	switch code := v[0]; {
 	case code >= 0:
-		return backends.Grant{Slot: int(code), Fencing: v[1], ExpiresAt: fromMicros(v[2])}, nil
+		return backends.Grant{Slot: int(code), Fencing: at(1), ExpiresAt: fromMicros(at(2))}, nil
 	case code == -1:
 		err = backends.ErrNotFound
 	case code == -2:
-		err = fmt.Errorf("%d of %d held: %w", v[1], v[2], backends.ErrNoSlot)
+		err = fmt.Errorf("%d of %d held: %w", at(1), at(2), backends.ErrNoSlot)
 	case code == -3:
-		err = fmt.Errorf("%d of %d held, but only %d free tokens (drift until the semaphore is repaired): %w", v[1], v[2], max(v[3], 0), backends.ErrNoSlot)
+		err = fmt.Errorf("%d of %d held, but only %d free tokens (drift until the semaphore is repaired): %w", at(1), at(2), max(at(3), 0), backends.ErrNoSlot)
 	case code == -4:
-		err = fmt.Errorf("%d waiters ahead in line for %d free slots: %w", v[1], max(v[2], 0), backends.ErrNoSlot)
+		err = fmt.Errorf("%d waiters ahead in line for %d free slots: %w", at(1), max(at(2), 0), backends.ErrNoSlot)
 	case code == -6:
 		err = backends.ErrKeyRequired
 	default:
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	return backends.Grant{}, s.semErr("acquire", name, err)
+}
+
+// int64s reads a script's array reply of integers.
+func int64s(res any) ([]int64, error) {
+	a, ok := res.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	out := make([]int64, len(a))
+	for i, x := range a {
+		n, ok := x.(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected reply %v", res)
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
@@ -199,7 +313,7 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
 	}
-	exp, err := semExtendScript.Run(ctx, s.rdb, s.semKeys(name), owner, us).Int64()
+	exp, err := semExtendScript.Run(ctx, s.rdb, s.semKeys(name), owner, us, semLockTTL(lease)).Int64()
 	if err != nil {
 		return time.Time{}, s.semErr("extend", name, err)
 	}
@@ -212,7 +326,9 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 // Release frees owner's slot, or retires it when the semaphore has more
 // slots than max(limit, live holders). A slot whose lease had expired (and
 // was not yet reclaimed) is cleared too, but the call returns ErrLost: the
-// caller's hold was not exclusive to the end.
+// caller's hold was not exclusive to the end. The script of the kind the
+// Store saw last goes first; an owner it does not find is looked for with
+// the other (a stale release, a semaphore that changed kind).
 func (s *Store) Release(ctx context.Context, name, owner string) error {
 	if err := s.writable(); err != nil {
 		return err
@@ -220,18 +336,32 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	if parent, key, ok := backends.SplitInstance(name); ok {
 		return s.instRelease(ctx, parent, key, owner)
 	}
-	v, err := semReleaseScript.Run(ctx, s.rdb, s.semKeys(name)[:semReleaseKeys], owner).Int64Slice()
-	if err != nil {
-		return s.semErr("release", name, err)
+	e := s.semEntry(name)
+	tokens := e.tokens.Load()
+	for range 2 {
+		var code int64
+		var err error
+		if tokens {
+			var v []int64
+			v, err = semReleaseScript.Run(ctx, s.rdb, e.keys, owner).Int64Slice()
+			if err == nil {
+				code = v[0]
+			}
+		} else {
+			code, err = semFastReleaseScript.Run(ctx, s.rdb, e.lock, semOwnerArg(owner)).Int64()
+		}
+		if err != nil {
+			return s.semErr("release", name, err)
+		}
+		switch code {
+		case 1:
+			return nil
+		case 0:
+			return s.semErr("release", name, fmt.Errorf("lease had expired: %w", backends.ErrLost))
+		}
+		tokens = !tokens
 	}
-	switch v[0] {
-	case 1:
-		return nil
-	case 0:
-		return s.semErr("release", name, fmt.Errorf("lease had expired: %w", backends.ErrLost))
-	default:
-		return s.semErr("release", name, backends.ErrLost)
-	}
+	return s.semErr("release", name, backends.ErrLost)
 }
 
 // Holders lists live holders by slot; an absent semaphore has none. Those

@@ -209,8 +209,8 @@ func BenchmarkSemScriptCost(b *testing.B) {
 		acq, rel func(p goredis.Pipeliner, o string)
 	}{
 		{"tokens", func(p goredis.Pipeliner, o string) {
-			semAcquireScript.EvalSha(ctx, p, ks[:semAcquireKeys], o, "bench", 1, 60000000)
-		}, func(p goredis.Pipeliner, o string) { semReleaseScript.EvalSha(ctx, p, ks[:semReleaseKeys], o) }},
+			semAcquireScript.EvalSha(ctx, p, ks, o, "bench", 1, 60000000)
+		}, func(p goredis.Pipeliner, o string) { semReleaseScript.EvalSha(ctx, p, ks, o) }},
 		{"distlock", func(p goredis.Pipeliner, o string) {
 			benchLockScript.EvalSha(ctx, p, lk, o, "bench", 1, 60000)
 		}, func(p goredis.Pipeliner, o string) { benchUnlockScript.EvalSha(ctx, p, lk, o) }},
@@ -298,10 +298,10 @@ func BenchmarkSemServerTime(b *testing.B) {
 		pair func(o string) error
 	}{
 		{"nop", func(o string) error {
-			if err := benchNopScript.Run(ctx, s.rdb, ks[:semAcquireKeys], o, "bench", 1, 60000000).Err(); err != nil {
+			if err := benchNopScript.Run(ctx, s.rdb, ks, o, "bench", 1, 60000000).Err(); err != nil {
 				return err
 			}
-			return benchNopScript.Run(ctx, s.rdb, ks[:semReleaseKeys], o).Err()
+			return benchNopScript.Run(ctx, s.rdb, ks, o).Err()
 		}},
 		{"limit=1", tokens("s1")},
 		{"limit=4", tokens("s4")},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/backends"
@@ -22,6 +23,11 @@ import (
 func DeleteSemSlot(ctx context.Context, s *Store, name string, slot int) error {
 	k := s.keys.semaphore(name)
 	n := fmt.Sprint(slot)
+	if one, _ := s.rdb.HGet(ctx, k[0], "one").Result(); one != "" && slot == 0 {
+		// A one-slot semaphore's slot is its lock: "!" stands for a slot
+		// gone, held or not.
+		return s.rdb.Set(ctx, k[semKeyLock], "!", 0).Err()
+	}
 	if err := s.rdb.LRem(ctx, k[semKeyFree], 0, n).Err(); err != nil {
 		return err
 	}
@@ -91,10 +97,22 @@ func wantNoSlot(t *testing.T, s *Store, name string) {
 	}
 }
 
-// semTokens counts the free tokens and the holder records as stored.
+// semTokens counts the free tokens and the holder records as stored: a
+// one-slot semaphore's slot is free without a lock, held with one.
 func semTokens(t *testing.T, s *Store, name string) (free, held int) {
 	t.Helper()
 	k := s.keys.semaphore(name)
+	if one, _ := s.rdb.HGet(t.Context(), k[0], "one").Result(); one != "" {
+		switch lock, err := s.rdb.Get(t.Context(), k[semKeyLock]).Result(); {
+		case errors.Is(err, goredis.Nil):
+			return 1, 0
+		case err != nil:
+			t.Fatal(err)
+		case lock == "!":
+			return 0, 0
+		}
+		return 0, 1
+	}
 	list, err := s.rdb.LRange(t.Context(), k[semKeyFree], 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

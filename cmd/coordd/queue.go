@@ -41,7 +41,8 @@ again: it prints the existing job's id and exits 0. A payload over
 max_payload is an error.
 
 queue work claims jobs of queue NAME and runs CMD once per job, up to
---concurrency at a time. The payload is CMD's stdin; CMD gets COORDD_QUEUE,
+--concurrency at a time; one claim takes as many jobs as there are free
+slots, and each starts at once. The payload is CMD's stdin; CMD gets COORDD_QUEUE,
 COORDD_JOB_ID and COORDD_ATTEMPT. Exit 0 acks the job; anything else retries
 it after retry_backoff, and after max_attempts attempts it moves to the dead
 set. The job's visibility lease is renewed while CMD runs; CMD never outlives

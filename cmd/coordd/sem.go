@@ -105,9 +105,9 @@ func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarg
 		b.Close()
 		return nil, fmt.Errorf("semaphore %q is not applied on backend %q; run coordd apply", name, local.Backend)
 	}
-	if st.Config.Limit != local.Limit || st.Config.Lease != local.Lease {
-		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s) differs from the applied one (limit %d, lease %s); the applied one is enforced\n",
-			name, local.Limit, local.Lease, st.Config.Limit, st.Config.Lease)
+	if st.Config.Limit != local.Limit || st.Config.Lease != local.Lease || st.Config.MaxHold != local.MaxHold {
+		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s, max_hold %s) differs from the applied one (limit %d, lease %s, max_hold %s); the applied one is enforced\n",
+			name, local.Limit, local.Lease, local.MaxHold, st.Config.Limit, st.Config.Lease, st.Config.MaxHold)
 	}
 	return &semTarget{name: name, key: key, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
 }
@@ -187,8 +187,9 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	waitCtx, cancelWait := context.WithCancel(ctx)
 	defer cancelWait()
 	var waitSig os.Signal
-	stopWatch := make(chan struct{})
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watchDone)
 		select {
 		case s := <-sigs:
 			waitSig = s
@@ -212,6 +213,16 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	}
 	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, Key: *key})
 	close(stopWatch)
+	<-watchDone
+	if err != nil && waitSig == nil && ctx.Err() != nil {
+		// INT and TERM also end ctx (main's NotifyContext), which can end
+		// the wait before the watcher above took the signal: it is in sigs.
+		select {
+		case s := <-sigs:
+			waitSig = s
+		case <-time.After(time.Second):
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, semaphore.ErrNotAcquired), errors.Is(err, backends.ErrTooManyWaiters):

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/clusterview"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -151,16 +152,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 		return nil, err
 	}
 	r.Applied = state.Last
-	switch {
-	case state.Last == nil:
-		r.HashWarning = "nothing applied yet"
-	case state.Last.SpecHash != r.LocalHash:
-		if _, err := ss.FindApply(ctx, r.LocalHash); err == nil {
-			r.HashWarning = "the local spec was applied before and superseded: a stale checkout"
-		} else {
-			r.HashWarning = "the local spec differs from the applied one: a rollout in flight, or an apply to run"
-		}
-	}
+	r.HashWarning = clusterview.HashWarning(ctx, ss, state.Last, r.LocalHash)
 	if reg, ok := bs[s.Cluster.Backend].(backends.HostRegistry); ok {
 		hs, err := reg.ListHosts(ctx)
 		if err != nil {
@@ -232,13 +224,7 @@ func (r *statusReport) addHosts(hs backends.Hosts) {
 		applied = r.Applied.SpecHash
 	}
 	for _, h := range hs.Hosts {
-		leader := false
-		if r.Leader != nil {
-			// The run id is the daemon's holder id; an older record may
-			// differ, so the host id part decides then.
-			holderHost, _, _ := strings.Cut(r.Leader.Holder, "/")
-			leader = r.Leader.Holder == h.RunID || (holderHost == h.Host && h.State(hs.Now) == backends.HostLive)
-		}
+		leader := clusterview.IsLeader(r.Leader, h, hs.Now)
 		r.Hosts = append(r.Hosts, hostStatus{
 			Host: h.Host, State: h.State(hs.Now), Leader: leader, Version: h.Version,
 			SpecHash: h.SpecHash, RunsApplied: applied != "" && h.SpecHash == applied,

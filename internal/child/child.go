@@ -514,7 +514,8 @@ func (p *Process) signalGroup(sig syscall.Signal) {
 }
 
 // Pid returns the child's pid, which is also its process group id. With a
-// shim, it is the shim's pid: the shim leads the group.
+// shim, it is the shim's pid: the shim leads the group; with a guard, the
+// command's (a child of the guard).
 func (p *Process) Pid() int { return p.pid }
 
 // Renewed reports a successful lease renewal whose request was sent at

@@ -63,7 +63,54 @@
 // in-place upgrade that is the new binary at the same path, which must
 // speak the same shim protocol (its version travels in the arguments, and a
 // mismatch fails the start). Each running command costs one more small Go
+// process; the guard (below) shares one among all the commands of a coordd
 // process.
+//
+// # The guard: one process for many commands
+//
+// A shim costs a process start per command (a copy of coordd, milliseconds
+// of CPU): a daemon starting a thousand cron runs in one second cannot
+// afford it. With Spec.Guard set, the command is started by the guard,
+// one process per coordd process (coordd's own executable with another
+// hidden argument, started on first use; [MaybeRunShim] runs it too):
+//
+//	coordd ── guard (own group, no environment) ─┬─ command (group leader, Pdeathsig SIGKILL) ── …
+//	                                             └─ command ── …
+//
+// coordd sends each command over a unix socket (SOCK_SEQPACKET): its path,
+// argv, environment and directory in JSON, and as SCM_RIGHTS a status
+// socket and its stdout, stderr and stdin (pipes that coordd copies, as
+// exec.Cmd does, or files passed on as they are; an absent one is
+// /dev/null). The guard starts the command in its own process group with
+// Pdeathsig SIGKILL, from a goroutine locked to its thread until the
+// command is reaped, and speaks the shim's status lines on the status
+// socket: "started PID" or "error ERRNO MESSAGE"; then "exited" once the
+// command, the group leader, exited and the guard killed the rest of its
+// group (observed with waitid(WNOWAIT), so the group id is still the
+// command's); it then waits for coordd's "reap", sent once coordd stopped
+// signalling the group, before it reaps; last "status WAITSTATUS". So
+// [Process.Signal] still signals the group from coordd (coordd and the
+// command are the same user), never a recycled one, and [Process.Pid] is
+// the command's.
+//
+// When coordd dies, its end of the control socket closes: the guard kills
+// the group of every command it has not reaped (with that kill it holds
+// back every start and reap, so no command starts unseen and no group id
+// is freed meanwhile) and exits, which ends the commands' threads and so
+// fires their Pdeathsig as well. The guard catches TERM, INT, HUP and QUIT
+// and ignores them: signals sent to everything (a service stop) are
+// coordd's to act on. Limits, beyond a shim's:
+//
+//   - A kill -9 of the guard alone kills the commands (Pdeathsig) but not
+//     the rest of their groups; coordd reports the runs failed
+//     (ExitCoorddFailed) and kills each group, which is safe only while
+//     one of its members lives (the group id is then still in use), and
+//     starts a new guard for the next command.
+//   - A command handed to the guard in the instant it dies fails to start
+//     (coordd's failure, not the command's).
+//   - A command whose argv and environment exceed guardMaxMsg (1 MiB), or
+//     the socket's buffer, is started under a shim of its own when
+//     Spec.Shim is set.
 //
 // # Environment
 //

@@ -213,37 +213,41 @@ func startGuarded(ctx context.Context, s Spec, cmd *exec.Cmd) (*Process, error) 
 		p.deadline = s.AcquiredAt.Add(s.Lease - s.Margin)
 	}
 	gio := &guardIO{}
-	fail := func(err error) (*Process, error) {
+	cleanup := func() {
 		gio.abort()
 		status[0].Close()
 		status[1].Close()
-		return nil, err
 	}
 	files := []*os.File{status[1]}
 	f, err := gio.output(s.Stdout)
 	if err != nil {
-		return fail(err)
+		cleanup()
+		return nil, err
 	}
 	if f != nil {
 		req.Stdout, files = true, append(files, f)
 	}
-	if sameWriter(s.Stderr, s.Stdout) {
-		// One pipe for both, as exec.Cmd does: their lines stay in order.
-	} else if f, err = gio.output(s.Stderr); err != nil {
-		return fail(err)
+	// With the same writer, f stays stdout's pipe: one pipe for both, as
+	// exec.Cmd does, so that their lines keep their order.
+	if !sameWriter(s.Stderr, s.Stdout) {
+		if f, err = gio.output(s.Stderr); err != nil {
+			cleanup()
+			return nil, err
+		}
 	}
 	if f != nil && s.Stderr != nil {
 		req.Stderr, files = true, append(files, f)
 	}
 	if f, err = gio.input(s.Stdin); err != nil {
-		return fail(err)
+		cleanup()
+		return nil, err
 	}
 	if f != nil {
 		req.Stdin, files = true, append(files, f)
 	}
 	err = sendToGuard(s.Guard, req, files)
 	if err != nil {
-		fail(nil)
+		cleanup()
 		if errors.Is(err, syscall.EMSGSIZE) && s.Shim != "" {
 			s.Guard = ""
 			return Start(ctx, s)
@@ -595,9 +599,11 @@ func (g *guard) start(req guardRequest, files []*os.File) {
 		_, _ = fmt.Fprintf(status, format+"\n", a...)
 	}
 	// The command's Pdeathsig follows the forking thread: this goroutine
-	// keeps it until the command is reaped, and ends with it locked, so
-	// that the runtime discards the thread then.
+	// keeps it until the command is reaped (then the thread serves other
+	// goroutines: the runtime ends a thread only with a goroutine locked
+	// to it, which none is once unlocked).
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	stdio := []*os.File{nil, nil, nil}
 	rest := files[1:]
 	take := func(set bool, i int) {

@@ -236,3 +236,23 @@ func TestGuardOutputAndDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// A request larger than the guard's socket takes (a huge environment) is
+// started under a shim of its own instead, and the command still gets it.
+func TestGuardLargeRequestFallsBackToShim(t *testing.T) {
+	var env []string
+	for i := range 4 {
+		env = append(env, fmt.Sprintf("COORDD_BIG%d=%s", i, strings.Repeat("x", 100<<10)))
+	}
+	var out bytes.Buffer
+	p, err := Start(context.Background(), Spec{
+		Shell: `echo ${#COORDD_BIG0} ${#COORDD_BIG3}`, Env: env, Stdout: &out,
+		Guard: testExecutable(), Shim: testExecutable(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := waitFor(t, p, 10*time.Second); ExitCode(r) != 0 || out.String() != "102400 102400\n" {
+		t.Fatalf("result %+v, output %q", r, out.String())
+	}
+}

@@ -1,0 +1,15 @@
+-- 0006_queue_key_bytes: job keys compared byte for byte (issue 13).
+-- min_binary: 0.1.0
+--
+-- unique_key holds a job's key (queue push --key): the unique check and the
+-- per-key claim order compare it. As VARCHAR with utf8mb4_bin it compared
+-- with PAD SPACE, so "a" and "a " were one key on MySQL while SQLite and
+-- Redis kept them apart. A binary string compares every byte, as the keys of
+-- keyed semaphores do (0005). VARBINARY(1020) holds whatever the old column
+-- held (255 characters of up to 4 bytes, written before spec.CheckKey
+-- bounded keys to 255 bytes), so no stored row can fail the conversion, and
+-- the indexes on the column keep their size. The driver reads it back as the
+-- same bytes. MODIFY COLUMN rewrites the table once; a re-run is a no-op
+-- change. Additive for older binaries: they bind keys as strings, which a
+-- binary column compares as bytes, and read them back unchanged.
+ALTER TABLE `{p}queue_jobs` MODIFY COLUMN unique_key VARBINARY(1020) NULL;

@@ -1,0 +1,17 @@
+-- 0007_queue_parked: a queue row says when a worker may be parked on it
+-- (issue 15).
+-- min_binary: 0.1.0
+--
+-- A push wakes parked workers by reading the processlist and KILLing their
+-- SLEEP. To spare that read when no worker is parked, a worker marks the
+-- queue before it parks: parked_until is a backend time (microseconds) past
+-- the end of its park. A push reads it under the share lock it holds on the
+-- queue row, and the mark's UPDATE waits for that lock, so a push that read
+-- no mark committed before the worker looked at the jobs (see
+-- backends/mysql/queue_park.go). Additive: an older binary neither writes
+-- nor reads the column, and its pushes read the processlist every time; a
+-- worker of an older binary is not woken by a push of a newer one and waits
+-- out its SLEEP (5 s at most) during a rolling upgrade. ADD COLUMN is not
+-- idempotent on MySQL 8; a re-run that finds it is skipped by Migrate
+-- (error 1060).
+ALTER TABLE `{p}queues` ADD COLUMN parked_until BIGINT NOT NULL DEFAULT 0;

@@ -1,0 +1,819 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/clusterview"
+	"github.com/coordd/coordd/reconcile"
+	"github.com/coordd/coordd/spec"
+)
+
+// The pages read the store the way the CLI does: `coordd status` (cluster),
+// `sem status`, `cron list` and `cron history`, `queue stats` and `queue
+// dead`, through the same backend calls, with the daemon's open backends.
+// A read that fails is shown on the page in place of its section.
+
+// offered lists the actions a page may show for objects of kind.
+func (d *Dashboard) offered(p *page, kind spec.Kind) []Action {
+	if !p.Actions || p.Session == nil {
+		return nil
+	}
+	return d.actionsFor(kind)
+}
+
+// ---- cluster ----
+
+type hostRow struct {
+	Host, State, Version, SpecHash string
+	Leader, RunsApplied            bool
+	PID                            int
+	StartedAt, LastSeen            time.Time
+	Ago                            time.Duration
+}
+
+type hashGroup struct {
+	SpecHash string
+	Applied  bool
+	Hosts    []string
+}
+
+type backendRow struct {
+	Name, Type string
+	Now        time.Time
+	Skew       time.Duration
+	Err        string
+}
+
+type planView struct {
+	At      time.Time
+	Err     string
+	Changes []changeView
+	Drift   []changeView
+	Waiting []changeView
+	Blocked []string
+	Lost    []string
+	Summary reconcile.Summary
+}
+
+type changeView struct {
+	Symbol, Address, Action, Backend, Blocked string
+	Attrs                                     []string
+	Notes                                     []string
+}
+
+type clusterData struct {
+	Leader       *backends.Term
+	LeaderErr    string
+	LocalHash    string
+	Applied      *backends.ApplyRecord
+	HashWarning  string
+	StateErr     string
+	Hosts        []hostRow
+	HostsErr     string
+	HostsNow     time.Time
+	Groups       []hashGroup
+	Backends     []backendRow
+	Plan         *planView
+	Semaphores   int
+	Cron         int
+	Queues       int
+	ClusterStore string
+}
+
+func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	s, e := d.src.Current()
+	c := &clusterData{LocalHash: s.Hash(), Semaphores: len(s.Semaphores), Cron: len(s.Cron), Queues: len(s.Queues), ClusterStore: s.Cluster.Backend}
+	cb := e.Backends[s.Cluster.Backend]
+	if l, ok := cb.(backends.Leader); ok {
+		t, err := l.CurrentLeader(ctx)
+		switch {
+		case err == nil:
+			c.Leader = &t
+		case !isNotFound(err):
+			c.LeaderErr = err.Error()
+		}
+	}
+	if st, err := e.State.LoadState(ctx); err != nil {
+		c.StateErr = err.Error()
+	} else {
+		c.Applied = st.Last
+		c.HashWarning = clusterview.HashWarning(ctx, e.State, st.Last, c.LocalHash)
+	}
+	if reg, ok := cb.(backends.HostRegistry); ok {
+		if hs, err := reg.ListHosts(ctx); err != nil {
+			c.HostsErr = err.Error()
+		} else {
+			c.addHosts(hs)
+		}
+	}
+	names := make([]string, 0, len(e.Backends))
+	for n := range e.Backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b := e.Backends[n]
+		row := backendRow{Name: n, Type: b.Type()}
+		sent := time.Now()
+		if now, err := b.Now(ctx); err != nil {
+			row.Err = err.Error()
+		} else {
+			row.Now = now
+			row.Skew = now.Sub(sent.Add(time.Since(sent) / 2)).Round(time.Millisecond)
+		}
+		c.Backends = append(c.Backends, row)
+	}
+	c.Plan = d.plans.get(ctx, s, e)
+	return c, http.StatusOK
+}
+
+func isNotFound(err error) bool { return errors.Is(err, backends.ErrNotFound) }
+
+// addHosts fills the hosts section as `coordd status` does.
+func (c *clusterData) addHosts(hs backends.Hosts) {
+	applied := ""
+	if c.Applied != nil {
+		applied = c.Applied.SpecHash
+	}
+	c.HostsNow = hs.Now
+	for _, h := range hs.Hosts {
+		c.Hosts = append(c.Hosts, hostRow{
+			Host: h.Host, State: h.State(hs.Now), Version: h.Version, SpecHash: h.SpecHash,
+			Leader: clusterview.IsLeader(c.Leader, h, hs.Now), RunsApplied: applied != "" && h.SpecHash == applied,
+			PID: h.PID, StartedAt: h.StartedAt, LastSeen: h.LastSeen, Ago: max(hs.Now.Sub(h.LastSeen), 0),
+		})
+	}
+	for hash, hosts := range hs.LiveSpecHashes() {
+		c.Groups = append(c.Groups, hashGroup{SpecHash: hash, Applied: applied != "" && hash == applied, Hosts: hosts})
+	}
+	sort.Slice(c.Groups, func(i, j int) bool {
+		a, b := c.Groups[i], c.Groups[j]
+		if a.Applied != b.Applied {
+			return a.Applied
+		}
+		return a.SpecHash < b.SpecHash
+	})
+}
+
+// planEvery is how long a computed plan is shown before it is computed
+// again: a plan observes every object, and pages refresh every 10 s.
+const planEvery = 30 * time.Second
+
+// planCache keeps the last plan of the spec hash it was computed for.
+type planCache struct {
+	mu   sync.Mutex
+	hash string
+	view *planView
+}
+
+func (c *planCache) get(ctx context.Context, s *spec.Spec, e *reconcile.Engine) *planView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != nil && c.hash == s.Hash() && time.Since(c.view.At) < planEvery {
+		return c.view
+	}
+	v := &planView{At: time.Now()}
+	p, err := e.Plan(ctx, reconcile.Options{})
+	if err != nil {
+		v.Err = err.Error()
+	} else {
+		v.Changes, v.Drift, v.Waiting = changeViews(p.Changes), changeViews(p.Drift), changeViews(p.Waiting)
+		v.Blocked, v.Summary = p.Blocked, p.Summary
+		for _, l := range p.Lost {
+			v.Lost = append(v.Lost, fmt.Sprintf("%+v", l))
+		}
+	}
+	c.hash, c.view = s.Hash(), v
+	return v
+}
+
+func changeViews(cs []*reconcile.Change) []changeView {
+	out := make([]changeView, 0, len(cs))
+	for _, c := range cs {
+		v := changeView{Symbol: c.Action.Symbol(), Address: c.Address.String(), Action: string(c.Action), Backend: c.Backend, Notes: c.Notes, Blocked: c.Blocked}
+		for _, a := range c.Attrs {
+			switch {
+			case a.Old == "":
+				v.Attrs = append(v.Attrs, a.Name+": "+a.New)
+			case a.New == "":
+				v.Attrs = append(v.Attrs, a.Name+": "+a.Old+" -> (none)")
+			default:
+				v.Attrs = append(v.Attrs, a.Name+": "+a.Old+" -> "+a.New)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// ---- semaphores ----
+
+type holderRow struct {
+	Slot      int
+	Key       string
+	Host      string
+	PID       int
+	Since     time.Time
+	Held      time.Duration
+	Expires   time.Time
+	ExpiresIn time.Duration
+	Session   int64
+	Fencing   int64
+}
+
+type instanceRow struct {
+	Key     string
+	Waiters int
+	Holders []holderRow
+}
+
+type semRow struct {
+	Name, Backend string
+	Applied       bool
+	Config        backends.SemaphoreConfig
+	Slots         int
+	Expired       int
+	Waiters       int
+	Holders       []holderRow
+	Instances     []instanceRow
+	Err           string
+	Now           time.Time
+}
+
+func holderRows(hs []backends.Holder, now time.Time) []holderRow {
+	out := make([]holderRow, 0, len(hs))
+	for _, h := range hs {
+		r := holderRow{Slot: h.Slot, Key: h.Key, Host: h.Host, PID: h.PID, Since: h.AcquiredAt, Expires: h.ExpiresAt, Session: h.Session, Fencing: h.Fencing}
+		if !h.AcquiredAt.IsZero() {
+			r.Held = now.Sub(h.AcquiredAt)
+		}
+		if !h.ExpiresAt.IsZero() {
+			r.ExpiresIn = h.ExpiresAt.Sub(now)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// byBackend groups names by the backend that the spec puts each in.
+func byBackend(names []string, backendOf func(string) string) ([]string, map[string][]string) {
+	m := map[string][]string{}
+	var order []string
+	for _, n := range names {
+		b := backendOf(n)
+		if m[b] == nil {
+			order = append(order, b)
+		}
+		m[b] = append(m[b], n)
+	}
+	sort.Strings(order)
+	return order, m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (d *Dashboard) semaphoresPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	s, e := d.src.Current()
+	names := sortedKeys(s.Semaphores)
+	rows := map[string]*semRow{}
+	for _, n := range names {
+		rows[n] = &semRow{Name: n, Backend: s.Semaphores[n].Backend}
+	}
+	order, groups := byBackend(names, func(n string) string { return s.Semaphores[n].Backend })
+	for _, bn := range order {
+		ns := groups[bn]
+		fail := func(err error) {
+			for _, n := range ns {
+				rows[n].Err = err.Error()
+			}
+		}
+		b := e.Backends[bn]
+		adm, ok := b.(backends.SemaphoreAdmin)
+		if !ok {
+			fail(fmt.Errorf("backend %q is not open on this host", bn))
+			continue
+		}
+		now, err := b.Now(ctx)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		m, err := adm.ObserveSemaphores(ctx, ns)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		for _, n := range ns {
+			st := m[n]
+			row := rows[n]
+			row.Now = now
+			if st == nil {
+				continue
+			}
+			row.Applied, row.Config, row.Slots, row.Expired, row.Waiters = true, st.Config, st.Slots, st.Expired, st.Waiters
+			row.Holders = holderRows(st.Holders, now)
+			for _, i := range st.Instances {
+				row.Instances = append(row.Instances, instanceRow{Key: i.Key, Waiters: i.Waiters, Holders: holderRows(i.Holders, now)})
+			}
+		}
+	}
+	out := make([]*semRow, 0, len(names))
+	for _, n := range names {
+		out = append(out, rows[n])
+	}
+	return out, http.StatusOK
+}
+
+// ---- cron ----
+
+// appliedTask decodes the task definition stored at apply: what runs.
+func appliedTask(def json.RawMessage) (*spec.CronTask, error) {
+	var t spec.CronTask
+	if err := json.Unmarshal(def, &t); err != nil {
+		return nil, fmt.Errorf("the applied definition is unreadable: %w", err)
+	}
+	return &t, nil
+}
+
+type taskRow struct {
+	Name, Backend      string
+	Schedule, Timezone string
+	Applied            bool
+	Differs            bool // the local spec's schedule or zone differs from the applied one
+	NextRun            time.Time
+	Running            int
+	Last               *runRow
+	Err                string
+	Now                time.Time
+}
+
+type runRow struct {
+	ScheduledAt time.Time
+	Attempt     int
+	Status      string
+	Exit        string
+	Host        string
+	StartedAt   time.Time
+	FinishedAt  time.Time
+	Duration    string
+	Lateness    string
+	Manual      bool
+	Error       string
+	RunID       string
+	Fencing     int64
+	Output      string
+	Truncated   bool
+	OutputBytes int
+}
+
+// outputTail is how much of a run's output a page shows: its end.
+const outputTail = 4 << 10
+
+func newRunRow(r backends.Run, now time.Time) *runRow {
+	row := &runRow{ScheduledAt: r.ScheduledAt, Attempt: r.Attempt, Status: r.Status, Host: r.Host, StartedAt: r.StartedAt,
+		FinishedAt: r.FinishedAt, Manual: r.Manual, Error: r.Error, RunID: r.RunID, Fencing: r.Fencing, OutputBytes: len(r.Output)}
+	switch r.Status {
+	case backends.RunSkipped, backends.RunLost:
+		row.Exit = "-"
+	case backends.RunRunning:
+		row.Exit = "running"
+	default:
+		row.Exit = strconv.Itoa(r.ExitCode)
+	}
+	switch {
+	case r.Status == backends.RunSkipped:
+		row.Duration = "-"
+	case !r.FinishedAt.IsZero() && !r.StartedAt.IsZero():
+		row.Duration = span(r.FinishedAt.Sub(r.StartedAt))
+	case r.Status == backends.RunRunning && !r.StartedAt.IsZero():
+		row.Duration = span(now.Sub(r.StartedAt)) + " so far"
+	default:
+		row.Duration = "-"
+	}
+	// Lateness is that of a scheduled first attempt: a retry waits out its
+	// backoff and a manual run is scheduled when it starts.
+	row.Lateness = "-"
+	if r.Attempt == 1 && !r.Manual && r.Status != backends.RunSkipped && !r.StartedAt.IsZero() {
+		row.Lateness = span(max(r.StartedAt.Sub(r.ScheduledAt), 0))
+	}
+	row.Output, row.Truncated = block(r.Output, outputTail, true)
+	return row
+}
+
+func (d *Dashboard) cronRows(ctx context.Context, s *spec.Spec, e *reconcile.Engine, names []string) []*taskRow {
+	rows := map[string]*taskRow{}
+	for _, n := range names {
+		t := s.Cron[n]
+		rows[n] = &taskRow{Name: n, Backend: t.Backend, Schedule: t.Schedule, Timezone: t.Timezone}
+	}
+	order, groups := byBackend(names, func(n string) string { return s.Cron[n].Backend })
+	for _, bn := range order {
+		ns := groups[bn]
+		b := e.Backends[bn]
+		adm, ok1 := b.(backends.CronAdmin)
+		cr, ok2 := b.(backends.Crons)
+		var err error
+		if !ok1 || !ok2 {
+			err = fmt.Errorf("backend %q is not open on this host", bn)
+		}
+		var now time.Time
+		var m map[string]*backends.CronState
+		if err == nil {
+			now, err = b.Now(ctx)
+		}
+		if err == nil {
+			m, err = adm.ObserveCrons(ctx, ns)
+		}
+		for _, n := range ns {
+			row := rows[n]
+			row.Now = now
+			if err != nil {
+				row.Err = err.Error()
+				continue
+			}
+			st := m[n]
+			if st == nil {
+				continue
+			}
+			row.Applied, row.NextRun, row.Running = true, st.NextExec, st.Running
+			if def, derr := appliedTask(st.Def); derr == nil {
+				row.Differs = def.Schedule != row.Schedule || def.Timezone != row.Timezone
+				row.Schedule, row.Timezone = def.Schedule, def.Timezone
+			}
+			h, herr := cr.History(ctx, n, 1)
+			if herr != nil {
+				row.Err = herr.Error()
+				continue
+			}
+			if len(h) > 0 {
+				row.Last = newRunRow(h[0], now)
+			}
+		}
+	}
+	out := make([]*taskRow, 0, len(names))
+	for _, n := range names {
+		out = append(out, rows[n])
+	}
+	return out
+}
+
+type cronData struct {
+	Tasks   []*taskRow
+	Actions []Action
+}
+
+func (d *Dashboard) cronPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	s, e := d.src.Current()
+	return &cronData{Tasks: d.cronRows(ctx, s, e, sortedKeys(s.Cron)), Actions: d.offered(p, spec.KindCron)}, http.StatusOK
+}
+
+type occRow struct {
+	ScheduledAt, StartedAt, ExpiresAt time.Time
+	Attempt                           int
+	Host, RunID                       string
+	Fencing                           int64
+	Manual                            bool
+}
+
+type taskData struct {
+	*taskRow
+	Def     *spec.CronTask
+	Command string
+	Running []occRow
+	History []*runRow
+	Limit   int
+	Actions []Action
+}
+
+// historyLimit is how many runs the task page lists by default.
+const historyLimit = 50
+
+func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	name := r.PathValue("name")
+	s, e := d.src.Current()
+	if s.Cron[name] == nil {
+		return nil, http.StatusNotFound
+	}
+	p.Title = "cron." + name
+	p.Nav = "cron"
+	td := &taskData{taskRow: d.cronRows(ctx, s, e, []string{name})[0], Limit: min(atoi(r.URL.Query().Get("limit"), historyLimit), 1000), Actions: d.offered(p, spec.KindCron)}
+	if !td.Applied || td.Err != "" {
+		return td, http.StatusOK
+	}
+	b := e.Backends[td.Backend]
+	adm, cr := b.(backends.CronAdmin), b.(backends.Crons)
+	if m, err := adm.ObserveCrons(ctx, []string{name}); err == nil && m[name] != nil {
+		if def, err := appliedTask(m[name].Def); err == nil {
+			td.Def = def
+			if def.Command.Shell != "" {
+				td.Command = def.Command.Shell
+			} else {
+				td.Command = strings.Join(quoteArgs(def.Command.Argv), " ")
+			}
+		}
+	}
+	running, err := cr.Running(ctx, name)
+	if err != nil {
+		td.Err = err.Error()
+		return td, http.StatusOK
+	}
+	for _, o := range running {
+		td.Running = append(td.Running, occRow{ScheduledAt: o.ScheduledAt, StartedAt: o.StartedAt, ExpiresAt: o.ExpiresAt, Attempt: o.Attempt, Host: o.Host, RunID: o.RunID, Fencing: o.Fencing, Manual: o.Manual})
+	}
+	h, err := cr.History(ctx, name, td.Limit)
+	if err != nil {
+		td.Err = err.Error()
+		return td, http.StatusOK
+	}
+	for _, run := range h {
+		td.History = append(td.History, newRunRow(run, td.Now))
+	}
+	return td, http.StatusOK
+}
+
+// quoteArgs shows an argv as a shell would need it typed.
+func quoteArgs(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>()*?[]{}~#") {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return out
+}
+
+// ---- queues ----
+
+type queueRow struct {
+	Name, Backend string
+	Applied       bool
+	Config        backends.QueueConfig
+	Ready         int64
+	Delayed       int64
+	InFlight      int64
+	Dead          int64
+	Stranded      int64
+	Oldest        string
+	Trend         trend
+	Err           string
+	Now           time.Time
+}
+
+func (d *Dashboard) queueRows(ctx context.Context, s *spec.Spec, e *reconcile.Engine, names []string) []*queueRow {
+	rows := map[string]*queueRow{}
+	for _, n := range names {
+		rows[n] = &queueRow{Name: n, Backend: s.Queues[n].Backend, Oldest: "-"}
+	}
+	order, groups := byBackend(names, func(n string) string { return s.Queues[n].Backend })
+	for _, bn := range order {
+		ns := groups[bn]
+		b := e.Backends[bn]
+		adm, ok := b.(backends.QueueAdmin)
+		var err error
+		if !ok {
+			err = fmt.Errorf("backend %q is not open on this host", bn)
+		}
+		var now time.Time
+		var m map[string]*backends.QueueState
+		if err == nil {
+			now, err = b.Now(ctx)
+		}
+		if err == nil {
+			m, err = adm.ObserveQueues(ctx, ns)
+		}
+		for _, n := range ns {
+			row := rows[n]
+			row.Now = now
+			if err != nil {
+				row.Err = err.Error()
+				continue
+			}
+			st := m[n]
+			if st == nil {
+				continue
+			}
+			row.Applied, row.Config = true, st.Config
+			row.Ready, row.Delayed, row.InFlight, row.Dead, row.Stranded = st.ReadyNow(), st.Delayed, st.InFlight, st.Dead, st.Stranded
+			if !st.OldestReady.IsZero() && st.ReadyNow() > 0 {
+				row.Oldest = span(max(now.Sub(st.OldestReady), 0))
+			}
+			row.Trend = d.samples.add(bn+"/"+n, now, st.Ready+st.InFlight, st.Dead)
+		}
+	}
+	out := make([]*queueRow, 0, len(names))
+	for _, n := range names {
+		out = append(out, rows[n])
+	}
+	return out
+}
+
+func (d *Dashboard) queuesPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	s, e := d.src.Current()
+	return d.queueRows(ctx, s, e, sortedKeys(s.Queues)), http.StatusOK
+}
+
+type jobRow struct {
+	ID          int64
+	Key         string
+	Partition   int
+	Attempt     int
+	EnqueuedAt  time.Time
+	AvailableAt time.Time
+	LastError   string
+	Preview     string
+	Size        int
+	Payload     string
+	Truncated   bool
+}
+
+type queueData struct {
+	*queueRow
+	Query   string
+	Jobs    []jobRow
+	Matched int
+	Read    int
+	ReadCap int
+	More    bool
+	Actions []Action
+}
+
+// deadRead is the most dead jobs a queue page reads (oldest first: the
+// backends list them so), and deadShown the most it lists.
+const (
+	deadRead  = 5000
+	deadShown = 200
+	// payloadShown is how much of one payload the job page shows.
+	payloadShown = 64 << 10
+)
+
+func newJobRow(j backends.Job) jobRow {
+	preview, _ := block(j.Payload, 120, false)
+	return jobRow{ID: j.ID, Key: j.Key, Partition: j.Partition, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, AvailableAt: j.AvailableAt,
+		LastError: j.LastError, Preview: strings.Join(strings.Fields(preview), " "), Size: len(j.Payload)}
+}
+
+// matches is the dead set search: the query's words, each found (any
+// case) in the job's id, key, last error or payload.
+func matches(j backends.Job, words []string) bool {
+	hay := strings.ToLower(strconv.FormatInt(j.ID, 10) + "\x00" + j.Key + "\x00" + j.LastError + "\x00" + string(j.Payload))
+	for _, w := range words {
+		if !strings.Contains(hay, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	name := r.PathValue("name")
+	s, e := d.src.Current()
+	if s.Queues[name] == nil {
+		return nil, http.StatusNotFound
+	}
+	p.Title, p.Nav = "queue."+name, "queues"
+	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], Query: r.URL.Query().Get("q"), ReadCap: deadRead, Actions: d.offered(p, spec.KindQueue)}
+	if !qd.Applied || qd.Err != "" {
+		return qd, http.StatusOK
+	}
+	q, err := d.queue(name)
+	if err != nil {
+		qd.Err = err.Error()
+		return qd, http.StatusOK
+	}
+	jobs, err := q.Dead(ctx, name, deadRead)
+	if err != nil {
+		qd.Err = err.Error()
+		return qd, http.StatusOK
+	}
+	qd.Read = len(jobs)
+	words := strings.Fields(strings.ToLower(qd.Query))
+	for _, j := range jobs {
+		if !matches(j, words) {
+			continue
+		}
+		qd.Matched++
+		if len(qd.Jobs) < deadShown {
+			qd.Jobs = append(qd.Jobs, newJobRow(j))
+		}
+	}
+	qd.More = qd.Matched > len(qd.Jobs)
+	return qd, http.StatusOK
+}
+
+type jobData struct {
+	Queue   string
+	Job     *jobRow
+	Err     string
+	Actions []Action
+}
+
+func (d *Dashboard) jobPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	name := r.PathValue("name")
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	s, _ := d.src.Current()
+	if s.Queues[name] == nil || err != nil {
+		return nil, http.StatusNotFound
+	}
+	p.Title, p.Nav = fmt.Sprintf("queue.%s dead job %d", name, id), "queues"
+	q, err := d.queue(name)
+	if err != nil {
+		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
+	}
+	jobs, err := q.Dead(ctx, name, deadRead)
+	if err != nil {
+		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
+	}
+	for _, j := range jobs {
+		if j.ID == id {
+			row := newJobRow(j)
+			row.Payload, row.Truncated = block(j.Payload, payloadShown, false)
+			return &jobData{Queue: name, Job: &row, Actions: d.offered(p, spec.KindQueue)}, http.StatusOK
+		}
+	}
+	return nil, http.StatusNotFound
+}
+
+// ---- throughput ----
+
+// sampleWindow is how far back the queue samples go.
+const sampleWindow = 15 * time.Minute
+
+// sampler keeps, per queue, the backlog (ready, delayed and in-flight
+// jobs) and the dead count each time a page read them. coordd stores no
+// per-job completion counter (workers are other processes), so the
+// dashboard shows what its own readings give: the backlog's trend, by
+// backend time, over up to the last 15 minutes.
+type sampler struct {
+	mu sync.Mutex
+	m  map[string][]sample
+}
+
+type sample struct {
+	at            time.Time
+	backlog, dead int64
+}
+
+// trend is a queue's backlog change per minute over Span (zero: fewer
+// than two readings 10 s apart).
+type trend struct {
+	Span      time.Duration
+	PerMinute float64
+	DeadAdded int64
+}
+
+// Known reports whether the trend has enough readings.
+func (t trend) Known() bool { return t.Span > 0 }
+
+// Text is the trend for a person: "draining 12.0/min" or "growing".
+func (t trend) Text() string {
+	switch {
+	case !t.Known():
+		return "-"
+	case t.PerMinute > 0.05:
+		return fmt.Sprintf("growing %.1f/min", t.PerMinute)
+	case t.PerMinute < -0.05:
+		return fmt.Sprintf("draining %.1f/min", -t.PerMinute)
+	}
+	return "steady"
+}
+
+func (s *sampler) add(key string, at time.Time, backlog, dead int64) trend {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]sample{}
+	}
+	xs := append(s.m[key], sample{at, backlog, dead})
+	for len(xs) > 1 && at.Sub(xs[0].at) > sampleWindow {
+		xs = xs[1:]
+	}
+	if len(xs) > 500 { // many viewers: keep every other reading
+		xs = append(xs[:0:0], xs[len(xs)-250:]...)
+	}
+	s.m[key] = xs
+	first := xs[0]
+	d := at.Sub(first.at)
+	if d < 10*time.Second {
+		return trend{}
+	}
+	return trend{Span: d.Round(time.Second), PerMinute: float64(backlog-first.backlog) / d.Minutes(), DeadAdded: dead - first.dead}
+}
