@@ -70,8 +70,13 @@ fuzz: ## Fuzz spec.Load on file contents, then on directories, 60s each (overrid
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoadDir$$' -fuzztime $(FUZZTIME)
 
-quickstart: build ## Build, then run the daemon on examples/quickstart (state in COORDD_DATA_DIR, default ./.coordd-data); Ctrl-C stops it
-	COORDD_DATA_DIR='$(COORDD_DATA_DIR)' ./$(BIN) run -f examples/quickstart
+.PHONY: screenshots
+screenshots: ## Regenerate docs/dashboard/*.png: the dashboard's pages in headless Chromium over a filled SQLite store
+	COORDD_DASHBOARD_SCREENSHOTS=docs/dashboard $(GO) test -count=1 -run 'TestDashboardPages/sqlite|TestDashboardActions/sqlite' ./dashboard/
 
-clean: ## Remove bin/ and the quickstart data dir ./.coordd-data
-	rm -rf bin/ ./.coordd-data
+quickstart: build ## Build, copy examples/quickstart to ./quickstart-spec (once, yours to edit), run the daemon on the copy (state in COORDD_DATA_DIR, default ./.coordd-data); Ctrl-C stops it
+	[ -e quickstart-spec ] || cp -R examples/quickstart quickstart-spec
+	COORDD_DATA_DIR='$(COORDD_DATA_DIR)' ./$(BIN) run -f quickstart-spec
+
+clean: ## Remove bin/, the quickstart data dir ./.coordd-data and its spec copy ./quickstart-spec
+	rm -rf bin/ ./.coordd-data ./quickstart-spec

@@ -13,6 +13,7 @@
 //	Semaphores      runtime: acquire, extend, release, wait
 //	Leader          runtime: the leader lease, scoped to a term
 //	CronAdmin       reconcile's view of cron tasks
+//	CronPauser      operators: pause and resume a cron task
 //	Crons           runtime: claim a due occurrence, extend, finish
 //	QueueAdmin      reconcile's view of queues
 //	Queues          runtime: push, claim, ack, retry
@@ -39,7 +40,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coordd/coordd/spec"
 )
@@ -78,6 +81,10 @@ var (
 	// ErrSchemaTooNew: the schema was migrated by a newer binary that
 	// declared this binary too old to use it.
 	ErrSchemaTooNew = errors.New("schema is newer than this binary supports")
+	// ErrPaused: the cron task is paused (an operator's pause, or paused:
+	// true in its applied definition), so a scheduled occurrence or a retry
+	// of it is not claimed.
+	ErrPaused = errors.New("cron task is paused")
 )
 
 // Options are given to the factory when a backend is opened.
@@ -509,6 +516,72 @@ type CronState struct {
 	NextExec time.Time       `json:"next_exec"`
 	// Running counts occurrences whose lease has not expired.
 	Running int `json:"running"`
+	// Paused is the operator's pause (coordd cron pause), nil when none.
+	// A task is paused while it has one or while Def says paused: true
+	// (IsPaused).
+	Paused *CronPause `json:"paused,omitempty"`
+}
+
+// IsPaused reports whether the task is paused, by an operator or by its
+// applied definition.
+func (c *CronState) IsPaused() bool { return c.Paused != nil || DefPaused(c.Def) }
+
+// CronPause is an operator's pause of one cron task. It is stored beside
+// the task's definition, not in it: an apply rewrites the definition and
+// keeps the pause; deleting the task drops it.
+type CronPause struct {
+	// Host is the host id of whoever paused the task.
+	Host string `json:"host"`
+	// At is the backend's time of the pause.
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// MaxPauseReason bounds a pause's reason, in bytes.
+const MaxPauseReason = 1024
+
+// DefPaused reports whether an applied definition (spec.CronTask as JSON)
+// says paused: true. The backends make the same test in their claims.
+func DefPaused(def json.RawMessage) bool {
+	var d struct {
+		Paused bool `json:"paused"`
+	}
+	return json.Unmarshal(def, &d) == nil && d.Paused
+}
+
+// CronPauser is implemented by every backend that holds cron tasks. A
+// paused task keeps its definition and its next_exec, which stays at the
+// first time missed while paused: once resumed, the missed times follow
+// the task's catch_up rule, as after a downtime. ClaimOccurrence refuses a
+// paused task's scheduled claims and retries in the claim itself.
+type CronPauser interface {
+	// PauseCron records an operator's pause of task name by host (a host
+	// id) for reason, at backend now. A task already paused by an operator
+	// keeps that first pause, which is returned with changed false. An
+	// absent task is ErrNotFound.
+	PauseCron(ctx context.Context, name, host, reason string) (p CronPause, changed bool, err error)
+	// ResumeCron removes the operator's pause of task name and returns it
+	// (nil: there was none). paused: true in the definition is the spec's
+	// and stays. An absent task is ErrNotFound.
+	ResumeCron(ctx context.Context, name string) (*CronPause, error)
+}
+
+// CheckPause checks a pause before anything is written: a host id
+// (spec.CheckHostID) and a reason of at most MaxPauseReason bytes.
+func CheckPause(name, host, reason string) error {
+	if name == "" {
+		return errors.New("empty task name")
+	}
+	if err := spec.CheckHostID(host); err != nil {
+		return err
+	}
+	if len(reason) > MaxPauseReason {
+		return fmt.Errorf("reason is %d bytes, at most %d", len(reason), MaxPauseReason)
+	}
+	if !utf8.ValidString(reason) {
+		return errors.New("reason is not valid UTF-8")
+	}
+	return nil
 }
 
 // CronAdmin is reconcile's view of cron tasks.
@@ -516,10 +589,12 @@ type CronAdmin interface {
 	// ObserveCrons observes many tasks; absent ones are missing from the map.
 	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
 	// PutCron stores the definition. When resetNext is true (a new task, a
-	// schedule or timezone change, a repair) it also sets next_exec.
+	// schedule or timezone change, a repair) it also sets next_exec. An
+	// operator's pause of the task is kept.
 	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
-	// DeleteCron removes the task. Running occurrences keep their rows and
-	// finish; absent is not an error.
+	// DeleteCron removes the task, and an operator's pause of it with it.
+	// Running occurrences keep their rows and finish; absent is not an
+	// error.
 	DeleteCron(ctx context.Context, name string) error
 }
 
@@ -629,7 +704,9 @@ type Finish struct {
 type Crons interface {
 	// DueTasks lists tasks whose next_exec is at or before backend now,
 	// earliest first, and the earliest next_exec of the others (zero when
-	// none) so that the scheduler can sleep until then.
+	// none) so that the scheduler can sleep until then. Paused tasks are
+	// not listed (their next_exec may still count as the earliest: a
+	// scheduler then wakes once for nothing).
 	DueTasks(ctx context.Context, limit int) (due []DueTask, nextAt time.Time, err error)
 	// ClaimOccurrence records the occurrence leased to Owner and bumps the
 	// task's fencing counter, atomically:
@@ -643,6 +720,12 @@ type Crons interface {
 	//     forward by a microsecond at a time past any existing attempt 1 or
 	//     the pending next_exec it would collide with, and leaves next_exec
 	//     alone.
+	//
+	// While the task is paused (CronPauser, or paused: true in its stored
+	// definition), every claim but attempt 1 of a manual run (a scheduled
+	// run, a skip, a retry) is ErrPaused and writes nothing, next_exec
+	// included: the pause is read in the same transaction or script as the
+	// claim. A manual run is an operator's own decision and is not refused.
 	//
 	// With Skip the occurrence is recorded as skipped and finished, without
 	// a lease, and the task's history is trimmed. An existing occurrence
@@ -723,6 +806,9 @@ type QueueState struct {
 	Delayed int64 `json:"delayed"`
 	// OldestReady is the enqueue time of the oldest ready job (zero: none).
 	OldestReady time.Time `json:"oldest_ready"`
+	// NextDelayed is when the first Delayed job becomes available (zero:
+	// none), for `queue work --drain` to say what it waits for.
+	NextDelayed time.Time `json:"next_delayed,omitempty"`
 	// Stranded counts jobs in partitions at or above Config.Partitions.
 	Stranded int64 `json:"stranded"`
 }

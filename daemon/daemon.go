@@ -38,6 +38,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/dashboard"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/reconcile"
@@ -65,6 +66,9 @@ type Config struct {
 	// Listen is the address of the /metrics and /healthz listener; empty:
 	// no listener.
 	Listen string
+	// Dashboard, with Listen, serves the web dashboard at / on the same
+	// listener (dashboard.go); nil: none.
+	Dashboard *dashboard.Options
 	// HeartbeatEvery is how often the host record is written to the
 	// cluster backend (hosts.go); default 30s. Tests shorten it.
 	HeartbeatEvery time.Duration
@@ -92,6 +96,7 @@ type Daemon struct {
 
 	metrics *metrics.Metrics
 	ln      net.Listener // nil without Config.Listen
+	dash    dashState    // the web dashboard (dashboard.go)
 
 	elector *leadership.Elector
 	changes <-chan bool // leadership changes, subscribed before the elector runs
@@ -189,6 +194,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("--listen: %w", err)
 		}
 		d.ln = ln
+		if cfg.Dashboard != nil {
+			if err := d.openDashboard(); err != nil {
+				ln.Close()
+				e.Close()
+				return nil, err
+			}
+		}
 	}
 	d.changes = d.elector.Subscribe()
 	d.sched = scheduler.New(scheduler.Config{
@@ -225,18 +237,19 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 }
 
 // semaphore resolves a cron task's semaphore to a client on its backend
-// and the config applied there.
+// and the config applied there. The scheduler puts `semaphore "NAME": ` in
+// front of its errors, which therefore do not name it again.
 func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreConfig, error) {
 	d.mu.Lock()
 	s, e := d.spec, d.engine
 	d.mu.Unlock()
 	local := s.Semaphores[name]
 	if local == nil {
-		return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not declared in the local spec", name)
+		return nil, backends.SemaphoreConfig{}, errors.New("not declared in the local spec")
 	}
 	b := e.Backends[local.Backend]
 	if b == nil {
-		return nil, backends.SemaphoreConfig{}, fmt.Errorf("backend %q of semaphore %q is not open", local.Backend, name)
+		return nil, backends.SemaphoreConfig{}, fmt.Errorf("its backend %q is not open", local.Backend)
 	}
 	adm, ok := b.(backends.SemaphoreAdmin)
 	if !ok {
@@ -247,7 +260,7 @@ func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreCo
 		return nil, backends.SemaphoreConfig{}, err
 	}
 	if m[name] == nil {
-		return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not applied", name)
+		return nil, backends.SemaphoreConfig{}, errors.New("not applied; run coordd apply")
 	}
 	c, err := semaphore.New(b, d.cfg.HostID)
 	return c, m[name].Config, err
@@ -302,11 +315,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServer()
 	if d.ln != nil {
-		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String())
+		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String(), "dashboard", d.dash.h != nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := d.metrics.Serve(srvCtx, d.ln); err != nil {
+			if err := metrics.ServeHandler(srvCtx, d.ln, d.handler()); err != nil {
 				d.log.Error("metrics listener stopped", "error", err)
 			}
 		}()
@@ -351,6 +364,7 @@ loop:
 	if err := d.sched.Shutdown(graceCtx); err != nil {
 		d.log.Warn("shutdown", "error", err)
 	}
+	d.waitManualRuns(graceCtx)
 	cancelGrace()
 	stopElector()
 	stopServer()
@@ -385,6 +399,7 @@ func (d *Daemon) reload(ctx context.Context) {
 		d.mu.Unlock()
 		return
 	}
+	prevErr := d.lastReloadErr
 	d.lastReloadAt = time.Now()
 	d.lastReloadOK = err == nil
 	d.lastReloadErr = err
@@ -394,6 +409,13 @@ func (d *Daemon) reload(ctx context.Context) {
 	old := d.spec
 	d.mu.Unlock()
 	if err != nil {
+		// Logged once per broken version: a reload comes with every event
+		// in the spec's directory (an editor's swap file, another file
+		// saved), and the same errors again would bury the first report.
+		if prevErr != nil && prevErr.Error() == err.Error() {
+			d.log.Debug("spec reload: the same errors as the last one, not logged again")
+			return
+		}
 		var errs spec.Errors
 		if errors.As(err, &errs) {
 			for _, e := range errs {
@@ -403,6 +425,9 @@ func (d *Daemon) reload(ctx context.Context) {
 			d.log.Error("spec reload failed; keeping the last good spec", "error", err)
 		}
 		return
+	}
+	if prevErr != nil {
+		d.log.Info("spec reload recovered: the spec loads again")
 	}
 	// A password is not part of the hash, so this comes first: a password
 	// rotated in the spec warns like any other connection change.

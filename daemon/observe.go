@@ -70,6 +70,10 @@ func (s source) Objects() []metrics.Objects {
 		o := get(q.Backend)
 		o.Queues = append(o.Queues, n)
 	}
+	for n, c := range sp.Cron {
+		o := get(c.Backend)
+		o.Crons = append(o.Crons, n)
+	}
 	out := make([]metrics.Objects, 0, len(by))
 	for _, o := range by {
 		if o.B == nil { // a backend added by a reload is not open until a restart
@@ -77,6 +81,7 @@ func (s source) Objects() []metrics.Objects {
 		}
 		sort.Strings(o.Semaphores)
 		sort.Strings(o.Queues)
+		sort.Strings(o.Crons)
 		out = append(out, *o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Backend < out[j].Backend })

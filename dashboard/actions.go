@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -14,8 +17,11 @@ import (
 // Action is one thing an operator may do from the dashboard: a button on
 // the page of every object of its kind, a POST to
 // /actions/KIND/NAME/ACTION. The built-in ones are run now (cron), and
-// requeue and purge of the dead set (queues); Options.Actions adds more
-// (pause and resume of a task).
+// requeue and purge of the dead set or of one dead job (queues).
+// Options.Extra adds more (pause and resume of a task): each gets its
+// button, and the login, form-token and same-origin checks and the log
+// line of every action, without a change here. KIND in the path is cron,
+// queue or semaphore (kindPath).
 type Action struct {
 	// Kind is the kind of object it acts on.
 	Kind spec.Kind
@@ -28,6 +34,10 @@ type Action struct {
 	Confirm string
 	// Reason: the form has a reason field, passed to Do and logged.
 	Reason bool
+	// Job: the action acts on one dead job of a queue (Kind queue). Its
+	// button is on the job's page, and Do gets the job's id in
+	// ActionRequest.Job.
+	Job bool
 	// Do performs the action on the object named name. Its text is shown
 	// to the operator and logged.
 	Do func(ctx context.Context, name string, req ActionRequest) (string, error)
@@ -37,6 +47,8 @@ type Action struct {
 type ActionRequest struct {
 	Actor  Actor
 	Reason string
+	// Job is the dead job's id, for an action with Job set.
+	Job int64
 }
 
 // Actor is who did an action, as the action log records it.
@@ -97,7 +109,32 @@ func (d *Dashboard) builtinActions() []Action {
 			return fmt.Sprintf("%s %d dead jobs of queue.%s", verb, n, name), nil
 		}
 	}
+	job := func(verb string, op func(backends.DeadJobs) func(context.Context, string, int64) error) func(context.Context, string, ActionRequest) (string, error) {
+		return func(ctx context.Context, name string, req ActionRequest) (string, error) {
+			q, err := d.queue(name)
+			if err != nil {
+				return "", err
+			}
+			dj, ok := q.(backends.DeadJobs)
+			if !ok {
+				return "", fmt.Errorf("the backend of queue %q cannot act on one dead job", name)
+			}
+			if err := op(dj)(ctx, name, req.Job); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s dead job %d of queue.%s", verb, req.Job, name), nil
+		}
+	}
 	out = append(out,
+		Action{
+			Kind: spec.KindQueue, Name: "requeue-job", Label: "Requeue this job", Job: true,
+			Do: job("requeued", func(q backends.DeadJobs) func(context.Context, string, int64) error { return q.RequeueDeadJob }),
+		},
+		Action{
+			Kind: spec.KindQueue, Name: "purge-job", Label: "Purge this job", Job: true,
+			Confirm: "delete this dead job for good",
+			Do:      job("purged", func(q backends.DeadJobs) func(context.Context, string, int64) error { return q.PurgeDeadJob }),
+		},
 		Action{
 			Kind: spec.KindQueue, Name: "requeue-dead", Label: "Requeue all dead jobs",
 			Confirm: "make every dead job ready again, attempts reset",
@@ -110,6 +147,28 @@ func (d *Dashboard) builtinActions() []Action {
 		},
 	)
 	return out
+}
+
+// actionNameRE is what an action's Name may be: it is a path segment.
+var actionNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// checkAction refuses an Options.Extra action that could not be shown or
+// reached: see Options.Extra.
+func (d *Dashboard) checkAction(a Action) error {
+	switch {
+	case a.Do == nil || a.Label == "":
+		return fmt.Errorf("dashboard action %q: Do and Label are required", a.Name)
+	case a.Kind != spec.KindCron && a.Kind != spec.KindQueue:
+		return fmt.Errorf("dashboard action %q: kind %q has no page with buttons (cron or queue)", a.Name, a.Kind)
+	case !actionNameRE.MatchString(a.Name):
+		return fmt.Errorf("dashboard action %q: the name must match %s", a.Name, actionNameRE)
+	}
+	for _, b := range d.actions {
+		if b.Kind == a.Kind && b.Name == a.Name {
+			return fmt.Errorf("dashboard action %s.%s is defined twice", pathOfKind(a.Kind), a.Name)
+		}
+	}
+	return nil
 }
 
 // queue returns the runtime side of queue name's backend.
@@ -153,9 +212,9 @@ func pathOfKind(k spec.Kind) string {
 func objectPage(k spec.Kind, name string) string {
 	switch k {
 	case spec.KindCron:
-		return "/cron/" + name
+		return "/cron/" + url.PathEscape(name)
 	case spec.KindQueue:
-		return "/queues/" + name
+		return "/queues/" + url.PathEscape(name)
 	}
 	return "/semaphores"
 }
@@ -168,7 +227,7 @@ func objectPage(k spec.Kind, name string) string {
 // to the daemon's log with who asked.
 func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	kind, name, act := r.PathValue("kind"), r.PathValue("name"), r.PathValue("action")
-	what := kind + "." + act
+	what := safe(kind + "." + act)
 	actor := Actor{Remote: r.RemoteAddr, ForwardedFor: short(r.Header.Get("X-Forwarded-For"), 200)}
 	refuse := func(code int, why string) {
 		d.log.Warn("dashboard action refused", "action", what, "object", safe(name), "reason", why,
@@ -214,18 +273,29 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, objectPage(k, name), http.StatusSeeOther)
 		return
 	}
-	reason := ""
+	req := ActionRequest{Actor: actor}
 	if a.Reason {
-		reason = short(r.PostForm.Get("reason"), 500)
+		req.Reason = short(r.PostForm.Get("reason"), 500)
+	}
+	if a.Job {
+		id, err := strconv.ParseInt(r.PostForm.Get("job"), 10, 64)
+		if err != nil || id <= 0 {
+			refuse(http.StatusBadRequest, "no dead job id in the form")
+			return
+		}
+		req.Job = id
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	start := time.Now()
-	msg, err := a.Do(ctx, name, ActionRequest{Actor: actor, Reason: reason})
+	msg, err := a.Do(ctx, name, req)
 	log := []any{"action", what, "object", safe(name), "remote", actor.Remote, "forwarded_for", actor.ForwardedFor,
 		"token_id", actor.TokenID, "at", start.UTC().Format(time.RFC3339Nano)}
-	if reason != "" {
-		log = append(log, "reason", reason)
+	if req.Job != 0 {
+		log = append(log, "job", req.Job)
+	}
+	if req.Reason != "" {
+		log = append(log, "reason", req.Reason)
 	}
 	if err != nil {
 		d.log.Warn("dashboard action failed", append(log, "error", err)...)

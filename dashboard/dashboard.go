@@ -50,7 +50,12 @@ type Options struct {
 	Refresh time.Duration
 	// Version is shown in the footer.
 	Version string
-	// Extra are actions beyond the built-in ones (pause and resume).
+	// Extra are actions beyond the built-in ones, on cron tasks or queues
+	// (pause and resume of a task): each becomes a button on the pages of
+	// its kind, behind the same login, form token, origin check and log
+	// line as the built-in ones (actions.go). New refuses one without a
+	// Do or Label, of another kind, or whose Name is not a lowercase path
+	// segment or is taken.
 	Extra []Action
 }
 
@@ -110,7 +115,13 @@ func New(src Source, opts Options, log hclog.Logger) (*Dashboard, error) {
 			return nil, err
 		}
 	}
-	d.actions = append(d.builtinActions(), opts.Extra...)
+	d.actions = d.builtinActions()
+	for _, a := range opts.Extra {
+		if err := d.checkAction(a); err != nil {
+			return nil, err
+		}
+		d.actions = append(d.actions, a)
+	}
 	if err := d.parse(); err != nil {
 		return nil, err
 	}
@@ -125,7 +136,6 @@ func (d *Dashboard) parse() error {
 	funcs := template.FuncMap{
 		"stamp": stamp, "stampIn": stampIn, "span": span, "rel": rel, "safe": safe, "short": short,
 		"hash": shortHash,
-		"kindPath": func(k spec.Kind) string { return pathOfKind(k) },
 	}
 	d.pages = map[string]*template.Template{}
 	for _, n := range pageNames {
@@ -165,7 +175,9 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src "+cspStyle+"; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin: no referrer leaves for another site, and a form POST
+	// keeps its Origin header (with no-referrer a browser sends "null").
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	d.mux.ServeHTTP(w, r)
 }
@@ -181,7 +193,10 @@ type page struct {
 	// Refresh is the meta refresh period in seconds; 0 while paused.
 	Refresh int
 	Paused  bool
-	Path    string
+	// Forms: the page shows action forms, and so does not refresh itself
+	// (a refresh would drop a ticked box or a reason being typed).
+	Forms bool
+	Path  string
 	// Actions: the daemon allows actions; Session is the login, if any.
 	Actions bool
 	Session *sessionView
@@ -206,6 +221,30 @@ func (p *page) Link(base string, parts ...string) string {
 		base += "?pause=1"
 	}
 	return base
+}
+
+// actionForm is what the "action" template renders: one button.
+type actionForm struct {
+	A      Action
+	Target string
+	CSRF   string
+	Job    int64
+}
+
+// Form is the form of action a on the object name of its kind.
+func (p *page) Form(a Action, name string) actionForm {
+	f := actionForm{A: a, Target: "/actions/" + pathOfKind(a.Kind) + "/" + url.PathEscape(name) + "/" + url.PathEscape(a.Name)}
+	if p.Session != nil {
+		f.CSRF = p.Session.CSRF
+	}
+	return f
+}
+
+// JobForm is the form of action a on dead job id of queue name.
+func (p *page) JobForm(a Action, name string, id int64) actionForm {
+	f := p.Form(a, name)
+	f.Job = id
+	return f
 }
 
 // PauseLink and ResumeLink toggle the automatic refresh of this page.
@@ -243,6 +282,9 @@ func (d *Dashboard) get(name string, load func(ctx context.Context, r *http.Requ
 			return
 		}
 		p.Data = data
+		if p.Forms {
+			p.Refresh = 0
+		}
 		d.render(w, name, p, http.StatusOK)
 	}
 }
@@ -303,7 +345,7 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 	p.Refresh = 0
 	nonce := randomHex(16)
 	setCookie(w, r, loginCookie, nonce, 600)
-	p.Data = struct{ Nonce, Error string }{nonce, r.URL.Query().Get("e")}
+	p.Data = struct{ Nonce, Error string }{nonce, loginErrors[r.URL.Query().Get("e")]}
 	d.render(w, "login", p, http.StatusOK)
 }
 

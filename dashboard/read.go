@@ -23,12 +23,20 @@ import (
 // dead`, through the same backend calls, with the daemon's open backends.
 // A read that fails is shown on the page in place of its section.
 
-// offered lists the actions a page may show for objects of kind.
-func (d *Dashboard) offered(p *page, kind spec.Kind) []Action {
+// offered lists the actions a page may show for objects of kind: those
+// on one dead job (Action.Job) or those on the object.
+func (d *Dashboard) offered(p *page, kind spec.Kind, job bool) []Action {
 	if !p.Actions || p.Session == nil {
 		return nil
 	}
-	return d.actionsFor(kind)
+	var out []Action
+	for _, a := range d.actionsFor(kind) {
+		if a.Job == job {
+			out = append(out, a)
+		}
+	}
+	p.Forms = p.Forms || len(out) > 0
+	return out
 }
 
 // ---- cluster ----
@@ -190,11 +198,20 @@ func (c *planCache) get(ctx context.Context, s *spec.Spec, e *reconcile.Engine) 
 		v.Changes, v.Drift, v.Waiting = changeViews(p.Changes), changeViews(p.Drift), changeViews(p.Waiting)
 		v.Blocked, v.Summary = p.Blocked, p.Summary
 		for _, l := range p.Lost {
-			v.Lost = append(v.Lost, fmt.Sprintf("%+v", l))
+			v.Lost = append(v.Lost, lostText(l))
 		}
 	}
 	c.hash, c.view = s.Hash(), v
 	return v
+}
+
+// lostText says what a backend's data loss means for its semaphores, as
+// plan does.
+func lostText(l reconcile.LostBackend) string {
+	if !l.Recorded {
+		return fmt.Sprintf("backend %s lost its data; the next apply records it and holds its semaphores back for %s", l.Backend, span(l.Left))
+	}
+	return fmt.Sprintf("backend %s lost its data; its semaphores are held back until %s (%s more)", l.Backend, stamp(l.HoldUntil), span(l.Left))
 }
 
 func changeViews(cs []*reconcile.Change) []changeView {
@@ -362,6 +379,10 @@ type taskRow struct {
 	Last               *runRow
 	Err                string
 	Now                time.Time
+	// Pause is an operator's pause (coordd cron pause); PausedInSpec:
+	// the applied definition says paused: true.
+	Pause        *backends.CronPause
+	PausedInSpec bool
 }
 
 type runRow struct {
@@ -381,6 +402,8 @@ type runRow struct {
 	Output      string
 	Truncated   bool
 	OutputBytes int
+	// ShowOutput: the output is shown unfolded (the newest run with output).
+	ShowOutput bool
 }
 
 // outputTail is how much of a run's output a page shows: its end.
@@ -453,6 +476,7 @@ func (d *Dashboard) cronRows(ctx context.Context, s *spec.Spec, e *reconcile.Eng
 				continue
 			}
 			row.Applied, row.NextRun, row.Running = true, st.NextExec, st.Running
+			row.Pause, row.PausedInSpec = st.Paused, backends.DefPaused(st.Def)
 			if def, derr := appliedTask(st.Def); derr == nil {
 				row.Differs = def.Schedule != row.Schedule || def.Timezone != row.Timezone
 				row.Schedule, row.Timezone = def.Schedule, def.Timezone
@@ -481,7 +505,7 @@ type cronData struct {
 
 func (d *Dashboard) cronPage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	s, e := d.src.Current()
-	return &cronData{Tasks: d.cronRows(ctx, s, e, sortedKeys(s.Cron)), Actions: d.offered(p, spec.KindCron)}, http.StatusOK
+	return &cronData{Tasks: d.cronRows(ctx, s, e, sortedKeys(s.Cron)), Actions: d.offered(p, spec.KindCron, false)}, http.StatusOK
 }
 
 type occRow struct {
@@ -502,6 +526,9 @@ type taskData struct {
 	Actions []Action
 }
 
+// commandShown is how much of a task's command its page shows.
+const commandShown = 4 << 10
+
 // historyLimit is how many runs the task page lists by default.
 const historyLimit = 50
 
@@ -513,7 +540,7 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 	}
 	p.Title = "cron." + name
 	p.Nav = "cron"
-	td := &taskData{taskRow: d.cronRows(ctx, s, e, []string{name})[0], Limit: min(atoi(r.URL.Query().Get("limit"), historyLimit), 1000), Actions: d.offered(p, spec.KindCron)}
+	td := &taskData{taskRow: d.cronRows(ctx, s, e, []string{name})[0], Limit: min(atoi(r.URL.Query().Get("limit"), historyLimit), 1000), Actions: d.offered(p, spec.KindCron, false)}
 	if !td.Applied || td.Err != "" {
 		return td, http.StatusOK
 	}
@@ -522,11 +549,11 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 	if m, err := adm.ObserveCrons(ctx, []string{name}); err == nil && m[name] != nil {
 		if def, err := appliedTask(m[name].Def); err == nil {
 			td.Def = def
-			if def.Command.Shell != "" {
-				td.Command = def.Command.Shell
-			} else {
-				td.Command = strings.Join(quoteArgs(def.Command.Argv), " ")
+			cmd := def.Command.Shell
+			if cmd == "" {
+				cmd = strings.Join(quoteArgs(def.Command.Argv), " ")
 			}
+			td.Command, _ = block([]byte(cmd), commandShown, false)
 		}
 	}
 	running, err := cr.Running(ctx, name)
@@ -542,8 +569,12 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 		td.Err = err.Error()
 		return td, http.StatusOK
 	}
+	shown := false
 	for _, run := range h {
-		td.History = append(td.History, newRunRow(run, td.Now))
+		row := newRunRow(run, td.Now)
+		row.ShowOutput = !shown && row.Output != ""
+		shown = shown || row.ShowOutput
+		td.History = append(td.History, row)
 	}
 	return td, http.StatusOK
 }
@@ -690,7 +721,7 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 		return nil, http.StatusNotFound
 	}
 	p.Title, p.Nav = "queue."+name, "queues"
-	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], Query: r.URL.Query().Get("q"), ReadCap: deadRead, Actions: d.offered(p, spec.KindQueue)}
+	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], Query: r.URL.Query().Get("q"), ReadCap: deadRead, Actions: d.offered(p, spec.KindQueue, false)}
 	if !qd.Applied || qd.Err != "" {
 		return qd, http.StatusOK
 	}
@@ -720,10 +751,12 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 }
 
 type jobData struct {
-	Queue   string
-	Job     *jobRow
-	Err     string
+	Queue string
+	Job   *jobRow
+	Err   string
+	// Actions act on this job, Bulk on every dead job of the queue.
 	Actions []Action
+	Bulk    []Action
 }
 
 func (d *Dashboard) jobPage(ctx context.Context, r *http.Request, p *page) (any, int) {
@@ -746,7 +779,7 @@ func (d *Dashboard) jobPage(ctx context.Context, r *http.Request, p *page) (any,
 		if j.ID == id {
 			row := newJobRow(j)
 			row.Payload, row.Truncated = block(j.Payload, payloadShown, false)
-			return &jobData{Queue: name, Job: &row, Actions: d.offered(p, spec.KindQueue)}, http.StatusOK
+			return &jobData{Queue: name, Job: &row, Actions: d.offered(p, spec.KindQueue, true), Bulk: d.offered(p, spec.KindQueue, false)}, http.StatusOK
 		}
 	}
 	return nil, http.StatusNotFound

@@ -10,10 +10,11 @@
 //     Metrics (CronStarted, CronFinished, Reconciled, RoundTrip): counters
 //     and histograms;
 //   - state read at scrape time from a Source: leadership, the last spec
-//     reload, and the semaphores and queues, which a collector observes on
-//     their backends (one ObserveSemaphores and one ObserveQueues call per
-//     backend, all backends at once), bounded by ObserveTimeout so that a
-//     slow backend cannot hang a scrape;
+//     reload, and the semaphores, queues and cron tasks (paused or not),
+//     which a collector observes on their backends (one ObserveSemaphores,
+//     one ObserveQueues and one ObserveCrons call per backend, all
+//     backends at once), bounded by ObserveTimeout so that a slow backend
+//     cannot hang a scrape;
 //   - the host registry (a Source that is also a HostSource): this host's
 //     spec hash against the applied one, as the daemon last read it, and
 //     the hosts of the cluster, read from the cluster backend at scrape
@@ -52,8 +53,8 @@ type Source interface {
 	// Health returns nil while the daemon runs and its last spec load was
 	// good, and otherwise an error whose message is the reason.
 	Health() error
-	// Objects lists, per backend, the semaphores and queues of the last good
-	// spec.
+	// Objects lists, per backend, the semaphores, queues and cron tasks of
+	// the last good spec.
 	Objects() []Objects
 }
 
@@ -76,6 +77,8 @@ type Objects struct {
 	B          backends.Backend
 	Semaphores []string
 	Queues     []string
+	// Crons are the cron tasks, for coordd_cron_paused.
+	Crons []string
 }
 
 // Metrics holds coordd's registry and its event metrics. Its methods are
@@ -188,7 +191,7 @@ var (
 	descReloadAt = prometheus.NewDesc("coordd_config_last_reload_success_timestamp_seconds",
 		"Unix time of the last successful spec (re)load.", nil, nil)
 	descObserveOK = prometheus.NewDesc("coordd_backend_observe_successful",
-		"1 if this scrape observed the backend's semaphores and queues, 0 on an error or timeout.", []string{"backend"}, nil)
+		"1 if this scrape observed the backend's semaphores, queues and cron tasks, 0 on an error or timeout.", []string{"backend"}, nil)
 	descSemLimit = prometheus.NewDesc("coordd_semaphore_limit",
 		"The effective limit applied on the backend (0 while draining).", []string{"semaphore", "backend"}, nil)
 	descSemHolders = prometheus.NewDesc("coordd_semaphore_holders",
@@ -207,6 +210,8 @@ var (
 		"Jobs that used up their attempts.", []string{"queue", "backend"}, nil)
 	descQAge = prometheus.NewDesc("coordd_queue_oldest_ready_age_seconds",
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
+	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
+		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
 	descHashMatches = prometheus.NewDesc("coordd_spec_hash_matches_applied",
 		"1 if this host's spec hash is the latest applied one, 0 if it differs (a rollout in flight or a stale checkout); absent until the applied hash was read, or before the first apply.", nil, nil)
 	descSpecInfo = prometheus.NewDesc("coordd_spec_info",
@@ -222,7 +227,7 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge,
+		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused,
 		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
@@ -333,7 +338,8 @@ func short(h string) string {
 	return h
 }
 
-// observe reads one backend's semaphores and queues, one call each.
+// observe reads one backend's semaphores, queues and cron tasks, one call
+// each.
 func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric {
 	out := []prometheus.Metric{nil}
 	ok := true
@@ -381,6 +387,19 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 				gauge(descQInFlight, float64(q.InFlight), n, o.Backend),
 				gauge(descQDead, float64(q.Dead), n, o.Backend),
 				gauge(descQAge, age, n, o.Backend))
+		}
+	}
+	if ca, isCron := o.B.(backends.CronAdmin); isCron && len(o.Crons) > 0 {
+		start := time.Now()
+		states, err := ca.ObserveCrons(ctx, o.Crons)
+		c.m.RoundTrip(o.Backend, "observe_crons", time.Since(start))
+		if err != nil {
+			ok = false
+		}
+		for _, n := range o.Crons {
+			if st := states[n]; st != nil {
+				out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend))
+			}
 		}
 	}
 	out[0] = gauge(descObserveOK, b2f(ok), o.Backend)

@@ -33,8 +33,14 @@ func (m *Metrics) Handler() http.Handler {
 // Serve serves m on ln until ctx ends, then shuts the server down (waiting
 // up to a second for scrapes in progress) and returns. ln is closed.
 func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
+	return ServeHandler(ctx, ln, m.Handler())
+}
+
+// ServeHandler is Serve for a handler that serves more than m (the
+// daemon adds its dashboard).
+func ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           m.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

@@ -179,6 +179,14 @@ type WorkerOptions struct {
 	// Drain makes Work return nil once the queue holds no job that is
 	// ready, delayed or in flight (dead jobs do not count).
 	Drain bool
+	// ReadyOnly, with Drain, returns once no job is ready now and this
+	// worker's handlers have returned: it waits neither for delayed jobs
+	// (a delayed push, a retry in its backoff) nor for other workers'.
+	ReadyOnly bool
+	// DrainWait, when not nil, is called with the queue's state each time
+	// Drain finds jobs it still waits for (about once a second): for a
+	// person to see why the worker has not exited.
+	DrainWait func(st backends.QueueState)
 	// Owner prefixes the random owner token of each claim; it helps to read
 	// the store. Tokens are unique regardless. It is empty, a host id
 	// (spec.CheckHostID), or a host id, ":" and a pid, so that every token
@@ -353,7 +361,7 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 	}
 	cfg, err := c.Config(ctx, queue)
 	if err != nil {
-		return fmt.Errorf("work queue %q: %w", queue, err)
+		return fmt.Errorf("work: %w", err) // err names the queue
 	}
 	if cfg.VisibilityTimeout <= 0 {
 		return fmt.Errorf("work queue %q: visibility timeout %v: must be positive", queue, cfg.VisibilityTimeout)
@@ -466,8 +474,10 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 		if opts.Drain && len(slots) == 0 {
 			st, err := c.observe(ctx, queue)
 			switch {
-			case err == nil && st.Ready+st.InFlight == 0:
+			case err == nil && (st.Ready+st.InFlight == 0 || opts.ReadyOnly && st.ReadyNow() == 0):
 				return nil
+			case err == nil && opts.DrainWait != nil:
+				opts.DrainWait(*st)
 			case err != nil && ctx.Err() == nil:
 				w.logf("queue %s: observe failed: %v", queue, err)
 			}

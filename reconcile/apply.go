@@ -184,9 +184,21 @@ func (e *Engine) applyChange(ctx context.Context, c *Change, opts Options) (entr
 	case Replace:
 		d, old := c.desired, c.applied
 		en := &backends.InventoryEntry{Address: d.addr, Placement: d.toPlacement(), Status: backends.StatusActive}
+		pause, err := e.cronPause(ctx, old)
+		if err != nil {
+			return nil, false, err
+		}
 		held, err := e.remove(ctx, old, opts)
 		if err != nil {
 			return nil, false, err
+		}
+		if pause != nil {
+			// The task moves: its operator's pause goes with it, so that
+			// a backend change never resumes a paused task.
+			if err := e.put(ctx, c, d, 0); err != nil {
+				return nil, false, err
+			}
+			return en, false, e.carryPause(ctx, d, pause)
 		}
 		limit := 0
 		if d.sem != nil {
@@ -305,6 +317,47 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 		}
 		_, err := adm.PutQueue(ctx, queueConfig(d.queue))
 		return err
+	}
+	return nil
+}
+
+// cronPause reads the operator's pause of applied cron task o (nil: none,
+// or o is not a cron task).
+func (e *Engine) cronPause(ctx context.Context, o *object) (*backends.CronPause, error) {
+	if o.cron == nil {
+		return nil, nil
+	}
+	b, err := e.backend(o.backend)
+	if err != nil {
+		return nil, err
+	}
+	adm, ok := b.(backends.CronAdmin)
+	if !ok {
+		return nil, nil
+	}
+	m, err := adm.ObserveCrons(ctx, []string{o.addr.Name})
+	if err != nil {
+		return nil, fmt.Errorf("observe cron %q on %q: %w", o.addr.Name, o.backend, err)
+	}
+	if st := m[o.addr.Name]; st != nil {
+		return st.Paused, nil
+	}
+	return nil, nil
+}
+
+// carryPause pauses task d on its new backend as p paused it on the old
+// one (at the new backend's time).
+func (e *Engine) carryPause(ctx context.Context, d *object, p *backends.CronPause) error {
+	b, err := e.backend(d.backend)
+	if err != nil {
+		return err
+	}
+	pz, ok := b.(backends.CronPauser)
+	if !ok {
+		return fmt.Errorf("backend %q cannot pause cron tasks: %w", d.backend, backends.ErrUnsupported)
+	}
+	if _, _, err := pz.PauseCron(ctx, d.addr.Name, p.Host, p.Reason); err != nil {
+		return fmt.Errorf("carry the pause of cron %q to %q: %w", d.addr.Name, d.backend, err)
 	}
 	return nil
 }

@@ -188,7 +188,7 @@ func (o *object) attrs() []attr {
 			{"catch_up", c.CatchUp}, {"catch_up_limit", i(c.CatchUpLimit)}, {"overlap", c.Overlap},
 			{"max_attempts", i(c.MaxAttempts)}, {"retry_backoff", dur(c.RetryBackoff)},
 			{"on_host_loss", c.OnHostLoss}, {"semaphore", c.Semaphore},
-			{"run_on_create", b(c.RunOnCreate)}, {"history_limit", i(c.HistoryLimit)},
+			{"run_on_create", b(c.RunOnCreate)}, {"paused", b(c.Paused)}, {"history_limit", i(c.HistoryLimit)},
 			{"run_lease", dur(c.RunLease)},
 			{"prevent_destroy", b(c.PreventDestroy)},
 		}

@@ -40,7 +40,7 @@ func Open(ctx context.Context, s *spec.Spec, o OpenOptions) (*Engine, error) {
 		b, err := open.Open(ctx, s.Backends[n], backends.Options{ReadOnly: o.ReadOnly, Version: o.Version})
 		if err != nil {
 			e.Close()
-			return nil, fmt.Errorf("open backend %q: %w", n, err)
+			return nil, open.Wrap(n, err)
 		}
 		e.Backends[n] = b
 		if m, ok := b.(backends.Migrator); ok && !o.ReadOnly {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/spec"
@@ -103,6 +102,10 @@ type Plan struct {
 	// Warnings are the spec's (spec.Spec.Warnings): advice that does not
 	// block the apply.
 	Warnings []spec.Warning `json:"warnings"`
+	// Overrides lists what operators changed at run time on purpose, which
+	// is neither a change nor drift: apply keeps it (a cron task paused
+	// with coordd cron pause).
+	Overrides []Override `json:"overrides"`
 
 	SpecHash          string  `json:"spec_hash"`
 	AppliedGeneration int64   `json:"applied_generation"`
@@ -110,6 +113,17 @@ type Plan struct {
 
 	// held counts the changes moved to Waiting by a data-loss hold.
 	held int
+}
+
+// Override is one operator's override of an applied object.
+type Override struct {
+	Address spec.Address `json:"address"`
+	Backend string       `json:"backend"`
+	// Paused is the operator's pause of a cron task.
+	Paused *backends.CronPause `json:"paused,omitempty"`
+	// Moves: the object moves to another backend; apply carries the
+	// override over.
+	Moves bool `json:"moves,omitempty"`
 }
 
 // HasChanges reports whether apply would change anything.
@@ -287,7 +301,7 @@ func (e *Engine) plan(ctx context.Context, opts Options) (*Plan, error) {
 		return nil, err
 	}
 
-	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{},
+	p := &Plan{SpecHash: e.Spec.Hash(), Changes: []*Change{}, Drift: []*Change{}, Waiting: []*Change{}, Overrides: []Override{},
 		Warnings: append([]spec.Warning{}, e.Spec.Warnings()...)}
 	if opts.Resync {
 		p.SpecHash = ""
@@ -463,6 +477,12 @@ func (e *Engine) planDesired(p *Plan, d *object, en *backends.InventoryEntry, ob
 		if c.previous, err = appliedObject(en.Address, *en.Previous); err != nil {
 			return err
 		}
+	}
+	if st := obs.cron[obsKey{applied.backend, d.addr}]; applied.cron != nil && st != nil && st.Paused != nil {
+		// Not a note of c: the fingerprint apply checks must not change
+		// when an operator pauses or resumes between plan and apply.
+		p.Overrides = append(p.Overrides, Override{Address: d.addr, Backend: applied.backend, Paused: st.Paused,
+			Moves: applied.backend != d.backend})
 	}
 	c.Attrs = diffAttrs(applied, d)
 	if d.cron != nil && applied.cron != nil {
@@ -651,31 +671,6 @@ func driftNotes(d *object, limit int, obs *observations) []string {
 	return nil
 }
 
-// diffStruct renders the fields that differ between two flat structs, as
-// "limit 2 (want 3)".
-func diffStruct(have, want any) string {
-	var h, w map[string]any
-	_ = json.Unmarshal(mustJSON(have), &h)
-	_ = json.Unmarshal(mustJSON(want), &w)
-	keys := make([]string, 0, len(w))
-	for k := range w {
-		keys = append(keys, k)
-	}
-	for k := range h {
-		if _, ok := w[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		if fmt.Sprint(h[k]) != fmt.Sprint(w[k]) {
-			parts = append(parts, fmt.Sprintf("%s %v (want %v)", k, h[k], w[k]))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
 // planRemoved plans an applied object that the spec no longer declares.
 func planRemoved(en *backends.InventoryEntry, obs *observations, opts Options) (*Change, error) {
 	applied, err := appliedObject(en.Address, en.Placement)
@@ -720,6 +715,9 @@ func planRemoved(en *backends.InventoryEntry, obs *observations, opts Options) (
 	case applied.cron != nil:
 		if st := obs.cron[k]; st != nil && st.Running > 0 {
 			c.Notes = append(c.Notes, fmt.Sprintf("%d run(s) in progress finish", st.Running))
+		}
+		if st := obs.cron[k]; st != nil && st.Paused != nil {
+			c.Notes = append(c.Notes, "the operator's pause (coordd cron pause) goes with the task")
 		}
 	case applied.queue != nil:
 		if q := obs.queue[k]; q != nil && q.Jobs() > 0 {

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // SummaryLine is Terraform's closing line: "Plan: 1 to add, 0 to change,
@@ -70,6 +72,21 @@ func writeChange(w io.Writer, c *Change) {
 	fmt.Fprintln(w)
 }
 
+// text describes an override in one line. The reason and the host come
+// from the store, written by another host: they are quoted.
+func (o Override) text() string {
+	if o.Paused == nil {
+		return "overridden"
+	}
+	p := o.Paused
+	s := fmt.Sprintf("paused by %s at %s: %s (coordd cron resume %s)", strconv.Quote(p.Host),
+		p.At.UTC().Format(time.RFC3339), strconv.Quote(p.Reason), o.Address.Name)
+	if o.Moves {
+		s += "; apply pauses it again on its new backend"
+	}
+	return s
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return `""`
@@ -92,6 +109,13 @@ func (p *Plan) WriteText(w io.Writer) {
 		for _, c := range p.Drift {
 			writeChange(w, c)
 		}
+	}
+	if len(p.Overrides) > 0 {
+		fmt.Fprintln(w, "Operator overrides (not drift; apply keeps them):")
+		for _, o := range p.Overrides {
+			fmt.Fprintf(w, "  %s: %s\n", o.Address, o.text())
+		}
+		fmt.Fprintln(w)
 	}
 	if len(p.Waiting) > 0 {
 		fmt.Fprintln(w, "Waiting (nothing to do yet):")

@@ -35,6 +35,14 @@
 //   - none: as once, but tk is skipped too when it is more than one minute
 //     late (a host that was briefly busy still runs the current time).
 //
+// A paused task (coordd cron pause, or paused: true in its definition) is
+// not listed by DueTasks, and the backend refuses its scheduled claims,
+// skips and retries in the claim itself (ErrPaused), so a scheduler that
+// read the task before it was paused still starts nothing. Its next_exec
+// stays at the first time missed while paused; once resumed, the missed
+// times follow catch_up as above, as after a downtime. Resuming from
+// another process is noticed within Poll.
+//
 // overlap forbid records an on-time occurrence as skipped while a run of the
 // task is live. A failed or timed-out attempt with attempts left runs again
 // as attempt+1 after retry_backoff. A lost attempt does too under

@@ -209,7 +209,7 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 				return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost while waiting for the semaphore"}, child.ExitLeaseLost)
 			default:
 			}
-			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q not acquired: %v", def.Semaphore, err)}, exitNotAcquired)
+			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, exitNotAcquired)
 		}
 		slot = acquired
 		if cfg.MaxHold > 0 && (timeout == 0 || cfg.MaxHold < timeout) {

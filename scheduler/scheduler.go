@@ -495,6 +495,9 @@ func (s *Scheduler) retries(ctx context.Context, cb *cronBackend) time.Duration 
 		if st == nil || r.Manual {
 			continue // deleted task; manual runs are retried by whoever ran them
 		}
+		if st.IsPaused() {
+			continue // retried once resumed, if its backoff allows (the claim refuses it meanwhile)
+		}
 		t, err := parseTask(r.Task, st.Def)
 		if err != nil || !t.retryable(r) {
 			continue
@@ -546,7 +549,7 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 			Owner: newOwner(), Host: s.cfg.Host, Skip: reason,
 		})
 		if err != nil {
-			if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
+			if !refused(err) && ctx.Err() == nil {
 				s.log.Warn("recording a skipped occurrence failed", "task", t.name, "error", err)
 			}
 			return false
@@ -687,9 +690,21 @@ func (s *Scheduler) addRuns(n int) bool {
 	return true
 }
 
+// refused reports whether a claim was refused in the ordinary course:
+// another host (or pass) claimed first, or the task was paused after it
+// was read.
+func refused(err error) bool {
+	return errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrPaused)
+}
+
 // claimFailed logs a claim that failed for another reason than another
-// host (or pass) having claimed it first.
+// host (or pass) having claimed it first, or the task being paused (the
+// backend refuses those in the claim; DueTasks no longer lists it).
 func (s *Scheduler) claimFailed(ctx context.Context, t *task, req backends.ClaimRequest, err error) {
+	if errors.Is(err, backends.ErrPaused) {
+		s.log.Debug("not claimed: the task is paused", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt)
+		return
+	}
 	if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
 		s.log.Warn("claim failed", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt, "error", err)
 	}
@@ -751,7 +766,7 @@ func (s *Scheduler) RunManual(ctx context.Context, b backends.Backend, name stri
 	}
 	st := states[name]
 	if st == nil {
-		return exitCoorddFailed, fmt.Errorf("cron task %q is not applied on backend %q; run coordd apply: %w", name, b.Name(), backends.ErrNotFound)
+		return exitCoorddFailed, notAppliedError{task: name, backend: b.Name()}
 	}
 	t, err := parseTask(name, st.Def)
 	if err != nil {
@@ -782,6 +797,17 @@ func (s *Scheduler) RunManual(ctx context.Context, b backends.Backend, name stri
 	}
 	return code, nil
 }
+
+// notAppliedError is RunManual's error for a task the backend does not
+// hold. It matches backends.ErrNotFound without appending its text: "not
+// applied" says it already, once.
+type notAppliedError struct{ task, backend string }
+
+func (e notAppliedError) Error() string {
+	return fmt.Sprintf("cron task %q is not applied on backend %q; run coordd apply", e.task, e.backend)
+}
+
+func (e notAppliedError) Unwrap() error { return backends.ErrNotFound }
 
 // scheduledAtLayout is the format of COORDD_SCHEDULED_AT: RFC 3339 in UTC
 // with exactly six fractional digits. Every backend keeps scheduled times

@@ -28,7 +28,7 @@ func Example() {
 	c, _ := semaphore.New(st, "web1")
 	l, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: 30 * time.Second, Wait: time.Minute})
 	if err != nil {
-		fmt.Println("not acquired:", err)
+		fmt.Println("reindex:", err) // "reindex: not acquired: ..."
 		return
 	}
 	work, stop := context.WithCancel(ctx)
@@ -59,7 +59,7 @@ func ExampleClient_Acquire_noWait() {
 	_, err := c.Acquire(ctx, "nightly", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true})
 	fmt.Println(err)
 	_ = first.Release(ctx)
-	// Output: semaphore not acquired: no free slot
+	// Output: not acquired: no free slot
 }
 
 // Coalesce per data key (seed 003): a keyed semaphore with limit 1 and

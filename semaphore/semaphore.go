@@ -68,8 +68,11 @@ import (
 )
 
 // ErrNotAcquired is returned when no slot was free in time (--no-wait, or
-// the wait elapsed). It wraps backends.ErrNoSlot.
-var ErrNotAcquired = fmt.Errorf("semaphore not acquired: %w", backends.ErrNoSlot)
+// the wait elapsed; then wrapped as "not acquired: no free slot in 5s").
+// It wraps backends.ErrNoSlot. A caller names the semaphore: the text
+// says only what happened, so that "sem run: s: not acquired: no free
+// slot" reads each fact once.
+var ErrNotAcquired = fmt.Errorf("not acquired: %w", backends.ErrNoSlot)
 
 // Client acquires slots of the semaphores held by one backend.
 type Client struct {
@@ -269,7 +272,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		if c.waiters != nil {
 			// Registering (and renewing) the waiter record enforces
 			// max_waiting; a crashed waiter's record expires on its own.
-			if err := c.waiters.EnterWait(ctx, name, owner, waiterLease); err != nil {
+			if err := c.enterWait(ctx, name, owner, waiterLease); err != nil {
+				if full := waitersFull(err); full != nil {
+					return nil, fmt.Errorf("not acquired: %w", full)
+				}
 				return nil, fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
 			}
 			if !registered {
@@ -283,10 +289,39 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		}
 		err = c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3)
 		c.unwait()
+		if errors.Is(err, ErrNotAcquired) {
+			return nil, fmt.Errorf("%w in %v", ErrNotAcquired, opts.Wait)
+		}
 		if err != nil {
 			return nil, err
 		}
 	}
+}
+
+// enterWait joins (or renews) the line as owner, naming this host and
+// pid where the backend records who waits (backends.WaiterLister) so that
+// operators see them in the line.
+func (c *Client) enterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	if l, ok := c.waiters.(backends.WaiterLister); ok {
+		return l.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: lease})
+	}
+	return c.waiters.EnterWait(ctx, name, owner, lease)
+}
+
+// waitersFull is the part of a backend's max_waiting refusal that says
+// what happened ("2 of 2 waiting: max_waiting reached"), without the
+// backend's operation, name and owner token around it, or nil when err is
+// not such a refusal.
+func waitersFull(err error) error {
+	if !errors.Is(err, backends.ErrTooManyWaiters) {
+		return nil
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if inner := errors.Unwrap(e); inner == backends.ErrTooManyWaiters {
+			return e
+		}
+	}
+	return backends.ErrTooManyWaiters
 }
 
 // repairWakeups runs the backend's wake-up repair pass for name, when it

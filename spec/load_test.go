@@ -572,7 +572,7 @@ func TestValues(t *testing.T) {
   s: {limit: 3, max_waiting: 0, max_hold: 1h, prevent_destroy: true, lease: 1m30s}
 cron:
   c:
-    schedule: "*/10 * * * * *"
+    schedule: "*/10 * * * *"
     timezone: ""
     command: [sleep, 5, 1.5]
     workdir: /srv

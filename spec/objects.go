@@ -491,7 +491,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 var cronFields = []string{
 	"backend", "schedule", "timezone", "command", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
-	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease",
+	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused",
 }
 
 func (l *loader) decodeCron(s *Spec) {
@@ -530,6 +530,8 @@ func (l *loader) decodeCron(s *Spec) {
 			sched, err := parseScheduleIn(o.Schedule, loc)
 			if err != nil {
 				fs.errf("schedule", "%v", err)
+			} else if msg := secondsField(o.Schedule); msg != "" {
+				fs.errf("schedule", "%s", msg)
 			} else if locOK {
 				o.Sched = sched
 			}
@@ -568,6 +570,7 @@ func (l *loader) decodeCron(s *Spec) {
 			}
 		}
 		o.RunOnCreate = fs.boolean("run_on_create")
+		o.Paused = fs.boolean("paused")
 		o.HistoryLimit, _ = fs.intRange("history_limit", defaultHistoryLimit, 0, 0)
 		o.RunLease, _ = fs.duration("run_lease", defaultRunLease, minRunLease)
 		o.PreventDestroy = fs.boolean("prevent_destroy")

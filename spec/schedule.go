@@ -20,7 +20,8 @@ var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | 
 var neverRef = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // ParseSchedule parses a cron expression evaluated in timezone ("" = UTC).
-// It accepts five fields, six with a leading seconds field, the @yearly,
+// It accepts five fields, six with a leading seconds field (which Load
+// refuses: secondsField; applied tasks may still have one), the @yearly,
 // @annually, @monthly, @weekly, @daily, @midnight and @hourly descriptors,
 // and "@every D", whose occurrences are the multiples of D since the Unix
 // epoch so that missed runs can be counted from stored times alone.
@@ -30,6 +31,22 @@ func ParseSchedule(expr, timezone string) (Schedule, error) {
 		return nil, err
 	}
 	return parseScheduleIn(expr, loc)
+}
+
+// secondsField explains why a spec's schedule of six fields is refused,
+// or is "" for any other. A sixth field is read as a leading seconds
+// field (Quartz, Spring), which a crontab reader does not expect: "*/5 * *
+// * * *" would run every five seconds, and a crontab line pasted with its
+// user or command field runs at times nobody meant. ParseSchedule itself
+// still reads six fields, so that tasks applied before Load refused them
+// keep running until their spec is fixed.
+func secondsField(expr string) string {
+	f := strings.Fields(expr)
+	if len(f) != 6 || strings.HasPrefix(f[0], "@") {
+		return ""
+	}
+	return fmt.Sprintf("%s has 6 fields; a schedule has 5 (minute hour day-of-month month day-of-week), and the first of 6, %s, would be a seconds field, which coordd does not take: drop it (%s runs at second 0), or write \"@every D\" for an interval under a minute",
+		quote(expr), quote(f[0]), quote(strings.Join(f[1:], " ")))
 }
 
 // loadLocation resolves an IANA zone. "Local" is refused because the

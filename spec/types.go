@@ -161,7 +161,11 @@ type CronTask struct {
 	OnHostLoss   string            `json:"on_host_loss"`
 	Semaphore    string            `json:"semaphore,omitempty"`
 	RunOnCreate  bool              `json:"run_on_create,omitempty"`
-	HistoryLimit int               `json:"history_limit"`
+	// Paused: no occurrence is scheduled (declared in git; an operator
+	// may also pause a task with coordd cron pause, kept beside the
+	// definition). The task is paused while either says so.
+	Paused       bool `json:"paused,omitempty"`
+	HistoryLimit int  `json:"history_limit"`
 	// RunLease is the run lease of an occurrence: the host running it
 	// renews it every RunLease/3; when it stops, the occurrence is lost
 	// after RunLease.

@@ -90,12 +90,14 @@ var capabilities = []capability{
 	{"LeaderTerms", is[backends.Leader], testLeaderTerms},
 	{"CronAdmin", is[backends.CronAdmin], testCronAdmin},
 	{"Crons", is[backends.Crons], testCronsRuntime},
+	{"CronPause", is[backends.Crons], testCronsPause}, // every cron backend must pause
 	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
 	{"Queues", is[backends.Queues], testQueues},
 	{"QueueReturn", is[backends.Queues], testQueueReturn},
 	{"QueueOrder", is[backends.Queues], testQueueOrder},
 	{"QueueKeys", is[backends.Queues], testQueueKeys},
 	{"QueueComeBack", is[backends.Queues], testQueueComeBack},
+	{"QueueDeadJob", is[backends.Queues], testQueueDeadJob}, // every queue backend must act on one dead job
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 

@@ -42,6 +42,7 @@ func testWaiters(t *testing.T, h Harness) {
 		{"LineCrashedWaiterWakes", testWaitLineCrashedWakes},
 		{"WakeOnRelease", testWaitWake},
 		{"Cancel", testWaitCancel},
+		{"List", testWaiterList}, // waiters_list.go
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -30,11 +30,13 @@ ON DUPLICATE KEY UPDATE def = VALUES(def), updated = VALUES(updated),
 	qCronDelete = "DELETE FROM `{p}cron_tasks` WHERE name = ?"
 
 	// qCronObserveHead reads many tasks, each with the number of its
-	// occurrences running under an unexpired lease; the names follow,
+	// occurrences running under an unexpired lease and its operator's
+	// pause; the names follow,
 	// bound, in IN (...), then qCronObserveTail.
 	qCronObserveHead = "SELECT t.name, t.def, t.next_exec,\n" +
 		"  (SELECT count(*) FROM `{p}cron_occurrences` o\n" +
-		"   WHERE o.task = t.name AND o.status = 'running' AND o.expires_at > " + nowSQL + ")\n" +
+		"   WHERE o.task = t.name AND o.status = 'running' AND o.expires_at > " + nowSQL + "),\n" +
+		"  t.paused_at, t.paused_by, t.paused_reason\n" +
 		"FROM `{p}cron_tasks` t WHERE t.name IN ("
 	qCronObserveTail = ")"
 )
@@ -124,11 +126,16 @@ func observeCronChunk(ctx context.Context, c conn, names []string, out map[strin
 	for rows.Next() {
 		var st backends.CronState
 		var def string
-		var next sql.NullInt64
-		if err := rows.Scan(&st.Name, &def, &next, &st.Running); err != nil {
+		var next, pausedAt sql.NullInt64
+		var p backends.CronPause
+		if err := rows.Scan(&st.Name, &def, &next, &st.Running, &pausedAt, &p.Host, &p.Reason); err != nil {
 			return err
 		}
 		st.Def, st.NextExec = json.RawMessage(def), cronFromNullMicros(next)
+		if pausedAt.Valid {
+			p.At = fromMicros(pausedAt.Int64)
+			st.Paused = &p
+		}
 		out[st.Name] = &st
 	}
 	return rows.Err()

@@ -27,6 +27,10 @@ const cronMaxOutput = 64 << 10
 // run (see ClaimOccurrence); each step is one microsecond after backend now.
 const cronMaxManualProbe = 1000
 
+// cronPausedSQL is true when the task row is paused: by an operator
+// (paused_at, see PauseCron) or by paused: true in its definition.
+const cronPausedSQL = "(paused_at IS NOT NULL OR JSON_UNQUOTE(JSON_EXTRACT(def, '$.paused')) <=> 'true')"
+
 // cronOccCols are the columns scanned by scanCronOcc, in its order.
 const cronOccCols = `task, scheduled_at, attempt, run_id, fencing, manual, owner, host, started_at, expires_at`
 
@@ -44,12 +48,13 @@ const cronHistoryLimitSQL = "GREATEST(0, COALESCE((SELECT CASE WHEN JSON_TYPE(JS
 // task the fencing number is handed out in claim order, so it breaks the
 // ties that rowid breaks in the embedded store.
 const (
-	// qCronDue lists due tasks, earliest first, up to the limit argument,
-	// and in one more row (kind 1, name NULL) the earliest next_exec of the
-	// tasks that are not due (NULL: none). The server fixes the clock once
+	// qCronDue lists due tasks that are not paused, earliest first, up to
+	// the limit argument, and in one more row (kind 1, name NULL) the
+	// earliest next_exec of the tasks that are not due (NULL: none; paused
+	// ones count, which costs a paused task one wake-up, not a scan). The server fixes the clock once
 	// per statement, so every task is either due or counted in that minimum.
 	qCronDue = "SELECT 0 AS kind, d.name, d.def, d.next_exec FROM (\n" +
-		"  SELECT name, def, next_exec FROM `{p}cron_tasks` WHERE next_exec <= " + nowSQL + "\n" +
+		"  SELECT name, def, next_exec FROM `{p}cron_tasks` WHERE next_exec <= " + nowSQL + " AND NOT " + cronPausedSQL + "\n" +
 		"  ORDER BY next_exec, name LIMIT ?) d\n" +
 		"UNION ALL\n" +
 		"SELECT 1, NULL, NULL, (SELECT min(next_exec) FROM `{p}cron_tasks` WHERE next_exec > " + nowSQL + ")\n" +
@@ -124,17 +129,18 @@ const (
 	// cronBatchAdvance is the compare-and-swap of a scheduled claim (or
 	// skip): it moves next_exec from the claimed time to the next one,
 	// records the claiming host and bumps the fencing counter, all only
-	// while next_exec still equals the claimed time and the task is not
-	// busy; the bumped number is left in LAST_INSERT_ID(). Arguments:
-	// next_exec, exec_by, name, scheduled_at.
+	// while next_exec still equals the claimed time and the task is
+	// neither busy nor paused (read under the row lock this UPDATE takes);
+	// the bumped number is left in LAST_INSERT_ID(). Arguments: next_exec,
+	// exec_by, name, scheduled_at.
 	cronBatchAdvance = "UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
-		"  WHERE name = ? AND next_exec = ? AND @coordd_busy = 0;\n"
+		"  WHERE name = ? AND next_exec = ? AND @coordd_busy = 0 AND NOT " + cronPausedSQL + ";\n"
 
 	// cronBatchBump is a retry's: it bumps the fencing counter only while
 	// attempt-1 of the same time ended failed, timeout or lost and the
-	// task is not busy. Arguments: name, task, scheduled_at, attempt-1.
+	// task is neither busy nor paused. Arguments: name, task, scheduled_at, attempt-1.
 	cronBatchBump = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1)\n" +
-		"  WHERE name = ? AND @coordd_busy = 0 AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
+		"  WHERE name = ? AND @coordd_busy = 0 AND NOT " + cronPausedSQL + " AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
 		"    WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'));\n"
 
 	// cronBatchInsert inserts the occurrence, leased from @coordd_now,
@@ -163,13 +169,14 @@ const (
 	cronBatchResult = "SET @coordd_r = CONCAT(@coordd_r, LAST_INSERT_ID(), ' ', %s, ' ', @coordd_busy, ',');\n"
 
 	// cronBatchWhy reads, after a claim script, why a claim was not made:
-	// whether the task exists, whether next_exec is still the claimed time
-	// (a scheduled claim refused as busy rather than moved), and whether
-	// attempt-1 qualifies (a retry). One row per claim, joined with UNION
-	// ALL. Arguments: index, task, task, scheduled_at, task,
+	// whether the task exists, whether it is paused, whether next_exec is
+	// still the claimed time (a scheduled claim refused as busy rather than
+	// moved), and whether attempt-1 qualifies (a retry). One row per
+	// claim, joined with UNION ALL. Arguments: index, task, task, task, scheduled_at, task,
 	// scheduled_at, attempt-1.
 	cronBatchWhy = "SELECT ?,\n" +
 		"  EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ?),\n" +
+		"  EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ? AND " + cronPausedSQL + "),\n" +
 		"  EXISTS (SELECT 1 FROM `{p}cron_tasks` WHERE name = ? AND next_exec = ?),\n" +
 		"  EXISTS (SELECT 1 FROM `{p}cron_occurrences` WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'))"
 
@@ -547,6 +554,8 @@ func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([
 			err = fmt.Errorf("claim script bumped fencing to %d but inserted %d rows", d.fencing, d.inserted)
 		case !w.exists:
 			err = backends.ErrNotFound
+		case w.paused:
+			err = backends.ErrPaused
 		case req.Attempt > 1 && !w.retryable:
 			err = fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
 		case req.Attempt == 1 && !w.pending:
@@ -566,7 +575,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([
 
 // claimWhy is what cronBatchWhy reads about the claims at indexes idx of
 // reqs, in one query (none when idx is empty).
-type claimWhyRow struct{ exists, pending, retryable bool }
+type claimWhyRow struct{ exists, paused, pending, retryable bool }
 
 func (s *Store) claimWhy(ctx context.Context, reqs []backends.ClaimRequest, idx []int) ([]claimWhyRow, error) {
 	out := make([]claimWhyRow, len(reqs))
@@ -579,7 +588,7 @@ func (s *Store) claimWhy(ctx context.Context, reqs []backends.ClaimRequest, idx 
 		req := reqs[i]
 		sched := req.ScheduledAt.UnixMicro()
 		parts[j] = cronBatchWhy
-		args = append(args, i, req.Task, req.Task, sched, req.Task, sched, req.Attempt-1)
+		args = append(args, i, req.Task, req.Task, req.Task, sched, req.Task, sched, req.Attempt-1)
 	}
 	err := s.readAuto(ctx, func(c conn) error {
 		rows, err := c.query(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
@@ -590,7 +599,7 @@ func (s *Store) claimWhy(ctx context.Context, reqs []backends.ClaimRequest, idx 
 		for rows.Next() {
 			var i int
 			var w claimWhyRow
-			if err := rows.Scan(&i, &w.exists, &w.pending, &w.retryable); err != nil {
+			if err := rows.Scan(&i, &w.exists, &w.paused, &w.pending, &w.retryable); err != nil {
 				return err
 			}
 			if i < 0 || i >= len(out) {

@@ -119,7 +119,8 @@ const (
 	qInstWaitCount = "SELECT count(*), coalesce(max(seq), 0) FROM `{p}semaphore_instance_waiters` WHERE name = ? AND ikey = ?"
 
 	// qInstWaitInsert queues owner behind every live waiter of an instance.
-	qInstWaitInsert = "INSERT INTO `{p}semaphore_instance_waiters` (name, ikey, owner, seq, expires_at) VALUES (?, ?, ?, ?, " + nowSQL + " + ?)"
+	qInstWaitInsert = "INSERT INTO `{p}semaphore_instance_waiters` (name, ikey, owner, seq, expires_at, host, pid, since)\n" +
+		"VALUES (?, ?, ?, ?, " + nowSQL + " + ?, ?, ?, " + nowSQL + ")"
 
 	// qInstWaitLeave removes owner's waiter record.
 	qInstWaitLeave = "DELETE FROM `{p}semaphore_instance_waiters` WHERE name = ? AND ikey = ? AND owner = ?"
@@ -453,7 +454,8 @@ func observeInstances(ctx context.Context, c conn, names []string, out map[strin
 // instEnterWait queues owner in the line of the instance of name for key
 // (creating the instance) or renews its record; ErrTooManyWaiters when the
 // instance's live waiters reach the semaphore's max_waiting.
-func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, lease time.Duration) error {
+func (s *Store) instEnterWait(ctx context.Context, name, key string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
 	if err := backends.CheckInstanceKey(key); err != nil {
 		return fmt.Errorf("enter wait %s: %w", instWhat(name, key), err)
 	}
@@ -501,7 +503,7 @@ func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, leas
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
 		seq = last + 1
-		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, seq, us)
+		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, seq, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {

@@ -62,12 +62,13 @@ const (
 	// qQueueObserveJobsHead counts jobs by queue, state and whether they are
 	// stranded in a partition at or above the queue's partition count, with
 	// the ready jobs that are delayed (available_at in the future) and the
-	// enqueue time of the oldest ready job available now (NULL: none), all
-	// against one instant; the names follow in IN (...), then
-	// qQueueObserveJobsTail.
+	// enqueue time of the oldest ready job available now (NULL: none) and
+	// the first delayed job's available_at (NULL: none), all against one
+	// instant; the names follow in IN (...), then qQueueObserveJobsTail.
 	qQueueObserveJobsHead = "SELECT j.queue, j.state, j.`partition` >= q.partitions, count(*),\n" +
 		"  count(CASE WHEN j.state = 'ready' AND j.available_at > " + nowSQL + " THEN 1 END),\n" +
-		"  min(CASE WHEN j.state = 'ready' AND j.available_at <= " + nowSQL + " THEN j.enqueued_at END)\n" +
+		"  min(CASE WHEN j.state = 'ready' AND j.available_at <= " + nowSQL + " THEN j.enqueued_at END),\n" +
+		"  min(CASE WHEN j.state = 'ready' AND j.available_at > " + nowSQL + " THEN j.available_at END)\n" +
 		"FROM `{p}queue_jobs` j JOIN `{p}queues` q ON q.name = j.queue\n" +
 		"WHERE j.queue IN ("
 	qQueueObserveJobsTail = ") GROUP BY 1, 2, 3"
@@ -214,8 +215,8 @@ func observeQueueChunk(ctx context.Context, c conn, names []string, out map[stri
 		var name, state string
 		var stranded bool
 		var n, delayed int64
-		var oldest sql.NullInt64
-		if err := rows.Scan(&name, &state, &stranded, &n, &delayed, &oldest); err != nil {
+		var oldest, next sql.NullInt64
+		if err := rows.Scan(&name, &state, &stranded, &n, &delayed, &oldest, &next); err != nil {
 			return err
 		}
 		st := out[name]
@@ -223,6 +224,11 @@ func observeQueueChunk(ctx context.Context, c conn, names []string, out map[stri
 			continue
 		}
 		st.Delayed += delayed
+		if next.Valid {
+			if t := fromMicros(next.Int64); st.NextDelayed.IsZero() || t.Before(st.NextDelayed) {
+				st.NextDelayed = t
+			}
+		}
 		if oldest.Valid {
 			if t := fromMicros(oldest.Int64); st.OldestReady.IsZero() || t.Before(st.OldestReady) {
 				st.OldestReady = t

@@ -28,7 +28,9 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 	qWaitCount = "SELECT count(*), coalesce(max(seq), 0) FROM `{p}semaphore_waiters` WHERE name = ?"
 
 	// qWaitInsert queues owner behind every live waiter.
-	qWaitInsert = "INSERT INTO `{p}semaphore_waiters` (name, owner, seq, expires_at) VALUES (?, ?, ?, " + nowSQL + " + ?)"
+	// host, pid and since are for ListWaiters (waiters_list.go).
+	qWaitInsert = "INSERT INTO `{p}semaphore_waiters` (name, owner, seq, expires_at, host, pid, since)\n" +
+		"VALUES (?, ?, ?, " + nowSQL + " + ?, ?, ?, " + nowSQL + ")"
 
 	// qWaitLeave removes owner's record.
 	qWaitLeave = "DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
@@ -43,8 +45,18 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 // this store registered it. It returns ErrTooManyWaiters when max_waiting
 // live waiters exist, ErrNotFound when the semaphore is absent.
 func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
+}
+
+// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
+// (backends.WaiterLister).
+func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
+	if err := backends.CheckAcquire(req); err != nil {
+		return fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
+	}
 	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, owner, lease)
+		return s.instEnterWait(ctx, parent, key, req)
 	}
 	if owner == "" {
 		return fmt.Errorf("enter wait %q: empty owner", name)
@@ -100,7 +112,7 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
 		seq = last + 1
-		_, err = c.exec(ctx, qWaitInsert, name, owner, seq, us)
+		_, err = c.exec(ctx, qWaitInsert, name, owner, seq, us, req.Host, req.PID)
 		return err
 	})
 	if err == nil {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/memcached"
@@ -49,4 +51,14 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 	default:
 		return nil, fmt.Errorf("backend %q: unknown type %q", b.Name, b.Type)
 	}
+}
+
+// Wrap is err from Open as a caller reports it: `open backend "NAME": ...`,
+// or `open ...` when err names the backend already (`mysql "db": ...`), so
+// that the name reads once.
+func Wrap(name string, err error) error {
+	if strings.Contains(err.Error(), strconv.Quote(name)) {
+		return fmt.Errorf("open %w", err)
+	}
+	return fmt.Errorf("open backend %q: %w", name, err)
 }

@@ -29,6 +29,7 @@ func (k keys) cronLimits() string  { return k.global("cron:history-limits") }
 func (k keys) cronFencing() string { return k.global("cron:fencing") }
 func (k keys) cronLeases() string  { return k.global("cron:leases") }
 func (k keys) cronRetries() string { return k.global("cron:retries") }
+func (k keys) cronPaused() string  { return k.global("cron:paused") }
 
 // cronTask is one of a task's own keys: occ (its occurrence records), out
 // (their output), hist (all its occurrences), done (its finished ones) and
@@ -76,7 +77,8 @@ return 1
 // keep their records and finish.
 //
 //	KEYS[1] the schedule, KEYS[2] the definitions, KEYS[3] the history
-//	limits, KEYS[4] the fencing counters (hash: name -> last number)
+//	limits, KEYS[4] the fencing counters (hash: name -> last number),
+//	KEYS[5] the operators' pauses (hash: name -> pause JSON)
 //	ARGV[1] name
 //
 // Returns 1.
@@ -85,17 +87,20 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
 return 1
 `)
 
 // cronObserveScript reads many tasks at one instant (read-only).
 //
-//	KEYS[1] the schedule, KEYS[2] the definitions
-//	KEYS[2+i] task i's running set (zset: id -> run lease expiry µs)
+//	KEYS[1] the schedule, KEYS[2] the definitions, KEYS[3] the operators'
+//	pauses
+//	KEYS[3+i] task i's running set (zset: id -> run lease expiry µs)
 //	ARGV[i] task i's name
 //
-// Returns, for each task, {def or "", next_exec µs or "", running}: def is
-// "" when the task is absent, running counts unexpired run leases.
+// Returns, for each task, {def or "", next_exec µs or "", running, pause
+// JSON or ""}: def is "" when the task is absent, running counts unexpired
+// run leases.
 var cronObserveScript = goredis.NewScript(`
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
@@ -105,11 +110,13 @@ for i, name in ipairs(ARGV) do
   if def then
     out[#out + 1] = def
     out[#out + 1] = redis.call('ZSCORE', KEYS[1], name) or ''
-    out[#out + 1] = redis.call('ZCOUNT', KEYS[2 + i], '(' .. now, '+inf')
+    out[#out + 1] = redis.call('ZCOUNT', KEYS[3 + i], '(' .. now, '+inf')
+    out[#out + 1] = redis.call('HGET', KEYS[3], name) or ''
   else
     out[#out + 1] = ''
     out[#out + 1] = ''
     out[#out + 1] = 0
+    out[#out + 1] = ''
   end
 end
 return out
@@ -177,7 +184,7 @@ func (s *Store) DeleteCron(ctx context.Context, name string) error {
 	if err := s.writable(); err != nil {
 		return fmt.Errorf("delete cron %q: %w", name, err)
 	}
-	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronLimits(), s.keys.cronFencing()}
+	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronLimits(), s.keys.cronFencing(), s.keys.cronPaused()}
 	if err := cronDeleteScript.Run(ctx, s.rdb, keys, name).Err(); err != nil {
 		return fmt.Errorf("delete cron %q: %w", name, err)
 	}
@@ -190,8 +197,8 @@ func (s *Store) ObserveCrons(ctx context.Context, names []string) (map[string]*b
 	out := make(map[string]*backends.CronState, len(names))
 	for start := 0; start < len(names); start += cronObserveChunk {
 		chunk := names[start:min(start+cronObserveChunk, len(names))]
-		keys := make([]string, 0, 2+len(chunk))
-		keys = append(keys, s.keys.cronNext(), s.keys.cronDefs())
+		keys := make([]string, 0, 3+len(chunk))
+		keys = append(keys, s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronPaused())
 		args := make([]any, 0, len(chunk))
 		for _, n := range chunk {
 			keys = append(keys, s.keys.cronTask(n, "run"))
@@ -201,23 +208,30 @@ func (s *Store) ObserveCrons(ctx context.Context, names []string) (map[string]*b
 		if err != nil {
 			return nil, fmt.Errorf("observe crons: %w", err)
 		}
-		if len(res) != 3*len(chunk) {
+		if len(res) != 4*len(chunk) {
 			return nil, fmt.Errorf("observe crons: script returned %d values for %d tasks", len(res), len(chunk))
 		}
 		for i, n := range chunk {
-			def, _ := res[3*i].(string)
+			def, _ := res[4*i].(string)
 			if def == "" {
 				continue
 			}
 			st := &backends.CronState{Name: n, Def: json.RawMessage(def)}
-			if v, _ := res[3*i+1].(string); v != "" {
+			if v, _ := res[4*i+3].(string); v != "" {
+				p, err := parseCronPause(v)
+				if err != nil {
+					return nil, fmt.Errorf("observe crons: %s: %w", n, err)
+				}
+				st.Paused = &p
+			}
+			if v, _ := res[4*i+1].(string); v != "" {
 				us, err := cronScore(v)
 				if err != nil {
 					return nil, fmt.Errorf("observe crons: %s: %w", n, err)
 				}
 				st.NextExec = timeOfMicros(us)
 			}
-			running, _ := res[3*i+2].(int64)
+			running, _ := res[4*i+2].(int64)
 			st.Running = int(running)
 			out[n] = st
 		}

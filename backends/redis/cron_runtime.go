@@ -100,6 +100,17 @@ const cronLuaTaskKeys = `
 local task = {occ = KEYS[7], out = KEYS[8], hist = KEYS[9], done = KEYS[10]}
 `
 
+// cronLuaPaused defines defPaused(def): whether a definition says
+// paused: true. The definition is canonical JSON written by coordd, so
+// the plain search finds the field when it is there (in a string value a
+// quote is escaped); cjson then confirms it.
+const cronLuaPaused = `
+local function defPaused(def)
+  if not string.find(def, '"paused":true', 1, true) then return false end
+  return cjson.decode(def).paused == true
+end
+`
+
 // cronLuaFinal defines failed(status): the statuses that make an attempt
 // a pending retry.
 const cronLuaFinal = `
@@ -122,9 +133,10 @@ end
 // any the task held before (one claim per µs is far faster than claims
 // come).
 //
-//	KEYS[1] to KEYS[6] as for every occurrence script (see cronKeys), then
-//	for claim j (from 0) the task's records, outputs, history, finished
-//	and running records at KEYS[7+5j] to KEYS[11+5j]
+//	KEYS[1] to KEYS[6] as for every occurrence script (see cronKeys),
+//	KEYS[7] the operators' pauses (hash: name -> pause JSON), then for
+//	claim j (from 0) the task's records, outputs, history, finished and
+//	running records at KEYS[8+5j] to KEYS[12+5j]
 //	ARGV, 12 per claim, claim j's at ARGV[1+12j] on:
 //	[1] task, [2] mode: "s" scheduled attempt 1, "r" a later attempt, "m"
 //	manual attempt 1
@@ -141,13 +153,19 @@ end
 // expires µs} when claimed, or {code}: 1 the task is absent, 2 next_exec
 // is no longer scheduled_at, 3 the attempt exists, 4 the previous attempt
 // has not ended unsuccessfully, 5 no free time for a manual run, 6 a run
-// of the task is live (exclusive).
-var cronClaimScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaFinal + `
+// of the task is live (exclusive), 7 the task is paused (by an operator,
+// or by paused: true in its definition; every mode but m).
+var cronClaimScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaFinal + cronLuaPaused + `
 local function claim(k, a)
   local name = a[1]
   local attempt = tonumber(a[5])
   local sched = a[3]
   local prev
+  if a[2] ~= 'm' then
+    local def = redis.call('HGET', KEYS[2], name)
+    if not def then return {1} end
+    if redis.call('HEXISTS', KEYS[7], name) == 1 or defPaused(def) then return {7} end
+  end
   -- A task is in the schedule only while its definition exists (PutCron
   -- and DeleteCron write both), so a matching next_exec proves the task
   -- exists.
@@ -225,7 +243,7 @@ end
 
 local out = {}
 for j = 0, #ARGV / 12 - 1 do
-  local b = 6 + 5 * j
+  local b = 7 + 5 * j
   local k = {occ = KEYS[b + 1], out = KEYS[b + 2], hist = KEYS[b + 3], done = KEYS[b + 4], run = KEYS[b + 5]}
   out[j + 1] = claim(k, {unpack(ARGV, 1 + 12 * j, 12 + 12 * j)})
 end
@@ -338,28 +356,37 @@ trim(task, ARGV[1])
 return 1
 `)
 
-// cronDueScript lists due tasks and the earliest future next_exec at one
-// instant (read-only).
+// cronDueScript lists due tasks that are not paused and the earliest
+// future next_exec at one instant (read-only). Paused tasks keep their
+// next_exec in the schedule and are skipped a page at a time, so that
+// they never take the place of a due task within the limit; the earliest
+// future next_exec may be a paused task's (one wake-up for nothing).
 //
-//	KEYS[1] the schedule, KEYS[2] the definitions
+//	KEYS[1] the schedule, KEYS[2] the definitions, KEYS[3] the operators'
+//	pauses
 //	ARGV[1] limit (0: all)
 //
 // Returns {{name, def, next_exec µs, ...}, earliest future next_exec µs or
 // ""}.
-var cronDueScript = goredis.NewScript(cronLuaNow + `
-local due
-if tonumber(ARGV[1]) > 0 then
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nows, 'WITHSCORES', 'LIMIT', 0, ARGV[1])
-else
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nows, 'WITHSCORES')
-end
+var cronDueScript = goredis.NewScript(cronLuaNow + cronLuaPaused + `
+local limit = tonumber(ARGV[1])
+local page = 100
+if limit > 0 then page = limit end
 local out = {}
-for i = 1, #due, 2 do
-  local def = redis.call('HGET', KEYS[2], due[i])
-  if def then
-    out[#out + 1] = due[i]
-    out[#out + 1] = def
-    out[#out + 1] = due[i + 1]
+local n, off = 0, 0
+while limit == 0 or n < limit do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nows, 'WITHSCORES', 'LIMIT', off, page)
+  if #due == 0 then break end
+  off = off + #due / 2
+  for i = 1, #due, 2 do
+    local def = redis.call('HGET', KEYS[2], due[i])
+    if def and redis.call('HEXISTS', KEYS[3], due[i]) == 0 and not defPaused(def) then
+      out[#out + 1] = due[i]
+      out[#out + 1] = def
+      out[#out + 1] = due[i + 1]
+      n = n + 1
+      if n == limit then break end
+    end
   end
 end
 local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -492,7 +519,7 @@ func newCronRunID() string {
 // earliest first, up to limit (non-positive: all), and the earliest
 // next_exec of the others (zero when none), from one read-only script.
 func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, time.Time, error) {
-	res, err := cronDueScript.RunRO(ctx, s.rdb, []string{s.keys.cronNext(), s.keys.cronDefs()}, cronLimitArg(limit)).Slice()
+	res, err := cronDueScript.RunRO(ctx, s.rdb, []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronPaused()}, cronLimitArg(limit)).Slice()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("due cron tasks: %w", err)
 	}
@@ -567,7 +594,8 @@ func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimReque
 // checks gets its error without being sent.
 func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	out := make([]backends.ClaimResult, len(reqs))
-	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronFencing(), s.keys.cronLeases(), s.keys.cronRetries(), s.keys.cronLimits()}
+	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronFencing(), s.keys.cronLeases(), s.keys.cronRetries(), s.keys.cronLimits(),
+		s.keys.cronPaused()}
 	var args []any
 	var sent []int // index in reqs of each claim in the script
 	runIDs := make([]string, len(reqs))
@@ -654,6 +682,8 @@ func claimReply(req backends.ClaimRequest, reply any) (backends.Occurrence, erro
 		return backends.Occurrence{}, fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
 	case 6:
 		return backends.Occurrence{}, fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
+	case 7:
+		return backends.Occurrence{}, backends.ErrPaused
 	default:
 		return backends.Occurrence{}, fmt.Errorf("claim script returned code %d", code)
 	}

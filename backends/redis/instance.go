@@ -143,7 +143,8 @@ func (s *Store) instHolders(ctx context.Context, name, key string) ([]backends.H
 	return nil, nil
 }
 
-func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, lease time.Duration) error {
+func (s *Store) instEnterWait(ctx context.Context, name, key string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
 	if err := backends.CheckInstanceKey(key); err != nil {
 		return s.instErr("enter wait", name, key, err)
 	}
@@ -154,7 +155,7 @@ func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, leas
 	if err != nil {
 		return s.instErr("enter wait", name, key, err)
 	}
-	v, err := instEnterWaitScript.Run(ctx, s.rdb, s.keys.instance(name, key), key, owner, us).Int64Slice()
+	v, err := instEnterWaitScript.Run(ctx, s.rdb, s.keys.instance(name, key), key, owner, us, req.Host, req.PID).Int64Slice()
 	if err != nil {
 		return s.instErr("enter wait", name, key, err)
 	}

@@ -38,6 +38,8 @@ const instLua = `
 local K_CFG, K_FENCE, K_INST, K_EXP, K_HOLD, K_WSEQ, K_WEXP =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local IKEY = ARGV[1]
+-- K_WINFO: who waits in the line (waiters_list.go), deleted with it.
+local K_WINFO = string.sub(K_WSEQ, 1, -5) .. 'winfo'
 
 local function now_us()
   local t = redis.call('TIME')
@@ -89,7 +91,7 @@ local function settle(now)
   if w[2] and tonumber(w[2]) > last then last = tonumber(w[2]) end
   if last <= now then
     for _, o in ipairs(redis.call('ZRANGE', K_WSEQ, 0, -1)) do redis.call('DEL', wkey(o)) end
-    redis.call('DEL', K_EXP, K_HOLD, K_WSEQ, K_WEXP)
+    redis.call('DEL', K_EXP, K_HOLD, K_WSEQ, K_WEXP, K_WINFO)
     redis.call('ZREM', K_INST, IKEY)
   else
     local ms = math.floor(last / 1000) + 1
@@ -97,6 +99,7 @@ local function settle(now)
     redis.call('PEXPIREAT', K_HOLD, ms)
     redis.call('PEXPIREAT', K_WSEQ, ms)
     redis.call('PEXPIREAT', K_WEXP, ms)
+    redis.call('PEXPIREAT', K_WINFO, ms)
     redis.call('ZADD', K_INST, int(last), IKEY)
   end
   local top = redis.call('ZRANGE', K_INST, -1, -1, 'WITHSCORES')
@@ -240,7 +243,7 @@ return {code}
 //
 // Returns {1} entered, {0} renewed, {-1} absent, {-5} not keyed, {-2,
 // waiting, max_waiting}.
-var instEnterWaitScript = instScript(`
+var instEnterWaitScript = instScript(waiterInfoLua + `
 local limit, maxw = sem()
 if limit < 0 then
   if limit == -1 then return {-1} end
@@ -251,6 +254,7 @@ prune(now)
 local exp = int(now + tonumber(ARGV[3]))
 if redis.call('ZSCORE', K_WEXP, ARGV[2]) then
   redis.call('ZADD', K_WEXP, exp, ARGV[2])
+  winfo_put(K_WSEQ, K_WEXP, ARGV[2], ARGV[4], ARGV[5], now, tonumber(exp), false)
   settle(now)
   return {0}
 end
@@ -264,6 +268,7 @@ local seq = 1
 if last[2] then seq = tonumber(last[2]) + 1 end
 redis.call('ZADD', K_WSEQ, int(seq), ARGV[2])
 redis.call('ZADD', K_WEXP, exp, ARGV[2])
+winfo_put(K_WSEQ, K_WEXP, ARGV[2], ARGV[4], ARGV[5], now, tonumber(exp), true)
 settle(now)
 return {1}
 `)
@@ -370,7 +375,7 @@ end
 -- included.
 local function inst_delete(i)
   for _, o in ipairs(redis.call('ZRANGE', i[4], 0, -1)) do redis.call('DEL', i[4] .. ':' .. o) end
-  redis.call('DEL', i[2], i[3], i[4], i[5])
+  redis.call('DEL', i[2], i[3], i[4], i[5], string.sub(i[4], 1, -5) .. 'winfo')
 end
 
 -- inst_wake wakes the first n waiters of an instance (a limit raised); a

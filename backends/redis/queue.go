@@ -103,6 +103,12 @@ type queueInfo struct {
 	// idle is set by a claim that found nothing claimable, and cleared by
 	// one that found jobs.
 	idle atomic.Pointer[queueIdle]
+	// pushes batches the concurrent pushes to the queue (Push). One batch
+	// at a time: the pushes that arrive while it is in flight make the
+	// next one bigger, and a bigger batch costs the server less per job
+	// (measured: 8 jobs a script, 85,000 pushes/s from 16 producers; 2.3
+	// a script with four batches in flight, 50,000/s).
+	pushes group.Batcher[*queuePush]
 }
 
 // queueIdle is what a claim that found nothing claimable learnt: until
@@ -118,7 +124,9 @@ func (s *Store) queueInfo(name string) *queueInfo {
 	if v, ok := s.queues.infos.Load(name); ok {
 		return v.(*queueInfo)
 	}
-	v, _ := s.queues.infos.LoadOrStore(name, &queueInfo{fixed: s.keys.queueFixed(name)})
+	qi := &queueInfo{fixed: s.keys.queueFixed(name)}
+	qi.pushes.Limit, qi.pushes.Timeout = queueMaxPushBatch, queuePushTimeout
+	v, _ := s.queues.infos.LoadOrStore(name, qi)
 	return v.(*queueInfo)
 }
 
@@ -383,6 +391,11 @@ func queueStateOf(name string, res []any) (*backends.QueueState, error) {
 		st.OldestReady = queueTime(oldest)
 	}
 	st.Stranded = queueInt(res[8])
+	if len(res) > 9 {
+		if next := queueInt(res[9]); next >= 0 {
+			st.NextDelayed = queueTime(next)
+		}
+	}
 	return &st, nil
 }
 

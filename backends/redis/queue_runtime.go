@@ -55,7 +55,11 @@ func queueJobAt(queue string, res []any, i int) backends.Job {
 }
 
 // Push enqueues a job (queuePushScript): ErrNotFound, ErrPayloadTooLarge,
-// or ErrDuplicate with the existing job.
+// or ErrDuplicate with the existing job. Concurrent pushes of this Store to
+// one queue go in batches, one script each (pushBatch; queueInfo.pushes):
+// a push that finds no batch in flight is sent at once, those that arrive
+// meanwhile go together in the next round trip. Once its batch is sent, a push is carried out even if
+// ctx ends, like a request whose reply was lost.
 func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
 	if err := backends.CheckPush(req); err != nil {
 		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
@@ -63,26 +67,20 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 	if err := s.writable(); err != nil {
 		return backends.Job{}, err
 	}
-	// The key's partition depends on the partition count: it is computed
-	// for the number of ready sets the script gets, which it checks.
-	res, err := s.runQueueScript(ctx, queuePushScript, queue, func(sets int) []any {
-		part := 0
-		if req.Key != "" {
-			part = queueKeyPartition(req.Key, sets)
-		}
-		return []any{req.Payload, req.Key, part, queueMicros(req.Delay)}
+	p := &queuePush{req: req}
+	err := s.queueInfo(queue).pushes.Do(ctx, p, func(ctx context.Context, batch []*queuePush) []error {
+		return s.pushBatch(ctx, queue, batch)
 	})
 	if err != nil {
 		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
 	}
+	res := p.res
 	switch queueInt(res[0]) {
 	case 1:
 		return backends.Job{
 			ID: queueInt(res[1]), Queue: queue, Partition: int(queueInt(res[2])), Payload: req.Payload, Key: req.Key,
 			EnqueuedAt: queueTime(queueInt(res[3])), AvailableAt: queueTime(queueInt(res[4])),
 		}, nil
-	case 0:
-		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, backends.ErrNotFound)
 	case -2:
 		return backends.Job{}, fmt.Errorf("push to queue %q: payload of %d bytes exceeds max_payload %d: %w",
 			queue, queueInt(res[1]), queueInt(res[2]), backends.ErrPayloadTooLarge)
@@ -95,6 +93,69 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 		return j, fmt.Errorf("push to queue %q: key %q is pending as job %d: %w", queue, req.Key, j.ID, backends.ErrDuplicate)
 	}
 	return backends.Job{}, fmt.Errorf("push to queue %q: script status %v", queue, res[0])
+}
+
+// queuePush is one Push in its batch; res is its reply (queuePushScript).
+type queuePush struct {
+	req backends.PushRequest
+	res []any
+}
+
+// The bounds of one batch of pushes: jobs, and payload and key bytes (a
+// batch is one script call, which Redis reads whole before it runs it).
+const (
+	queueMaxPushBatch      = 128
+	queueMaxPushBatchBytes = 1 << 20
+)
+
+// queuePushTimeout bounds a batch of pushes, which runs for several callers
+// and so follows none of their contexts.
+const queuePushTimeout = 30 * time.Second
+
+// pushBatch runs queuePushScript for batch, split into runs within
+// queueMaxPushBatchBytes (a single job always goes, whatever its size), and
+// sets each push's reply.
+func (s *Store) pushBatch(ctx context.Context, queue string, batch []*queuePush) []error {
+	errs := make([]error, len(batch))
+	for from := 0; from < len(batch); {
+		to, size := from+1, len(batch[from].req.Payload)+len(batch[from].req.Key)
+		for ; to < len(batch); to++ {
+			n := len(batch[to].req.Payload) + len(batch[to].req.Key)
+			if size+n > queueMaxPushBatchBytes {
+				break
+			}
+			size += n
+		}
+		run := batch[from:to]
+		res, err := s.runQueueScript(ctx, queuePushScript, queue, func(sets int) []any {
+			args := make([]any, 1, 1+4*len(run))
+			args[0] = len(run)
+			for _, p := range run {
+				part := 0
+				if p.req.Key != "" {
+					part = queueKeyPartition(p.req.Key, sets)
+				}
+				args = append(args, p.req.Payload, p.req.Key, part, queueMicros(p.req.Delay))
+			}
+			return args
+		})
+		switch {
+		case err != nil:
+		case queueInt(res[0]) == 0:
+			err = backends.ErrNotFound
+		case queueInt(res[0]) != 1 || len(res) != 1+len(run):
+			err = fmt.Errorf("queue script: push of %d jobs got %d replies (status %v)", len(run), len(res)-1, res[0])
+		}
+		for i, p := range run {
+			if errs[from+i] = err; err == nil {
+				if p.res, _ = res[1+i].([]any); len(p.res) == 0 {
+					errs[from+i] = fmt.Errorf("queue script: reply %v for a push", res[1+i])
+				}
+			}
+		}
+		from = to
+	}
+	return errs
 }
 
 // Claim sweeps and then leases up to max claimable jobs to owner, oldest

@@ -164,7 +164,8 @@ return {1}
 // least the stored span.
 // ARGV: none.
 // It returns {1, config JSON, partitions, ready, in flight, dead, delayed,
-// oldest ready enqueued_at µs or -1, stranded}; {0} when absent; {-1, n}
+// oldest ready enqueued_at µs or -1, stranded, the first delayed job's
+// available_at µs or -1}; {0} when absent; {-1, n}
 // when it got too few ready sets. Ready counts the ready sets and the
 // delayed set (a delayed job is ready, not yet available); delayed counts
 // the delayed jobs not yet due; in flight includes expired leases no claim
@@ -202,71 +203,136 @@ if #due > 0 then
     end
   end
 end
+local first = redis.call('ZRANGEBYSCORE', K_DELAYED, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.call('LLEN', K_DEAD),
-  future, oldest or -1, stranded}
+  future, oldest or -1, stranded, first[2] and tonumber(first[2]) or -1}
 `)
 
-// queuePushScript enqueues a job (Push).
+// queuePushScript enqueues a batch of jobs (Push; concurrent pushes of
+// one Store to one queue go together, queuePushBatch).
 //
 // KEYS: the fixed keys, then the ready sets of all partitions.
-// ARGV: payload, key (empty for none), the key's partition (when a key is
-// given), delay µs.
-// It returns {1, id, partition, enqueued_at, available_at}; {0} when the
-// queue is absent; {-1, partitions} when the ready sets do not match;
-// {-2, size, max_payload} when the payload is too large; {-3, <job>} when
-// the queue is unique and the key is pending (or running, under
-// pending_or_running), <job> being the oldest such job as queueJobFields
-// lists them followed by its expiry µs (0 unless in flight) and owner.
+// ARGV: the number of jobs n, then per job: payload, key (empty for none),
+// the key's partition (when a key is given), delay µs.
+// It returns {1, r1, ..., rn}, one reply per job: {1, id, partition,
+// enqueued_at, available_at}; {-2, size, max_payload} when the payload is
+// too large; {-3, <job>} when the queue is unique and the key is pending
+// (or running, under pending_or_running), <job> being the oldest such job
+// as queueJobFields lists them followed by its expiry µs (0 unless in
+// flight) and owner. For the whole batch: {0} when the queue is absent;
+// {-1, partitions} when the ready sets do not match.
 //
-// The id comes from INCR on the ids key, which, when missing, is first set
-// to the server's time in µs (the data-loss rule: above any id it can
-// have handed out before). A keyless job goes to partition id % P (round
-// robin); a job available now joins its ready set, a delayed one the
-// delayed set; a keyed one enters the kready index. One wake element is
-// pushed either way: a worker woken by a delayed job bounds its next wait
-// by the job's available_at.
+// The jobs are pushed in order, each as if alone: a unique job later in
+// the batch finds an earlier one of its key. On a queue without unique
+// keys, nothing is looked up per job: the ids come from one INCRBY and each
+// key is written once for the whole batch (a job costs its share of a few
+// calls, not five calls of its own). The id comes from INCR on the
+// ids key, which, when missing, is first set to the server's time in µs
+// (the data-loss rule: above any id it can have handed out before). A
+// keyless job goes to partition id % P (round robin); a job available now
+// joins its ready set, a delayed one the delayed set; a keyed one enters
+// the kready index. One wake element is pushed per job either way: a
+// worker woken by a delayed job bounds its next wait by the job's
+// available_at.
 var queuePushScript = queueScript(`
 local m = redis.call('HMGET', K_META, 'partitions', 'unique', 'max_payload')
 if not m[1] then return {0} end
 local P = tonumber(m[1])
 if NLISTS ~= P then return {-1, P} end
-local payload, key = ARGV[1], ARGV[2]
 local maxp = tonumber(m[3] or '0') or 0
-if maxp > 0 and #payload > maxp then return {-2, #payload, maxp} end
-if key ~= '' and (m[2] == 'pending' or m[2] == 'pending_or_running') then
-  local best = oldest_keyed(K_KREADY, key)
-  if m[2] == 'pending_or_running' then
-    local r = oldest_keyed(K_KRUNNING, key)
-    if r and (not best or tonumber(r) < tonumber(best)) then best = r end
-  end
-  if best then
-    local rec = redis.call('HGET', K_JOBS, best)
-    if rec then
-      local j = decode(rec)
-      local exp = redis.call('ZSCORE', K_INFLIGHT, best)
-      return {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, redis.call('HGET', K_PAYLOADS, best) or '',
-        tonumber(exp or '0'), j.owner}
-    end
-  end
-end
+local uniq = m[2] == 'pending' or m[2] == 'pending_or_running'
 local now = now_us()
 if redis.call('EXISTS', K_IDS) == 0 then redis.call('SET', K_IDS, string.format('%d', now)) end
-local idn = redis.call('INCR', K_IDS)
-local id = string.format('%d', idn)
-local part
-if key ~= '' then part = tonumber(ARGV[3]) else part = idn % P end
-local delay = tonumber(ARGV[4])
-local avail = now + delay
-redis.call('HSET', K_JOBS, id, encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''}))
-redis.call('HSET', K_PAYLOADS, id, payload)
-if delay > 0 then
-  redis.call('ZADD', K_DELAYED, avail, id)
-else
-  redis.call('ZADD', ready_key(part), id, id)
+local n = tonumber(ARGV[1])
+local out, pushed = {1}, 0
+-- The common batch (no key to check for duplicates): each check first, then
+-- one write per key for the whole batch (the ids from one INCRBY).
+local checked = not uniq
+if checked then
+  local ok = {}
+  for i = 0, n - 1 do
+    local size = #ARGV[2 + 4 * i]
+    if maxp > 0 and size > maxp then out[i + 2] = {-2, size, maxp} else ok[#ok + 1] = i end
+  end
+  if #ok > 0 then
+    local idn = redis.call('INCRBY', K_IDS, #ok) - #ok
+    local recs, pays, delayed, kready, ready = {}, {}, {}, {}, {}
+    for _, i in ipairs(ok) do
+      idn = idn + 1
+      local id = string.format('%d', idn)
+      local key, delay = ARGV[3 + 4 * i], tonumber(ARGV[5 + 4 * i])
+      local part
+      if key ~= '' then part = tonumber(ARGV[4 + 4 * i]) else part = idn % P end
+      local avail = now + delay
+      recs[#recs + 1] = id
+      recs[#recs + 1] = encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''})
+      pays[#pays + 1] = id
+      pays[#pays + 1] = ARGV[2 + 4 * i]
+      if delay > 0 then
+        delayed[#delayed + 1] = avail
+        delayed[#delayed + 1] = id
+      else
+        local r = ready[part]
+        if not r then r = {}; ready[part] = r end
+        r[#r + 1] = id
+        r[#r + 1] = id
+      end
+      if key ~= '' then
+        kready[#kready + 1] = 0
+        kready[#kready + 1] = kmember(key, id)
+      end
+      out[i + 2] = {1, idn, part, now, avail}
+    end
+    redis.call('HSET', K_JOBS, unpack(recs))
+    redis.call('HSET', K_PAYLOADS, unpack(pays))
+    if #delayed > 0 then redis.call('ZADD', K_DELAYED, unpack(delayed)) end
+    for part, r in pairs(ready) do redis.call('ZADD', ready_key(part), unpack(r)) end
+    if #kready > 0 then redis.call('ZADD', K_KREADY, unpack(kready)) end
+    pushed = #ok
+  end
 end
-if key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(key, id)) end
-wake(1)
-return {1, idn, part, now, avail}
+for i = 0, n - 1 do
+  if checked then break end
+  local payload, key, kpart, delay = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i], tonumber(ARGV[5 + 4 * i])
+  local r
+  if maxp > 0 and #payload > maxp then r = {-2, #payload, maxp} end
+  if not r and key ~= '' then
+    local best = oldest_keyed(K_KREADY, key)
+    if m[2] == 'pending_or_running' then
+      local o = oldest_keyed(K_KRUNNING, key)
+      if o and (not best or tonumber(o) < tonumber(best)) then best = o end
+    end
+    if best then
+      local rec = redis.call('HGET', K_JOBS, best)
+      if rec then
+        local j = decode(rec)
+        local exp = redis.call('ZSCORE', K_INFLIGHT, best)
+        r = {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, redis.call('HGET', K_PAYLOADS, best) or '',
+          tonumber(exp or '0'), j.owner}
+      end
+    end
+  end
+  if not r then
+    local idn = redis.call('INCR', K_IDS)
+    local id = string.format('%d', idn)
+    local part
+    if key ~= '' then part = tonumber(kpart) else part = idn % P end
+    local avail = now + delay
+    redis.call('HSET', K_JOBS, id, encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''}))
+    redis.call('HSET', K_PAYLOADS, id, payload)
+    if delay > 0 then
+      redis.call('ZADD', K_DELAYED, avail, id)
+    else
+      redis.call('ZADD', ready_key(part), id, id)
+    end
+    if key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(key, id)) end
+    pushed = pushed + 1
+    r = {1, idn, part, now, avail}
+  end
+  out[i + 2] = r
+end
+wake(pushed)
+return out
 `)
 
 // queueClaimScript sweeps and claims (Claim, and WaitQueue's look).

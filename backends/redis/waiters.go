@@ -38,11 +38,21 @@ const (
 // place. It returns ErrTooManyWaiters when max_waiting live waiters exist,
 // ErrNotFound when the semaphore is absent.
 func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
+}
+
+// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
+// (backends.WaiterLister).
+func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
 	if err := s.writable(); err != nil {
 		return err
 	}
+	if err := backends.CheckAcquire(req); err != nil {
+		return s.semErr("enter wait", name, err)
+	}
 	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, owner, lease)
+		return s.instEnterWait(ctx, parent, key, req)
 	}
 	if owner == "" {
 		return s.semErr("enter wait", name, errors.New("empty owner"))
@@ -51,7 +61,7 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 	if err != nil {
 		return s.semErr("enter wait", name, err)
 	}
-	v, err := semEnterWaitScript.Run(ctx, s.rdb, s.semKeys(name), owner, us).Int64Slice()
+	v, err := semEnterWaitScript.Run(ctx, s.rdb, s.semKeys(name), owner, us, req.Host, req.PID).Int64Slice()
 	if err != nil {
 		return s.semErr("enter wait", name, err)
 	}

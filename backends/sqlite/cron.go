@@ -26,10 +26,12 @@ ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated = excluded.updated,
 	qCronDelete = `DELETE FROM cron_tasks WHERE name = ?`
 
 	// qCronObserve reads many tasks (a JSON array of names), each with the
-	// number of its occurrences running under an unexpired lease.
+	// number of its occurrences running under an unexpired lease and its
+	// operator's pause.
 	qCronObserve = `SELECT t.name, t.def, t.next_exec,
   (SELECT count(*) FROM cron_occurrences o
-   WHERE o.task = t.name AND o.status = 'running' AND o.expires_at > ` + nowSQL + `)
+   WHERE o.task = t.name AND o.status = 'running' AND o.expires_at > ` + nowSQL + `),
+  t.paused_at, t.paused_by, t.paused_reason
 FROM cron_tasks t WHERE t.name IN (SELECT value FROM json_each(?))`
 )
 
@@ -83,11 +85,16 @@ func (s *Store) ObserveCrons(ctx context.Context, names []string) (map[string]*b
 		for rows.Next() {
 			var st backends.CronState
 			var def string
-			var next sql.NullInt64
-			if err := rows.Scan(&st.Name, &def, &next, &st.Running); err != nil {
+			var next, pausedAt sql.NullInt64
+			var p backends.CronPause
+			if err := rows.Scan(&st.Name, &def, &next, &st.Running, &pausedAt, &p.Host, &p.Reason); err != nil {
 				return err
 			}
 			st.Def, st.NextExec = json.RawMessage(def), fromNullMicros(next)
+			if pausedAt.Valid {
+				p.At = fromMicros(pausedAt.Int64)
+				st.Paused = &p
+			}
 			out[st.Name] = &st
 		}
 		return rows.Err()

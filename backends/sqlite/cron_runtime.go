@@ -15,6 +15,10 @@ import (
 
 var _ backends.Crons = (*Store)(nil)
 
+// cronPausedSQL is true when the task row t is paused: by an operator
+// (paused_at, see PauseCron) or by paused: true in its definition.
+const cronPausedSQL = `(t.paused_at IS NOT NULL OR json_extract(t.def, '$.paused') IS 1)`
+
 // maxOutput is the most of a run's output that FinishOccurrence keeps: the
 // tail, where the error usually is.
 const maxOutput = 64 << 10
@@ -37,28 +41,36 @@ const historyLimitSQL = `max(0, coalesce((SELECT CASE WHEN json_type(def, '$.his
   THEN json_extract(def, '$.history_limit') ELSE 100 END FROM cron_tasks WHERE name = ?1), 100))`
 
 const (
-	// qCronDue lists due tasks, earliest first, up to ?1 (-1: all), and in
-	// one more row (kind 1, name NULL) the earliest next_exec of the tasks
-	// that are not due (NULL: none). now is read once, so every task is
-	// either due or counted in that minimum.
+	// qCronDue lists due tasks that are not paused, earliest first, up to
+	// ?1 (-1: all), and in one more row (kind 1, name NULL) the earliest
+	// next_exec of the tasks that are not due (NULL: none; paused ones
+	// count, which costs a paused task one wake-up, not an index scan).
+	// now is read once, so every task is either due or counted in that
+	// minimum.
 	qCronDue = `WITH n(now) AS MATERIALIZED (SELECT ` + nowSQL + `),
 due AS (SELECT t.name, t.def, t.next_exec FROM cron_tasks t, n
-  WHERE t.next_exec <= n.now ORDER BY t.next_exec, t.name LIMIT ?1)
+  WHERE t.next_exec <= n.now AND NOT ` + cronPausedSQL + ` ORDER BY t.next_exec, t.name LIMIT ?1)
 SELECT 0 AS kind, name, def, next_exec FROM due
 UNION ALL
 SELECT 1, NULL, NULL, (SELECT min(t.next_exec) FROM cron_tasks t, n WHERE t.next_exec > n.now)
 ORDER BY kind, next_exec, name`
 
-	// qCronTaskExists tells ErrNotFound from ErrConflict after a claim
-	// changed nothing.
-	qCronTaskExists = `SELECT EXISTS (SELECT 1 FROM cron_tasks WHERE name = ?1)`
-
 	// qCronAdvance is the compare-and-swap of a scheduled claim: it moves
 	// next_exec from the claimed time ?2 to ?3, records the claiming host
-	// ?4 and bumps the task's fencing counter. No row: another host claimed
-	// first, next_exec moved, or the task is absent.
-	qCronAdvance = `UPDATE cron_tasks SET next_exec = ?3, exec_by = ?4, fencing = fencing + 1
-WHERE name = ?1 AND next_exec = ?2 RETURNING fencing`
+	// ?4 and bumps the task's fencing counter, unless the task is paused.
+	// No row: another host claimed first, next_exec moved, the task is
+	// paused or absent (qCronTaskState tells which).
+	qCronAdvance = `UPDATE cron_tasks AS t SET next_exec = ?3, exec_by = ?4, fencing = fencing + 1
+WHERE name = ?1 AND next_exec = ?2 AND NOT ` + cronPausedSQL + ` RETURNING fencing`
+
+	// qCronBumpRetry is qCronBumpFencing for a retry, which a pause
+	// refuses. No row: the task is paused or absent.
+	qCronBumpRetry = `UPDATE cron_tasks AS t SET fencing = fencing + 1
+WHERE name = ?1 AND NOT ` + cronPausedSQL + ` RETURNING fencing`
+
+	// qCronTaskState reads whether task ?1 exists and whether it is
+	// paused, after a claim changed nothing.
+	qCronTaskState = `SELECT count(*) > 0, coalesce(max(` + cronPausedSQL + `), 0) FROM cron_tasks t WHERE name = ?1`
 
 	// qCronBumpFencing bumps the task's fencing counter for a manual run or
 	// a retry, which leave next_exec alone. No row: the task is absent.
@@ -223,8 +235,9 @@ func (s *Store) claimOne(ctx context.Context, req backends.ClaimRequest) (backen
 
 // ClaimOccurrences implements backends.Crons.ClaimOccurrences in one
 // IMMEDIATE transaction: each request runs inside a savepoint, so a
-// request that is refused (ErrConflict, ErrNotFound, ErrHeld) leaves no
-// trace while the others commit. Any other error fails the whole call.
+// request that is refused (ErrConflict, ErrNotFound, ErrHeld, ErrPaused)
+// leaves no trace while the others commit. Any other error fails the
+// whole call.
 func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	out := make([]backends.ClaimResult, len(reqs))
 	claims := make([]*cronClaim, len(reqs))
@@ -284,7 +297,8 @@ func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimReque
 // refusal reports whether a claim's error is the claim being refused,
 // rather than the store failing.
 func refusal(err error) bool {
-	return errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrHeld)
+	return errors.Is(err, backends.ErrConflict) || errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrHeld) ||
+		errors.Is(err, backends.ErrPaused)
 }
 
 // cronClaim is one claim: its request, checked, and the occurrence it
@@ -326,14 +340,18 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 		Task: req.Task, Attempt: req.Attempt, RunID: newRunID(),
 		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
 	}
-	// notFoundOr tells an absent task from a lost compare-and-swap.
+	// notFoundOr tells an absent or paused task from a lost
+	// compare-and-swap (or an attempt that may not run).
 	notFoundOr := func(other error) error {
-		var exists bool
-		if err := c.row(ctx, qCronTaskExists, req.Task).Scan(&exists); err != nil {
+		var exists, paused bool
+		if err := c.row(ctx, qCronTaskState, req.Task).Scan(&exists, &paused); err != nil {
 			return err
 		}
-		if !exists {
+		switch {
+		case !exists:
 			return backends.ErrNotFound
+		case paused:
+			return backends.ErrPaused
 		}
 		return other
 	}
@@ -348,9 +366,9 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 		if !retryable {
 			return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
 		}
-		err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
+		err := c.row(ctx, qCronBumpRetry, req.Task).Scan(&occ.Fencing)
 		if errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrNotFound
+			return notFoundOr(backends.ErrNotFound)
 		} else if err != nil {
 			return err
 		}

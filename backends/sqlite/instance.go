@@ -95,7 +95,8 @@ WHERE name = ? AND ikey = ? AND owner = ? AND expires_at > ` + nowSQL
 	qInstWaitCount = `SELECT count(*), coalesce(max(seq), 0) FROM semaphore_instance_waiters WHERE name = ? AND ikey = ?`
 
 	// qInstWaitInsert queues owner behind every live waiter of an instance.
-	qInstWaitInsert = `INSERT INTO semaphore_instance_waiters (name, ikey, owner, seq, expires_at) VALUES (?, ?, ?, ?, ` + nowSQL + ` + ?)`
+	qInstWaitInsert = `INSERT INTO semaphore_instance_waiters (name, ikey, owner, seq, expires_at, host, pid, since)
+VALUES (?, ?, ?, ?, ` + nowSQL + ` + ?, ?, ?, ` + nowSQL + `)`
 
 	// qInstWaitLeave removes owner's waiter record.
 	qInstWaitLeave = `DELETE FROM semaphore_instance_waiters WHERE name = ? AND ikey = ? AND owner = ?`
@@ -412,7 +413,8 @@ func observeInstances(ctx context.Context, c conn, arg string, out map[string]*b
 // instEnterWait queues owner in the line of the instance of name for key
 // (creating the instance), or renews its record; ErrTooManyWaiters when
 // the instance's live waiters reach the semaphore's max_waiting.
-func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, lease time.Duration) error {
+func (s *Store) instEnterWait(ctx context.Context, name, key string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
 	what := backends.DescribeRef(backends.Instance(name, key))
 	if err := backends.CheckInstanceKey(key); err != nil {
 		return fmt.Errorf("enter wait %s: %w", what, err)
@@ -444,7 +446,7 @@ func (s *Store) instEnterWait(ctx context.Context, name, key, owner string, leas
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
-		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, last+1, us)
+		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, last+1, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {

@@ -44,10 +44,12 @@ FROM queues q WHERE q.name IN (SELECT value FROM json_each(?))`
 	// qQueueObserveJobs counts jobs by queue, state and whether they are
 	// stranded in a partition at or above the queue's partition count, with
 	// the ready jobs that are delayed (available_at in the future) and the
-	// enqueue time of the oldest ready job available now (NULL: none).
+	// enqueue time of the oldest ready job available now (NULL: none), and
+	// the first delayed job's available_at (NULL: none).
 	qQueueObserveJobs = `SELECT j.queue, j.state, j.partition >= q.partitions, count(*),
   count(CASE WHEN j.state = 'ready' AND j.available_at > ` + nowSQL + ` THEN 1 END),
-  min(CASE WHEN j.state = 'ready' AND j.available_at <= ` + nowSQL + ` THEN j.enqueued_at END)
+  min(CASE WHEN j.state = 'ready' AND j.available_at <= ` + nowSQL + ` THEN j.enqueued_at END),
+  min(CASE WHEN j.state = 'ready' AND j.available_at > ` + nowSQL + ` THEN j.available_at END)
 FROM queue_jobs j JOIN queues q ON q.name = j.queue
 WHERE j.queue IN (SELECT value FROM json_each(?))
 GROUP BY j.queue, j.state, j.partition >= q.partitions`
@@ -160,8 +162,8 @@ func (s *Store) ObserveQueues(ctx context.Context, names []string) (map[string]*
 			var name, state string
 			var stranded bool
 			var n, delayed int64
-			var oldest sql.NullInt64
-			if err := rows.Scan(&name, &state, &stranded, &n, &delayed, &oldest); err != nil {
+			var oldest, next sql.NullInt64
+			if err := rows.Scan(&name, &state, &stranded, &n, &delayed, &oldest, &next); err != nil {
 				return err
 			}
 			st := out[name]
@@ -169,6 +171,9 @@ func (s *Store) ObserveQueues(ctx context.Context, names []string) (map[string]*
 				continue
 			}
 			st.Delayed += delayed
+			if t := fromNullMicros(next); !t.IsZero() && (st.NextDelayed.IsZero() || t.Before(st.NextDelayed)) {
+				st.NextDelayed = t
+			}
 			if t := fromNullMicros(oldest); !t.IsZero() && (st.OldestReady.IsZero() || t.Before(st.OldestReady)) {
 				st.OldestReady = t
 			}

@@ -27,7 +27,9 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 	qWaitCount = `SELECT count(*), coalesce(max(seq), 0) FROM semaphore_waiters WHERE name = ?`
 
 	// qWaitInsert queues owner behind every live waiter.
-	qWaitInsert = `INSERT INTO semaphore_waiters (name, owner, seq, expires_at) VALUES (?, ?, ?, ` + nowSQL + ` + ?)`
+	// host, pid and since are for ListWaiters (waiters_list.go).
+	qWaitInsert = `INSERT INTO semaphore_waiters (name, owner, seq, expires_at, host, pid, since)
+VALUES (?, ?, ?, ` + nowSQL + ` + ?, ?, ?, ` + nowSQL + `)`
 
 	// qWaitLeave removes owner's record.
 	qWaitLeave = `DELETE FROM semaphore_waiters WHERE name = ? AND owner = ?`
@@ -60,8 +62,18 @@ const (
 // lease is renewed and it keeps its place. It returns ErrTooManyWaiters when
 // max_waiting live waiters exist, ErrNotFound when the semaphore is absent.
 func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
+	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
+}
+
+// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
+// (backends.WaiterLister).
+func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+	owner, lease := req.Owner, req.Lease
+	if err := backends.CheckAcquire(req); err != nil {
+		return fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
+	}
 	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, owner, lease)
+		return s.instEnterWait(ctx, parent, key, req)
 	}
 	if owner == "" {
 		return fmt.Errorf("enter wait %q: empty owner", name)
@@ -103,7 +115,7 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
-		_, err = c.exec(ctx, qWaitInsert, name, owner, last+1, us)
+		_, err = c.exec(ctx, qWaitInsert, name, owner, last+1, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {

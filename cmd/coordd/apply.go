@@ -61,7 +61,7 @@ Exit status: 0 applied (or nothing to do), 1 error or refused.
 				fmt.Fprintf(env.stderr, "coordd: plan: %v\n", err)
 				return 1
 			}
-			p.WriteText(env.stdout)
+			writePlanText(env, s, p)
 			if len(p.Blocked) > 0 {
 				return 1
 			}
@@ -79,7 +79,7 @@ Exit status: 0 applied (or nothing to do), 1 error or refused.
 
 		res, err := e.Apply(ctx, opts, approved)
 		if *auto && res != nil {
-			res.Plan.WriteText(env.stdout)
+			writePlanText(env, s, res.Plan)
 		}
 		if err != nil {
 			if errors.Is(err, reconcile.ErrPlanChanged) && res != nil {

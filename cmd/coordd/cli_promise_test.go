@@ -77,17 +77,18 @@ func TestPromiseSpecFlagDefault(t *testing.T) {
 	}
 	// Without either: /etc/coordd, for every command that reads a spec.
 	for _, cmd := range [][]string{{"validate"}, {"plan"}, {"apply"}, {"run"}, {"status"}, {"sem", "run"}, {"sem", "status"}, {"cron", "run"}, {"queue", "push"}} {
-		code, _, errs := run(map[string]string{}, append(cmd, "--help")...)
-		if code != 0 || !strings.Contains(errs, `(default "/etc/coordd")`) {
-			t.Errorf("%s --help without COORDD_SPEC: %d, want -f defaulting to /etc/coordd:\n%s", strings.Join(cmd, " "), code, errs)
+		// --help is on stdout (issue 16).
+		code, help, _ := run(map[string]string{}, append(cmd, "--help")...)
+		if code != 0 || !strings.Contains(help, `(default "/etc/coordd")`) {
+			t.Errorf("%s --help without COORDD_SPEC: %d, want -f defaulting to /etc/coordd:\n%s", strings.Join(cmd, " "), code, help)
 		}
-		code, _, errs = run(map[string]string{"COORDD_SPEC": p}, append(cmd, "--help")...)
-		if code != 0 || !strings.Contains(errs, fmt.Sprintf("(default %q)", p)) {
-			t.Errorf("%s --help with COORDD_SPEC: %d, want -f defaulting to it:\n%s", strings.Join(cmd, " "), code, errs)
+		code, help, _ = run(map[string]string{"COORDD_SPEC": p}, append(cmd, "--help")...)
+		if code != 0 || !strings.Contains(help, fmt.Sprintf("(default %q)", p)) {
+			t.Errorf("%s --help with COORDD_SPEC: %d, want -f defaulting to it:\n%s", strings.Join(cmd, " "), code, help)
 		}
 	}
 	if _, err := os.Stat("/etc/coordd"); os.IsNotExist(err) {
-		if code, _, errs := run(map[string]string{}, "validate"); code != 1 || !strings.Contains(errs, "/etc/coordd:1:1") {
+		if code, _, errs := run(map[string]string{}, "validate"); code != 1 || !strings.Contains(errs, "no spec at /etc/coordd (the default") {
 			t.Fatalf("validate without -f or COORDD_SPEC: %d, want /etc/coordd reported missing:\n%s", code, errs)
 		}
 	}

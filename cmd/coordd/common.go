@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/coordd/coordd/backends"
@@ -13,8 +14,32 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// loadSpec loads the spec and prints every error on stderr.
+// errReported is returned by a helper that printed its errors itself (the
+// spec's, one a line): the caller prints nothing more.
+var errReported = errors.New("reported on stderr")
+
+// reportErr prints err after prefix, unless it was reported already.
+func reportErr(env *cliEnv, prefix string, err error) {
+	if !errors.Is(err, errReported) {
+		fmt.Fprintf(env.stderr, "%s: %v\n", prefix, err)
+	}
+}
+
+// loadSpec loads the spec and prints every error on stderr. A spec path
+// that does not exist is one line that says where the path came from and
+// how to point at another: a new user's first command usually has none.
 func loadSpec(env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		from := "given with -f"
+		switch {
+		case path == env.getenv("COORDD_SPEC"):
+			from = "from $COORDD_SPEC"
+		case path == defaultSpecPath:
+			from = "the default, as neither -f nor $COORDD_SPEC is set"
+		}
+		fmt.Fprintf(env.stderr, "coordd: no spec at %s (%s): point at a spec file or a directory of *.yaml files with -f PATH, or set COORDD_SPEC=PATH\n", path, from)
+		return nil, false
+	}
 	s, err := spec.Load(path, spec.LoadOptions{
 		SkipEnv: skipEnv,
 		Getenv: func(k string) (string, bool) {
@@ -53,7 +78,7 @@ func openAs[T any](ctx context.Context, s *spec.Spec, name, what string, readOnl
 	var zero T
 	b, err := open.Open(ctx, s.Backends[name], backends.Options{ReadOnly: readOnly, Version: version.Version})
 	if err != nil {
-		return zero, nil, fmt.Errorf("open backend %q: %w", name, err)
+		return zero, nil, open.Wrap(name, err)
 	}
 	v, ok := b.(T)
 	if !ok {
@@ -61,4 +86,21 @@ func openAs[T any](ctx context.Context, s *spec.Spec, name, what string, readOnl
 		return zero, nil, fmt.Errorf("backend %q (%s) cannot hold %s: %w", name, b.Type(), what, backends.ErrUnsupported)
 	}
 	return v, b, nil
+}
+
+// explained is an error whose text is msg alone and that still matches
+// its sentinel with errors.Is: for a message that already says what the
+// sentinel says, in the words of the command (wrapping with %w would
+// append the sentinel's text and say it twice).
+type explained struct {
+	msg      string
+	sentinel error
+}
+
+func (e *explained) Error() string { return e.msg }
+func (e *explained) Unwrap() error { return e.sentinel }
+
+// explain returns msg as an error that matches sentinel.
+func explain(sentinel error, format string, args ...any) error {
+	return &explained{msg: fmt.Sprintf(format, args...), sentinel: sentinel}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -20,11 +21,13 @@ import (
 
 var cronCmd = &command{
 	name:    "cron",
-	summary: "run a cron task now; list tasks; show a task's history",
+	summary: "run a cron task now; list tasks; show a task's history; pause and resume a task",
 	usage: `Usage:
   coordd cron run NAME [-f PATH] [--host-id ID]
-  coordd cron list [-f PATH] [--json]
-  coordd cron history NAME [-f PATH] [--limit N] [--json]
+  coordd cron list [-f PATH] [--utc] [--json]
+  coordd cron history NAME [-f PATH] [--limit N] [--utc] [--json]
+  coordd cron pause NAME --reason TEXT [-f PATH] [--host-id ID] [--json]
+  coordd cron resume NAME [-f PATH] [--json]
 
 cron run runs task NAME now, in this process, as the applied spec defines it
 (command, env, workdir, timeout, semaphore, overlap), and records the run in
@@ -36,7 +39,18 @@ the spec's backend connection fields reference (unless cluster.child_env is
 inherit).
 
 cron list shows each task's schedule, next run and last result; cron history
-shows a task's past runs, newest first.
+shows a task's past runs, newest first. Times are shown in the task's
+timezone (in UTC with --utc; --json always writes UTC). A run that never
+ran its command (skipped, lost) has no exit code: "-" (null in JSON); one
+in progress shows "running".
+
+cron pause stops the scheduler from starting task NAME (incident response,
+without a commit): the pause is stored in the task's backend with this host,
+the backend's time and the reason, shown by status, cron list, plan and
+/metrics, and kept by apply. A run in progress finishes; cron run still runs
+it by hand. cron resume removes the pause; the times missed meanwhile follow
+the task's catch_up. A task with paused: true in the spec stays paused until
+git says otherwise (resume then exits 1 and says so).
 
 Exit status of cron run:
   the command's code, or 128+N when signal N killed it
@@ -50,6 +64,8 @@ Exit status of cron run:
 			"run":     cronRun,
 			"list":    cronList,
 			"history": cronHistory,
+			"pause":   cronPause,
+			"resume":  cronResume,
 		})
 	},
 }
@@ -108,10 +124,12 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			o.Close()
 		}
 	}()
+	// The scheduler names the semaphore in front of these errors
+	// (`semaphore "s": not applied; ...`): they do not name it again.
 	resolve := func(sem string) (*semaphore.Client, backends.SemaphoreConfig, error) {
 		decl := s.Semaphores[sem]
 		if decl == nil {
-			return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not declared", sem)
+			return nil, backends.SemaphoreConfig{}, fmt.Errorf("not declared in %s", *path)
 		}
 		sb, err := open.Open(ctx, s.Backends[decl.Backend], backends.Options{Version: version.Version})
 		if err != nil {
@@ -127,7 +145,7 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			return nil, backends.SemaphoreConfig{}, err
 		}
 		if m[sem] == nil {
-			return nil, backends.SemaphoreConfig{}, fmt.Errorf("semaphore %q is not applied; run coordd apply", sem)
+			return nil, backends.SemaphoreConfig{}, errors.New("not applied; run coordd apply")
 		}
 		cl, err := semaphore.New(sb, h)
 		return cl, m[sem].Config, err
@@ -139,31 +157,86 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return child.ExitCoorddFailed
 	}
 	if code == child.ExitNotAcquired {
-		fmt.Fprintf(env.stderr, "coordd cron run: %s: a run is in progress and overlap is forbid; recorded as skipped\n", name)
+		// 75 is also a semaphore not acquired: the run recorded says which.
+		why := "a run is in progress and overlap is forbid; recorded as skipped"
+		if h, err := b.History(ctx, name, 1); err == nil && len(h) > 0 && h[0].Status != backends.RunSkipped && h[0].Error != "" {
+			why = esc(h[0].Error) + "; recorded as " + esc(h[0].Status)
+		}
+		fmt.Fprintf(env.stderr, "coordd cron run: %s: %s\n", name, why)
 	}
 	return code
 }
 
 // cronListJSON is one task in `cron list --json`.
 type cronListJSON struct {
-	Name     string        `json:"name"`
-	Backend  string        `json:"backend"`
-	Schedule string        `json:"schedule"`
-	Timezone string        `json:"timezone"`
-	Applied  bool          `json:"applied"`
-	NextRun  *time.Time    `json:"next_run,omitempty"`
-	Running  int           `json:"running"`
-	Last     *backends.Run `json:"last,omitempty"`
+	Name     string       `json:"name"`
+	Backend  string       `json:"backend"`
+	Schedule string       `json:"schedule"`
+	Timezone string       `json:"timezone"`
+	Applied  bool         `json:"applied"`
+	NextRun  *time.Time   `json:"next_run,omitempty"`
+	Running  int          `json:"running"`
+	Last     *cronRunJSON `json:"last,omitempty"`
+	cronPausedJSON
+}
+
+// cronRunJSON is one run in `cron history --json` and `cron list --json`:
+// its exit code is null when the command did not run to an end (running,
+// skipped, lost), where the store keeps 0 or coordd's own code.
+type cronRunJSON struct {
+	backends.Run
+	ExitCode *int `json:"exit_code"`
+}
+
+func newCronRunJSON(r backends.Run) cronRunJSON {
+	out := cronRunJSON{Run: r}
+	switch r.Status {
+	case backends.RunRunning, backends.RunSkipped, backends.RunLost:
+	default:
+		out.ExitCode = &r.RunResult.ExitCode
+	}
+	return out
+}
+
+// exitText is a run's EXIT column: its code, "-" when it has none,
+// "running" while it runs.
+func (r cronRunJSON) exitText() string {
+	switch {
+	case r.Status == backends.RunRunning:
+		return "running"
+	case r.ExitCode == nil:
+		return "-"
+	}
+	return strconv.Itoa(*r.ExitCode)
+}
+
+// cronTimes formats times for cron list and history: in the task's
+// timezone, or UTC with --utc.
+type cronTimes struct{ utc bool }
+
+func (c cronTimes) format(t time.Time, tz string) string {
+	if t.IsZero() {
+		return "-"
+	}
+	loc := time.UTC
+	if !c.utc {
+		if l, err := time.LoadLocation(tz); err == nil {
+			loc = l
+		}
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05 MST")
 }
 
 func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	fs := newFlags(c, env)
 	path := specFlag(fs, env)
 	asJSON := fs.Bool("json", false, "print JSON")
+	utc := fs.Bool("utc", false, "show times in UTC, not in each task's timezone")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
+	times := cronTimes{utc: *utc}
 	if !noPositional(env, "cron list", pos) {
 		return 1
 	}
@@ -202,6 +275,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			}
 			r := rows[n]
 			r.Applied, r.Running = true, st.Running
+			r.cronPausedJSON = pausedOf(st)
 			if !st.NextExec.IsZero() {
 				next := st.NextExec.UTC()
 				r.NextRun = &next
@@ -213,7 +287,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 				return 1
 			}
 			if len(h) > 0 {
-				last := h[0]
+				last := newCronRunJSON(h[0])
 				last.Output = nil
 				r.Last = &last
 			}
@@ -229,24 +303,39 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSCHEDULE\tTIMEZONE\tNEXT RUN\tLAST RESULT")
+	// The NEXT RUN column is painted in every row, its header too, so
+	// that it lines up: tabwriter counts the escape codes as width.
+	fmt.Fprintf(tw, "TASK\tSCHEDULE\tTIMEZONE\t%s\tLAST RESULT\n", env.paint(colourPlain, "NEXT RUN"))
 	for _, r := range out {
 		next, last := "not applied (run coordd apply)", "-"
 		if r.Applied {
 			next = "-"
 			if r.NextRun != nil {
-				next = r.NextRun.Format(time.RFC3339)
+				next = times.format(*r.NextRun, r.Timezone)
 			}
 		}
 		if r.Last != nil {
-			last = fmt.Sprintf("%s (exit %d) at %s", esc(r.Last.Status), r.Last.ExitCode, r.Last.StartedAt.UTC().Format(time.RFC3339))
+			exit := ""
+			if r.Last.ExitCode != nil {
+				exit = fmt.Sprintf(" (exit %d)", *r.Last.ExitCode)
+			}
+			last = fmt.Sprintf("%s%s at %s", env.paint(stateColour(r.Last.Status), esc(r.Last.Status)), exit, times.format(r.Last.StartedAt, r.Timezone))
 		}
 		if r.Running > 0 {
 			last += fmt.Sprintf(", %d running", r.Running)
 		}
+		next = env.paint(colourPlain, next)
+		if r.Paused {
+			next = env.paint(stateColour("paused"), r.cell())
+		}
 		fmt.Fprintf(tw, "cron.%s\t%s\t%s\t%s\t%s\n", r.Name, r.Schedule, r.Timezone, next, last)
 	}
 	tw.Flush()
+	for _, r := range out {
+		if r.Pause != nil {
+			fmt.Fprintf(env.stdout, "cron.%s paused %s\n", r.Name, describePause(r.Pause))
+		}
+	}
 	return 0
 }
 
@@ -255,6 +344,7 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 	path := specFlag(fs, env)
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", 20, "show at most N runs (0: all kept)")
+	utc := fs.Bool("utc", false, "show times in UTC, not in the task's timezone")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -284,26 +374,25 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 		fmt.Fprintf(env.stderr, "coordd cron history: %v\n", err)
 		return 1
 	}
+	out := make([]cronRunJSON, 0, len(runs))
+	for _, r := range runs {
+		out = append(out, newCronRunJSON(r))
+	}
 	if *asJSON {
-		if runs == nil {
-			runs = []backends.Run{}
-		}
-		_ = writeJSON(env.stdout, runs)
+		_ = writeJSON(env.stdout, out)
 		return 0
 	}
+	times := cronTimes{utc: *utc}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULED\tATTEMPT\tSTATUS\tEXIT\tHOST\tSTARTED\tFINISHED\tMANUAL\tERROR")
-	for _, r := range runs {
-		fin := "-"
-		if !r.FinishedAt.IsZero() {
-			fin = r.FinishedAt.UTC().Format(time.RFC3339)
-		}
+	// STATUS is painted in every row, its header too (see cronList).
+	fmt.Fprintf(tw, "SCHEDULED\tATTEMPT\t%s\tEXIT\tHOST\tSTARTED\tFINISHED\tMANUAL\tERROR\n", env.paint(colourPlain, "STATUS"))
+	for _, r := range out {
 		manual := ""
 		if r.Manual {
 			manual = "manual"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ScheduledAt.UTC().Format(time.RFC3339), r.Attempt, esc(r.Status), r.ExitCode,
-			esc(r.Host), r.StartedAt.UTC().Format(time.RFC3339), fin, manual, esc(r.Error))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", times.format(r.ScheduledAt, t.Timezone), r.Attempt, env.paint(stateColour(r.Status), esc(r.Status)), r.exitText(),
+			esc(r.Host), times.format(r.StartedAt, t.Timezone), times.format(r.FinishedAt, t.Timezone), manual, esc(r.Error))
 	}
 	tw.Flush()
 	return 0

@@ -66,7 +66,7 @@ func TestCronRunHistoryList(t *testing.T) {
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
-	if !strings.Contains(string(out), "cron.job") || !strings.Contains(string(out), "T04:00:00Z") || !strings.Contains(string(out), "failed (exit 7)") {
+	if !strings.Contains(string(out), "cron.job") || !strings.Contains(string(out), " 04:00:00 UTC") || !strings.Contains(string(out), "failed (exit 7)") {
 		t.Fatalf("list:\n%s", out)
 	}
 	out, err = coorddCmd(t, dataDir, "cron", "list", "-f", specPath, "--json").Output()

@@ -399,11 +399,12 @@ func TestExamplesDocsFlags(t *testing.T) {
 		if f, ok := helpFlags[key]; ok {
 			return f
 		}
-		_, _, help := c.run("", false, append(slices.Clone(cmd), "--help")...)
+		_, help, _ := c.run("", false, append(slices.Clone(cmd), "--help")...)
 		f := map[string]bool{"h": true, "help": true}
 		for _, line := range strings.Split(help, "\n") {
-			if m := regexp.MustCompile(`^\s+-([a-z][a-z-]*)`).FindStringSubmatch(line); m != nil {
-				f[m[1]] = true
+			// "  -f, --file PATH  ..." or "  --json  ..."
+			if m := regexp.MustCompile(`^\s+(?:-([a-z]), )?--?([a-z][a-z-]*)`).FindStringSubmatch(line); m != nil {
+				f[m[1]], f[m[2]] = true, true
 			}
 		}
 		helpFlags[key] = f

@@ -12,12 +12,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/mattn/go-isatty"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/internal/child"
@@ -37,19 +40,21 @@ type command struct {
 
 // dispatch runs the subcommand named by args[0] (sem run, queue push, …).
 func dispatch(ctx context.Context, c *command, env *cliEnv, args []string, subs map[string]runFunc) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(env.stderr, c.usage)
-		if len(args) == 0 {
-			return 1
-		}
+		return 1
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(env.stdout, c.usage)
 		return 0
 	}
 	sub, ok := subs[args[0]]
 	if !ok {
-		fmt.Fprintf(env.stderr, "coordd %s: unknown subcommand %q\n\n%s", c.name, args[0], c.usage)
+		fmt.Fprintf(env.stderr, "coordd %s: unknown subcommand %q\nRun 'coordd %s --help' for usage.\n", c.name, args[0], c.name)
 		return 1
 	}
-	return sub(ctx, c, env, args[1:])
+	// The subcommand's flag errors name it: "coordd sem run: ...".
+	return sub(ctx, &command{name: c.name + " " + args[0], summary: c.summary, usage: c.usage, run: c.run}, env, args[1:])
 }
 
 // cliEnv is what a subcommand may touch; tests replace its fields.
@@ -58,6 +63,11 @@ type cliEnv struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	isTerminal     bool
+	// colour: stdout may carry ANSI colours (wantColour).
+	colour bool
+	// stderrTerminal: a person reads stderr, so a wait may say what it
+	// waits for.
+	stderrTerminal bool
 	// hostname is the default --host-id; nil means os.Hostname.
 	hostname func() (string, error)
 }
@@ -76,7 +86,8 @@ func main() {
 	_ = mysql.SetLogger(&mysql.NopLogger{})
 	goredis.SetLogger(nopRedisLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal()}
+	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: stdinIsTerminal(),
+		colour: wantColour(os.Getenv, isatty.IsTerminal(os.Stdout.Fd())), stderrTerminal: isatty.IsTerminal(os.Stderr.Fd())}
 	code := run(ctx, env, os.Args[1:])
 	stop()
 	os.Exit(code)
@@ -100,16 +111,16 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 				return 0
 			}
 		}
-		usage(env.stdout)
 		if len(args) == 0 {
+			usage(env.stderr)
 			return 1
 		}
+		usage(env.stdout)
 		return 0
 	}
 	c := lookup(args[0])
 	if c == nil {
-		fmt.Fprintf(env.stderr, "coordd: unknown command %q\n\n", args[0])
-		usage(env.stderr)
+		fmt.Fprintf(env.stderr, "coordd: unknown command %q\nRun 'coordd --help' for the commands.\n", args[0])
 		return 1
 	}
 	return c.run(ctx, c, env, args[1:])
@@ -137,16 +148,78 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'coordd COMMAND --help' for a command's flags.")
 }
 
-// newFlags returns a FlagSet whose usage prints the command's usage text.
+// newFlags returns a FlagSet for c. --help prints the command's usage and
+// its flags on stdout (flagExit makes it exit 0). A flag error prints one
+// line and where the help is on stderr, not the whole help: the error is
+// what a person needs to see, and 30 lines of flags would scroll it away.
+// The flag package reports both through Usage; an error has written its
+// message to the output first, so Usage tells them apart by that.
 func newFlags(c *command, env *cliEnv) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	var msg strings.Builder
+	fs.SetOutput(&msg)
 	fs.Usage = func() {
-		fmt.Fprint(env.stderr, c.usage)
-		fmt.Fprintln(env.stderr, "\nFlags:")
-		fs.PrintDefaults()
+		if msg.Len() == 0 {
+			fmt.Fprint(env.stdout, c.usage)
+			fmt.Fprintln(env.stdout, "\nFlags:")
+			printFlags(env.stdout, fs)
+			return
+		}
+		fmt.Fprintf(env.stderr, "coordd %s: %s\n", c.name, dashDash(strings.TrimSpace(msg.String())))
+		fmt.Fprintf(env.stderr, "Run 'coordd %s --help' for usage.\n", c.name)
+		msg.Reset()
 	}
 	return fs
+}
+
+// printFlags prints fs's flags as a person types them: --name for a long
+// flag (Go's PrintDefaults writes -name), its short form beside it.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	short := map[string]string{} // long name -> short name
+	fs.VisitAll(func(f *flag.Flag) {
+		if long, ok := strings.CutPrefix(f.Usage, "short for --"); ok {
+			short[long] = f.Name
+		}
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, "short for --") {
+			return
+		}
+		typ, usage := flag.UnquoteUsage(f)
+		name := dash(f.Name)
+		if s, ok := short[f.Name]; ok {
+			name = dash(s) + ", " + name
+		}
+		if typ != "" {
+			name += " " + typ
+		}
+		switch {
+		case f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s":
+		case fmt.Sprintf("%T", f.Value) == "*flag.stringValue":
+			usage += fmt.Sprintf(" (default %q)", f.DefValue)
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
+	})
+	tw.Flush()
+}
+
+// dash is a flag as typed: -f for one letter, --name for a word.
+func dash(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// flagInMsg is a flag as the flag package names it in an error (-name).
+var flagInMsg = regexp.MustCompile(`(^|[\s:])-([a-z][a-z-]+)\b`)
+
+// dashDash rewrites the flag package's -name in an error as --name.
+func dashDash(msg string) string {
+	return flagInMsg.ReplaceAllString(msg, "$1--$2")
 }
 
 // parseArgs parses flags that may appear anywhere before a "--", including
@@ -177,14 +250,17 @@ func flagExit(err error) int {
 	return 1
 }
 
+// defaultSpecPath is the spec without -f or $COORDD_SPEC.
+const defaultSpecPath = "/etc/coordd"
+
 // specFlag adds -f/--file, defaulting to $COORDD_SPEC, then /etc/coordd.
 func specFlag(fs *flag.FlagSet, env *cliEnv) *string {
 	def := env.getenv("COORDD_SPEC")
 	if def == "" {
-		def = "/etc/coordd"
+		def = defaultSpecPath
 	}
 	p := new(string)
-	fs.StringVar(p, "file", def, "spec file or directory of *.yaml/*.yml files ($COORDD_SPEC)")
+	fs.StringVar(p, "file", def, "the spec's `PATH`: a file or a directory of *.yaml/*.yml files ($COORDD_SPEC)")
 	fs.StringVar(p, "f", def, "short for --file")
 	return p
 }

@@ -136,8 +136,8 @@ func TestPlanApplyFlow(t *testing.T) {
 func TestHelpAndVersion(t *testing.T) {
 	c := newCLI(t)
 	for _, cmd := range []string{"validate", "plan", "apply", "version"} {
-		if code, _, errs := c.run("", false, cmd, "--help"); code != 0 || !strings.Contains(errs, "Usage: coordd "+cmd) {
-			t.Errorf("%s --help: %d %s", cmd, code, errs)
+		if code, out, _ := c.run("", false, cmd, "--help"); code != 0 || !strings.Contains(out, "Usage: coordd "+cmd) {
+			t.Errorf("%s --help: %d %s", cmd, code, out)
 		}
 	}
 	if code, out, _ := c.run("", false, "version"); code != 0 || !strings.Contains(out, "go1.") {

@@ -29,7 +29,7 @@ var queueCmd = &command{
 	summary: "push jobs, run workers, show and repair queues",
 	usage: `Usage:
   coordd queue push NAME [-f PATH] [--delay D] [--key K] [PAYLOAD | -]
-  coordd queue work NAME [-f PATH] [--concurrency N] [--drain] [--host-id ID] -- CMD ARGS...
+  coordd queue work NAME [-f PATH] [--concurrency N] [--drain [--ready-only]] [--host-id ID] -- CMD ARGS...
   coordd queue stats [NAME...] [-f PATH] [--json]
   coordd queue dead NAME [-f PATH] [--requeue | --purge] [--json]
 
@@ -48,7 +48,11 @@ it after retry_backoff, and after max_attempts attempts it moves to the dead
 set. The job's visibility lease is renewed while CMD runs; CMD never outlives
 it (TERM, then KILL before the lease ends), and it is stopped after the
 queue's timeout, if one is set. With --drain, work exits once no job is
-ready, delayed or in flight. On SIGINT or SIGTERM it stops claiming, forwards
+ready, delayed or in flight; while it waits for delayed or in-flight jobs
+it says so on stderr (once per change: "draining: waiting for 1 delayed
+job, due at 17:57:00 UTC"). --ready-only (implies --drain) exits once no
+job is ready now and its own commands have finished, without waiting for
+delayed jobs or for the jobs of other workers. On SIGINT or SIGTERM it stops claiming, forwards
 the signal to the running commands and exits 0 once they have finished.
 
 If CMD cannot be started (not found, not executable), work claims nothing
@@ -95,7 +99,7 @@ type queueTarget struct {
 func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly bool) (*queueTarget, error) {
 	s, ok := loadSpec(env, path, false)
 	if !ok {
-		return nil, errors.New("the spec is invalid")
+		return nil, errReported
 	}
 	local := s.Queues[name]
 	if local == nil {
@@ -153,7 +157,7 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	name := pos[0]
 	t, err := openQueue(ctx, env, *path, name, false)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue push: %v\n", err)
+		reportErr(env, "coordd queue push", err)
 		return 1
 	}
 	defer t.backend.Close()
@@ -230,6 +234,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	path := specFlag(fs, env)
 	conc := fs.Int("concurrency", 1, "how many commands run at once")
 	drain := fs.Bool("drain", false, "exit once no job is ready, delayed or in flight")
+	readyOnly := fs.Bool("ready-only", false, "exit once no job is ready now (implies --drain; delayed jobs and other workers' jobs are not waited for)")
 	host := fs.String("host-id", "", "host id in the owner tokens (default: the hostname)")
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
@@ -268,7 +273,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 
 	t, err := openQueue(ctx, env, *path, name, false)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
+		reportErr(env, "coordd queue work", err)
 		return 1
 	}
 	defer t.backend.Close()
@@ -281,6 +286,7 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	stdout, stderr := shareable(env.stdout), shareable(env.stderr)
 	var mu sync.Mutex
 	running := map[*child.Process]bool{}
+	var startErr error // the first failed start, under mu
 	stop := make(chan struct{})
 	watchDone := make(chan struct{})
 	defer close(watchDone)
@@ -331,8 +337,13 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			// its #! interpreter is missing): the job goes back with its
 			// attempt not counted, and the worker stops.
 			if errors.Is(err, child.ErrNotFound) {
-				return fmt.Errorf("%w: %w (the command or its #! interpreter is missing)", queue.ErrCannotStart, err)
+				err = fmt.Errorf("%w (the command or its #! interpreter is missing)", err)
 			}
+			mu.Lock()
+			if startErr == nil {
+				startErr = err
+			}
+			mu.Unlock()
 			return fmt.Errorf("%w: %w", queue.ErrCannotStart, err)
 		}
 		l.OnRenew(p.Renewed)
@@ -348,24 +359,76 @@ func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	}
 	// The commands are stopped by signals (forwarded) and by their lease,
 	// not by the end of ctx: a stop lets them finish.
+	lastWait := ""
 	err = cl.Work(context.WithoutCancel(ctx), name, queue.WorkerOptions{
 		Concurrency: *conc,
-		Drain:       *drain,
-		Owner:       fmt.Sprintf("%s:%d", hid, os.Getpid()),
-		Stop:        stop,
+		Drain:       *drain || *readyOnly,
+		ReadyOnly:   *readyOnly,
+		DrainWait: func(st backends.QueueState) {
+			if msg := drainWaitText(st); msg != lastWait {
+				lastWait = msg
+				fmt.Fprintf(stderr, "coordd queue work: %s: draining: %s\n", name, msg)
+			}
+		},
+		Owner: fmt.Sprintf("%s:%d", hid, os.Getpid()),
+		Stop:  stop,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "coordd queue work: "+format+"\n", args...)
 		},
 	}, handler)
 	if err != nil {
 		if errors.Is(err, queue.ErrCannotStart) {
-			fmt.Fprintf(stderr, "coordd queue work: stopped, the command cannot start: %v\n", err)
+			// The job it was given went back (logged above, with its id):
+			// this line says why once.
+			mu.Lock()
+			why := startErr
+			mu.Unlock()
+			fmt.Fprintf(stderr, "coordd queue work: %s: stopped, the command cannot start: %v\n", name, why)
 		} else {
 			fmt.Fprintf(stderr, "coordd queue work: %v\n", err)
 		}
 		return workExit(err)
 	}
 	return 0
+}
+
+// drainWaitText says what a draining worker still waits for: "waiting for
+// 1 delayed job, due at 17:57:00 UTC, and 2 in flight".
+func drainWaitText(st backends.QueueState) string {
+	var parts []string
+	if n := st.ReadyNow(); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d ready", n))
+	}
+	if st.Delayed > 0 {
+		d := fmt.Sprintf("%d delayed %s", st.Delayed, plural(st.Delayed, "job", "jobs"))
+		if !st.NextDelayed.IsZero() {
+			layout := "15:04:05 MST"
+			if time.Until(st.NextDelayed) > 12*time.Hour {
+				layout = "2006-01-02 15:04:05 MST"
+			}
+			d += ", " + map[bool]string{true: "the first ", false: ""}[st.Delayed > 1] + "due at " + st.NextDelayed.UTC().Format(layout)
+		}
+		parts = append(parts, d)
+	}
+	if st.InFlight > 0 {
+		parts = append(parts, fmt.Sprintf("%d in flight", st.InFlight))
+	}
+	if len(parts) == 0 {
+		return "waiting"
+	}
+	msg := "waiting for " + strings.Join(parts, " and ")
+	if st.Delayed > 0 {
+		msg += " (--ready-only would not wait for delayed jobs)"
+	}
+	return msg
+}
+
+// plural is one when n is 1, else many.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // workExit is the exit status of queue work for err: 127 or 126 when the
@@ -524,7 +587,7 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	name := pos[0]
 	t, err := openQueue(ctx, env, *path, name, !*requeue && !*purge)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue dead: %v\n", err)
+		reportErr(env, "coordd queue dead", err)
 		return 1
 	}
 	defer t.backend.Close()

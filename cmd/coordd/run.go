@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/daemon"
+	"github.com/coordd/coordd/dashboard"
 	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/spec"
 )
@@ -22,6 +23,7 @@ var runCmd = &command{
 	summary: "run the daemon: leader election, the scheduler, reload, apply and resync",
 	usage: `Usage: coordd run [-f PATH] [--host-id ID] [--log-json] [--log-level LEVEL]
                   [--shutdown-grace D] [--resync D] [--listen ADDR]
+                  [--dashboard=false] [--dashboard-actions --dashboard-token-file PATH]
 
 Runs coordd on this server. Run it on every server with the same spec. It
 watches the spec (SIGHUP forces a reload; a broken spec keeps the last good one
@@ -31,8 +33,12 @@ toward the applied record. SIGTERM stops claiming and lets running commands
 finish within --shutdown-grace; a second signal kills them.
 
 --listen ADDR (for example 127.0.0.1:9464) serves Prometheus metrics on
-/metrics and a health check on /healthz (503 while the last spec reload
-failed). Without it nothing listens.
+/metrics, a health check on /healthz (503 while the last spec reload
+failed) and a read-only web dashboard at / (--dashboard=false turns it off;
+it shows payloads and command output, so keep the address private). Without
+it nothing listens. --dashboard-actions with --dashboard-token-file adds
+buttons (run a task now, requeue or purge dead jobs) for whoever logs in
+with a token of that file; every action goes to the log (docs/dashboard.md).
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fs := newFlags(c, env)
@@ -42,12 +48,27 @@ failed). Without it nothing listens.
 		logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 		grace := fs.Duration("shutdown-grace", 30*time.Second, "how long running commands may finish after SIGTERM")
 		resync := fs.Duration("resync", time.Minute, "how often the leader repairs drift")
-		listen := fs.String("listen", "", "serve /metrics and /healthz on this address (default: no listener)")
+		listen := fs.String("listen", "", "serve /metrics, /healthz and the dashboard on `ADDR` (default: no listener)")
+		dash := fs.Bool("dashboard", true, "serve the web dashboard at / on --listen")
+		dashActions := fs.Bool("dashboard-actions", false, "let operators who log in with a token of --dashboard-token-file act from the dashboard")
+		dashTokens := fs.String("dashboard-token-file", "", "read the dashboard's access tokens from `PATH`: one ID:SECRET a line, not readable by other users")
 		pos, _, err := parseArgs(fs, args)
 		if err != nil {
 			return flagExit(err)
 		}
 		if !noPositional(env, c.name, pos) {
+			return 1
+		}
+		var dashOpts *dashboard.Options
+		switch {
+		case *dash:
+			dashOpts = &dashboard.Options{Actions: *dashActions, TokenFile: *dashTokens}
+		case *dashActions || *dashTokens != "":
+			fmt.Fprintln(env.stderr, "coordd run: --dashboard-actions and --dashboard-token-file need the dashboard (--dashboard=false turns it off)")
+			return 1
+		}
+		if *listen == "" && (*dashActions || *dashTokens != "") {
+			fmt.Fprintln(env.stderr, "coordd run: the dashboard flags need --listen ADDR: the dashboard is served there")
 			return 1
 		}
 		level := hclog.LevelFromString(*logLevel)
@@ -81,7 +102,7 @@ failed). Without it nothing listens.
 		d, err := daemon.New(ctx, daemon.Config{
 			SpecPath: *path, HostID: id, Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
-			ShutdownGrace: *grace, ResyncEvery: *resync, Listen: *listen,
+			ShutdownGrace: *grace, ResyncEvery: *resync, Listen: *listen, Dashboard: dashOpts,
 		})
 		if err != nil {
 			var errs spec.Errors

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -30,7 +31,8 @@ var semCmd = &command{
 
 sem run takes a slot of semaphore NAME, runs CMD while renewing the lease, and
 releases the slot when CMD exits. Without --wait or --no-wait it waits as long
-as it takes, as flock(1) does. Waiters are served in the order they came
+as it takes, as flock(1) does; with stderr on a terminal, a wait says what
+it waits for (the holders, with host and pid, and how many wait). Waiters are served in the order they came
 (memcached excepted), and --no-wait never takes a slot a waiter is owed. The child runs in its own process group, gets
 INT, TERM, HUP and QUIT forwarded, and has COORDD_SEMAPHORE, COORDD_SLOT and
 COORDD_FENCING_TOKEN set, and lacks the environment variables that the spec's
@@ -79,7 +81,7 @@ type semTarget struct {
 func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarget, error) {
 	s, ok := loadSpec(env, path, false)
 	if !ok {
-		return nil, errors.New("the spec is invalid")
+		return nil, errReported
 	}
 	local := s.Semaphores[name]
 	if local == nil {
@@ -87,9 +89,9 @@ func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarg
 	}
 	switch {
 	case local.Keyed && key == "":
-		return nil, fmt.Errorf("semaphore %q is keyed: give the instance's key with --key: %w", name, backends.ErrKeyRequired)
+		return nil, explain(backends.ErrKeyRequired, "semaphore %q is keyed: give the instance's key with --key", name)
 	case !local.Keyed && key != "":
-		return nil, fmt.Errorf("semaphore %q is not keyed (declare it with keyed: true to use --key): %w", name, backends.ErrNotKeyed)
+		return nil, explain(backends.ErrNotKeyed, "semaphore %q is not keyed: --key applies to one declared with keyed: true", name)
 	}
 	adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, local.Backend, "semaphores", false)
 	if err != nil {
@@ -201,7 +203,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	t, err := openSem(ctx, env, *path, name, *key)
 	if err != nil {
 		close(stopWatch)
-		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
+		reportErr(env, "coordd sem run", err)
 		return child.ExitCoorddFailed
 	}
 	defer t.backend.Close()
@@ -211,7 +213,12 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
 		return child.ExitCoorddFailed
 	}
+	stopTell := func() {}
+	if env.stderrTerminal && !*noWait {
+		stopTell = tellWaiting(waitCtx, env, t)
+	}
 	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, Key: *key})
+	stopTell()
 	close(stopWatch)
 	<-watchDone
 	if err != nil && waitSig == nil && ctx.Err() != nil {
@@ -226,7 +233,8 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	switch {
 	case err == nil:
 	case errors.Is(err, semaphore.ErrNotAcquired), errors.Is(err, backends.ErrTooManyWaiters):
-		fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: %v\n", t.label(), err)
+		// err says "not acquired" and why (semaphore.ErrNotAcquired).
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: %v\n", t.label(), err)
 		return child.ExitNotAcquired
 	case waitSig != nil:
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", t.label(), waitSig)
@@ -236,6 +244,70 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return child.ExitCoorddFailed
 	}
 	return runHolding(ctx, env, t, l, argv, sigs)
+}
+
+// tellWaiting tells a person at a terminal what sem run waits for, once the
+// wait has lasted a moment and again when that changes: "waiting for
+// semaphore s: 2 of 2 held by web1 pid 123, web2 pid 9; 2 in line, this
+// one included". Without it a waiting sem run looks hung. The returned
+// func stops it; nothing is printed after it returns.
+func tellWaiting(ctx context.Context, env *cliEnv, t *semTarget) (stop func()) {
+	adm, ok := t.backend.(backends.SemaphoreAdmin)
+	if !ok {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := ""
+		for wait := 500 * time.Millisecond; ; wait = 2 * time.Second {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			m, err := adm.ObserveSemaphores(ctx, []string{t.name})
+			if err != nil || m[t.name] == nil {
+				continue
+			}
+			msg := waitingText(t, m[t.name])
+			if msg != last && ctx.Err() == nil {
+				last = msg
+				fmt.Fprintf(env.stderr, "coordd sem run: %s\n", msg)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// waitingText is tellWaiting's line for the observed state st.
+func waitingText(t *semTarget, st *backends.SemaphoreState) string {
+	holders, waiters := st.Holders, st.Waiters
+	if t.key != "" {
+		holders, waiters = nil, 0
+		for _, i := range st.Instances {
+			if i.Key == t.key {
+				holders, waiters = i.Holders, i.Waiters
+			}
+		}
+	}
+	var who []string
+	for i, h := range holders {
+		if i == 3 {
+			who = append(who, fmt.Sprintf("%d more", len(holders)-3))
+			break
+		}
+		who = append(who, fmt.Sprintf("%s pid %d", esc(h.Host), h.PID))
+	}
+	msg := fmt.Sprintf("waiting for semaphore %s: %d of %d held", t.label(), len(holders), t.applied.Limit)
+	if len(who) > 0 {
+		msg += " by " + strings.Join(who, ", ")
+	}
+	if waiters > 0 {
+		msg += fmt.Sprintf("; %d in line, this one included", waiters)
+	}
+	return msg
 }
 
 // runHolding runs argv while l is held and renewed, then releases it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -126,6 +125,11 @@ type objectStatus struct {
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	Running    *int       `json:"running,omitempty"`
 	LastResult string     `json:"last_result,omitempty"`
+	// Paused is set for a cron task: whether it is paused (Pause: by an
+	// operator; PausedInSpec: by paused: true).
+	Paused       *bool               `json:"paused,omitempty"`
+	Pause        *backends.CronPause `json:"pause,omitempty"`
+	PausedInSpec bool                `json:"paused_in_spec,omitempty"`
 	// Queues
 	Ready    *int64     `json:"ready,omitempty"`
 	InFlight *int64     `json:"in_flight,omitempty"`
@@ -186,6 +190,8 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				}
 				if st := m[a.Name]; st != nil {
 					ob.Applied, ob.NextRun, ob.Running = true, ptr(st.NextExec), ptr(st.Running)
+					p := pausedOf(st)
+					ob.Paused, ob.Pause, ob.PausedInSpec = ptr(p.Paused), p.Pause, p.PausedInSpec
 				}
 			}
 			if cr, ok := bk.(backends.Crons); ok && ob.Applied {
@@ -194,7 +200,10 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					return nil, err
 				}
 				if len(h) > 0 {
-					ob.LastResult = fmt.Sprintf("%s (exit %d, %s)", esc(h[0].Status), h[0].ExitCode, h[0].ScheduledAt.UTC().Format(time.RFC3339))
+					ob.LastResult = fmt.Sprintf("%s (%s)", esc(h[0].Status), h[0].ScheduledAt.UTC().Format(time.RFC3339))
+					if r := newCronRunJSON(h[0]); r.ExitCode != nil {
+						ob.LastResult = fmt.Sprintf("%s (exit %d, %s)", esc(h[0].Status), *r.ExitCode, h[0].ScheduledAt.UTC().Format(time.RFC3339))
+					}
 				}
 			}
 		case spec.KindQueue:
@@ -277,36 +286,49 @@ func (r *statusReport) writeText(env *cliEnv) {
 	}
 	fmt.Fprintf(w, "Spec:      local %s, applied %s\n", short12(r.LocalHash), applied)
 	if r.HashWarning != "" {
-		fmt.Fprintf(w, "Warning:   %s\n", r.HashWarning)
+		fmt.Fprintf(w, "%s   %s\n", env.paint(colourYellow, "Warning:"), r.HashWarning)
 	}
-	r.writeHosts(w)
+	r.writeHosts(env)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, o := range r.Objects {
 		if !o.Applied {
-			fmt.Fprintf(tw, "%s\tbackend %s\tnot applied\n", o.Address, o.Backend)
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\n", o.Address, o.Backend, env.paint(colourYellow, "not applied"))
 			continue
 		}
 		switch {
 		case o.Limit != nil && o.Instances != nil:
-			fmt.Fprintf(tw, "%s\tbackend %s\tlimit %d per key\tholders %d\tinstances %d\n", o.Address, o.Backend, *o.Limit, *o.Holders, *o.Instances)
+			// The third column is painted in every kind of row (a paused
+			// task's is coloured): tabwriter counts escape codes as width.
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d\tinstances %d\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d per key", *o.Limit)), *o.Holders, *o.Instances)
 		case o.Limit != nil:
-			fmt.Fprintf(tw, "%s\tbackend %s\tlimit %d\tholders %d\n", o.Address, o.Backend, *o.Limit, *o.Holders)
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d", *o.Limit)), *o.Holders)
 		case o.NextRun != nil:
 			last := o.LastResult
 			if last == "" {
 				last = "never ran"
 			}
-			fmt.Fprintf(tw, "%s\tbackend %s\tnext %s\trunning %d\tlast %s\n", o.Address, o.Backend, o.NextRun.UTC().Format(time.RFC3339), *o.Running, last)
+			// Painted either way: a column of painted and plain cells would
+			// not line up (tabwriter counts the escape codes).
+			next := env.paint(colourPlain, "next "+o.NextRun.UTC().Format(time.RFC3339))
+			if o.Paused != nil && *o.Paused {
+				next = env.paint(stateColour("paused"), cronPausedJSON{Paused: true, Pause: o.Pause, PausedInSpec: o.PausedInSpec}.cell())
+			}
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\trunning %d\tlast %s\n", o.Address, o.Backend, next, *o.Running, last)
 		case o.Ready != nil:
 			oldest := "-"
 			if o.Oldest != nil {
 				oldest = time.Since(*o.Oldest).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s\n", o.Address, o.Backend, *o.Ready, *o.InFlight, *o.Delayed, *o.Dead, oldest)
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tin flight %d\tdelayed %d\tdead %d\toldest %s\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("ready %d", *o.Ready)), *o.InFlight, *o.Delayed, *o.Dead, oldest)
 		}
 	}
 	tw.Flush()
+	for _, o := range r.Objects {
+		if o.Pause != nil {
+			fmt.Fprintf(w, "%s paused %s (coordd cron resume)\n", o.Address, describePause(o.Pause))
+		}
+	}
 }
 
 func short12(h string) string {
@@ -318,7 +340,8 @@ func short12(h string) string {
 
 // writeHosts writes the hosts section: a line per host, then the warning
 // when live hosts disagree on the spec hash.
-func (r *statusReport) writeHosts(w io.Writer) {
+func (r *statusReport) writeHosts(env *cliEnv) {
+	w := env.stdout
 	if len(r.Hosts) == 0 {
 		fmt.Fprintln(w, "Hosts:     none recorded yet (each coordd run records its host when it starts)")
 		return
@@ -344,12 +367,13 @@ func (r *statusReport) writeHosts(w io.Writer) {
 		if h.RunsApplied {
 			applied = "applied"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\tversion %s\tspec %s\t%s\tstarted %s\tseen %s ago\n", esc(h.Host), role, h.State,
+		// Every state cell is painted, so that the column stays aligned.
+		fmt.Fprintf(tw, "  %s\t%s\t%s\tversion %s\tspec %s\t%s\tstarted %s\tseen %s ago\n", esc(h.Host), role, env.paint(stateColour(h.State), h.State),
 			esc(h.Version), esc(short12(h.SpecHash)), applied, h.StartedAt.UTC().Format(time.RFC3339),
 			(time.Duration(h.LastSeenAgo * float64(time.Second))).Round(time.Second))
 	}
 	tw.Flush()
 	if r.HostsWarning != "" {
-		fmt.Fprintf(w, "Warning:   %s\n", r.HostsWarning)
+		fmt.Fprintf(w, "%s   %s\n", env.paint(colourYellow, "Warning:"), r.HostsWarning)
 	}
 }

@@ -46,7 +46,7 @@ func TestStatusHosts(t *testing.T) {
 		t.Errorf("warning %q\nwant    %q", r.HostsWarning, wantWarn)
 	}
 	var out bytes.Buffer
-	r.writeHosts(&out)
+	r.writeHosts(&cliEnv{stdout: &out})
 	for _, l := range []string{
 		"Hosts:     3 live, 1 stale, 1 stopped",
 		"h1  leader  live",

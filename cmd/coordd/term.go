@@ -17,6 +17,56 @@ func stdinIsTerminal() bool {
 	return isatty.IsTerminal(os.Stdin.Fd())
 }
 
+// wantColour decides whether stdout gets colours: never with NO_COLOR set
+// (no-color.org) or TERM=dumb; always with CLICOLOR_FORCE set to anything
+// but 0 (for a pager that shows them, and for tests); else only when stdout
+// is a terminal, so that a pipe, a file or CI log gets plain text.
+func wantColour(getenv func(string) string, stdoutTerminal bool) bool {
+	switch {
+	case getenv("NO_COLOR") != "", getenv("TERM") == "dumb":
+		return false
+	case getenv("CLICOLOR_FORCE") != "" && getenv("CLICOLOR_FORCE") != "0":
+		return true
+	}
+	return stdoutTerminal
+}
+
+// ANSI colours. Each code is 5 bytes, so that a column of a tabwriter
+// table whose every cell is painted stays aligned (tabwriter counts bytes).
+const (
+	colourGreen  = "\x1b[32m"
+	colourYellow = "\x1b[33m"
+	colourRed    = "\x1b[31m"
+	colourGrey   = "\x1b[90m"
+	colourPlain  = "\x1b[39m" // the default colour: pads a cell to its column
+	colourReset  = "\x1b[0m"
+)
+
+// paint wraps s in colour when env shows colours.
+func (env *cliEnv) paint(colour, s string) string {
+	if !env.colour {
+		return s
+	}
+	return colour + s + colourReset
+}
+
+// stateColour is the colour of a state word that status, sem status and
+// cron list print: green for what is well, yellow for what needs a look,
+// red for a failure, grey for what is over.
+func stateColour(state string) string {
+	switch state {
+	case "live", "succeeded", "applied":
+		return colourGreen
+	case "stale", "running", "skipped", "not applied", "paused":
+		return colourYellow
+	case "failed", "lost", "timed_out", "timeout", "killed":
+		return colourRed
+	case "stopped":
+		return colourGrey
+	}
+	return colourPlain
+}
+
 // esc makes a value read from a store safe to print as text. Records in a
 // shared store are written by other hosts, and a hostile or broken one can
 // put anything there (issue 14): a host id, key, error or output holding a

@@ -3,16 +3,20 @@
 #
 #   examples/batch-once/run.sh            # embedded SQLite store, no setup
 #   examples/batch-once/run.sh mysql      # MySQL/MariaDB (mode: session, GET_LOCK)
-#   examples/batch-once/run.sh memcached  # memcached (seed 002)
+#   examples/batch-once/run.sh memcached  # memcached (an incr/decr counter mutex's store)
 #
 # It needs `coordd` on PATH (or bin/coordd from `make build`). State goes to
-# $COORDD_DATA_DIR, a new temp dir when unset. It checks what it shows and
+# $COORDD_DATA_DIR, a new temp dir (removed at exit) when unset. It checks what it shows and
 # ends with "OK".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spec=$here/${1:-}
 command -v coordd >/dev/null || PATH=$here/../../bin:$PATH
-export COORDD_DATA_DIR=${COORDD_DATA_DIR:-$(mktemp -d)}
+if [ -z "${COORDD_DATA_DIR:-}" ]; then
+  COORDD_DATA_DIR=$(mktemp -d)
+  trap 'rm -rf "$COORDD_DATA_DIR"' EXIT # a temp dir of our own goes when the script ends
+fi
+export COORDD_DATA_DIR
 cd "$here"
 fail() { echo "FAILED: $*" >&2; exit 1; }
 wait_for() { for _ in $(seq 200); do "$@" && return 0; sleep 0.1; done; fail "timed out waiting for: $*"; }

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Seed 003: one runs, one waits, the rest are dropped, per catalogue. Run
+# Coalescing per key: one runs, one waits, the rest are dropped, per catalogue. Run
 # from anywhere:
 #
 #   examples/coalesce/run.sh         # embedded SQLite store, no setup
 #   examples/coalesce/run.sh redis   # Redis at $COORDD_REDIS_URL (default redis://127.0.0.1:6379/0)
 #
 # It needs `coordd` on PATH (or bin/coordd from `make build`). State goes to
-# $COORDD_DATA_DIR, a new temp dir when unset. It checks what it shows and
+# $COORDD_DATA_DIR, a new temp dir (removed at exit) when unset. It checks what it shows and
 # ends with "OK".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spec=$here/${1:-}
 command -v coordd >/dev/null || PATH=$here/../../bin:$PATH
-export COORDD_DATA_DIR=${COORDD_DATA_DIR:-$(mktemp -d)}
+if [ -z "${COORDD_DATA_DIR:-}" ]; then
+  COORDD_DATA_DIR=$(mktemp -d)
+  trap 'rm -rf "$COORDD_DATA_DIR"' EXIT # a temp dir of our own goes when the script ends
+fi
+export COORDD_DATA_DIR
 export REINDEX_LOG=$COORDD_DATA_DIR/reindex.log REINDEX_HOLD=$COORDD_DATA_DIR/hold
 : >"$REINDEX_LOG"
 touch "$REINDEX_HOLD"

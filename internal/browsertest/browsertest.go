@@ -109,10 +109,22 @@ func Start(t testing.TB) *Browser {
 		cmdW.Close()
 		resR.Close()
 		if t.Failed() {
-			t.Logf("--- chromium stderr ---\n%s", stderr.String())
+			t.Logf("--- chromium stderr (without its D-Bus complaints: a container has no bus) ---\n%s", withoutDBus(stderr.String()))
 		}
 	})
 	return b
+}
+
+// withoutDBus drops the lines about a missing D-Bus, which Chromium logs
+// by the dozen in a container and which never explain a failure.
+func withoutDBus(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "dbus/") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // limited keeps the first n bytes written to it.

@@ -1,0 +1,131 @@
+package redis
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/backends"
+)
+
+var _ backends.WaiterLister = (*Store)(nil)
+
+// Who waits: beside each line (wseq, wexp) a hash winfo, the line's key
+// with "wseq" replaced by "winfo" (so under the same hash tag, and under an
+// instance's "i:<key>:" when the line is an instance's), maps a waiter's
+// owner to "<since µs> <pid> <host>" (since 0: unknown, a record entered by
+// a binary from before it). The enter scripts write it; nothing else
+// touches it. A field outlives its waiter's record (a grant or a leave
+// removes the record only): it is never listed, since the list follows
+// wseq and wexp, and the enter scripts sweep such fields once they
+// outnumber the live waiters twice over. The hash expires with the line's
+// latest waiter record, and an idle instance's settle deletes it.
+
+// waiterInfoLua is winfo_put, prepended to the enter scripts.
+//
+// winfo_put records owner's host and pid for the line wseq/wexp, with
+// since = now when the owner is new in line (fresh) and kept for a
+// renewal; it keeps the hash alive until the waiter record's expiry exp.
+const waiterInfoLua = `
+local function winfo_put(wseq, wexp, owner, host, pid, now, exp, fresh)
+  local k = string.sub(wseq, 1, -5) .. 'winfo'
+  if fresh then
+    redis.call('HSET', k, owner, string.format('%d', now) .. ' ' .. (pid or '0') .. ' ' .. (host or ''))
+  elseif redis.call('HEXISTS', k, owner) == 0 then
+    redis.call('HSET', k, owner, '0 ' .. (pid or '0') .. ' ' .. (host or ''))
+  end
+  if redis.call('HLEN', k) > 2 * redis.call('ZCARD', wexp) + 8 then
+    for _, o in ipairs(redis.call('HKEYS', k)) do
+      if not redis.call('ZSCORE', wexp, o) then redis.call('HDEL', k, o) end
+    end
+  end
+  local want = math.floor((exp - now) / 1000) + 1
+  if redis.call('PTTL', k) < want then redis.call('PEXPIRE', k, want) end
+end
+`
+
+// waiterListScript lists the live waiters of one line in line order, as
+// pairs {expiry µs, info}. Read-only.
+//
+//	KEYS[1] wseq  KEYS[2] wexp
+var waiterListScript = goredis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local info = string.sub(KEYS[1], 1, -5) .. 'winfo'
+local out = {}
+for _, o in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local e = redis.call('ZSCORE', KEYS[2], o)
+  if e and tonumber(e) > now then
+    out[#out + 1] = e
+    out[#out + 1] = redis.call('HGET', info, o) or ''
+  end
+end
+return out
+`)
+
+// ListWaiters lists the live waiters of semaphore or instance name in line
+// order (backends.WaiterLister). For a keyed semaphore each instance's
+// line is read on its own: the list is not one snapshot.
+func (s *Store) ListWaiters(ctx context.Context, name string) ([]backends.Waiter, error) {
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		k := s.keys.instance(parent, key)
+		ws, err := s.listLine(ctx, key, k[instKeyWseq], k[instKeyWseq+1])
+		if err != nil {
+			return nil, s.instErr("list waiters", parent, key, err)
+		}
+		return ws, nil
+	}
+	k := s.semKeys(name)
+	ws, err := s.listLine(ctx, "", k[semKeyWseq], k[semKeyWseq+1])
+	if err != nil {
+		return nil, s.semErr("list waiters", name, err)
+	}
+	ikeys, err := s.rdb.ZRange(ctx, s.keys.instIndex(name), 0, -1).Result()
+	if err != nil {
+		return nil, s.semErr("list waiters", name, err)
+	}
+	for _, key := range ikeys {
+		k := s.keys.instance(name, key)
+		iw, err := s.listLine(ctx, key, k[instKeyWseq], k[instKeyWseq+1])
+		if err != nil {
+			return nil, s.instErr("list waiters", name, key, err)
+		}
+		ws = append(ws, iw...)
+	}
+	sortWaiters(ws)
+	return ws, nil
+}
+
+// listLine reads one line with waiterListScript.
+func (s *Store) listLine(ctx context.Context, key, wseq, wexp string) ([]backends.Waiter, error) {
+	v, err := waiterListScript.Run(ctx, s.rdb, []string{wseq, wexp}).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	var ws []backends.Waiter
+	for i := 0; i+1 < len(v); i += 2 {
+		w := backends.Waiter{Key: key, Place: len(ws) + 1}
+		if exp, err := strconv.ParseFloat(v[i], 64); err == nil {
+			w.ExpiresAt = time.UnixMicro(int64(exp)).UTC()
+		}
+		since, rest, _ := strings.Cut(v[i+1], " ")
+		pid, host, _ := strings.Cut(rest, " ")
+		if us, err := strconv.ParseInt(since, 10, 64); err == nil && us > 0 {
+			w.Since = time.UnixMicro(us).UTC()
+		}
+		w.PID, _ = strconv.Atoi(pid)
+		w.Host = host
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// sortWaiters orders waiters by key, each line in place order, as the SQL
+// backends list them (the index of instances is ordered by expiry).
+func sortWaiters(ws []backends.Waiter) {
+	slices.SortStableFunc(ws, func(a, b backends.Waiter) int { return strings.Compare(a.Key, b.Key) })
+}

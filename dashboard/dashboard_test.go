@@ -1,0 +1,477 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/dashboard"
+	"github.com/coordd/coordd/internal/browsertest"
+	"github.com/coordd/coordd/internal/proctest"
+	"github.com/coordd/coordd/internal/testenv"
+	"github.com/coordd/coordd/reconcile"
+	"github.com/coordd/coordd/spec"
+)
+
+// The dashboard is tested as an operator uses it: a real store (SQLite,
+// and MariaDB and Redis for the read pages) filled through the backends'
+// own calls, the dashboard served over HTTP, and a real headless Chromium
+// loading its pages, submitting its forms and taking the screenshots of
+// docs/dashboard.md.
+
+// hostile is what a pusher or a command may write: markup, a bidi
+// override, a control character. The pages must show it as text.
+const (
+	hostilePayload = `{"image": "<img src=x onerror=alert(1)>", "note": "evil` + "\u202e" + `txt.exe"}`
+	hostileError   = "boom <script>alert('err')</script>"
+	hostileOutput  = "converting 42 images\n<script>alert('out')</script>\ndone, 1 failed\n"
+)
+
+const specBody = `
+semaphores:
+  image-import: {limit: 2, lease: 2m}
+  reindex: {keyed: true, limit: 1, lease: 2m}
+cron:
+  nightly-report:
+    schedule: "0 4 * * *"
+    timezone: Asia/Tokyo
+    command: ["/usr/local/bin/report", "--daily"]
+  cleanup:
+    schedule: "*/15 * * * *"
+    command: "find /tmp/thumbs -mtime +1 -delete"
+queues:
+  thumbnails: {partitions: 2, max_attempts: 1}
+`
+
+// source is the dashboard's view of a daemon: the spec, an engine over the
+// real store, and a leader term elected in that store.
+type source struct {
+	s    *spec.Spec
+	e    *reconcile.Engine
+	term backends.Term
+}
+
+func (s *source) Current() (*spec.Spec, *reconcile.Engine) { return s.s, s.e }
+func (s *source) HostID() string                           { return "web-1" }
+func (s *source) Leading() (backends.Term, bool)           { return s.term, s.term.Term != 0 }
+
+// fixture is a filled store and a dashboard over it.
+type fixture struct {
+	t    *testing.T
+	src  *source
+	url  string
+	logs *proctest.SyncBuffer
+	ctx  context.Context
+}
+
+// backendsUnderTest maps a backend to the spec header that selects it.
+var backendsUnderTest = []struct {
+	name   string
+	header func(t *testing.T) string
+}{
+	{"sqlite", func(t *testing.T) string { return "" }},
+	{"mysql", func(t *testing.T) string {
+		return fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db}\n", testenv.MySQLDSN(t))
+	}},
+	{"redis", func(t *testing.T) string {
+		u, prefix := testenv.RedisURL(t)
+		return fmt.Sprintf("backends:\n  cache: {type: redis, url: %q, key_prefix: %q}\ncluster: {backend: cache}\n", u, prefix)
+	}},
+}
+
+// newFixture applies the spec on the backend header selects and fills it:
+// two hosts (one on another spec), a held semaphore slot, a finished and
+// a running cron run, ready, delayed and dead jobs, and a queue setting
+// changed outside coordd (drift).
+func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "coordd.yaml"), []byte(header+specBody), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.Load(dir, spec.LoadOptions{DataDir: filepath.Join(dir, "data"), Getenv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := reconcile.Open(ctx, s, reconcile.OpenOptions{Version: "0.1.0", Host: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if _, err := e.Apply(ctx, reconcile.Options{}, ""); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	b := e.Backends[s.Cluster.Backend]
+	src := &source{s: s, e: e}
+	if src.term, err = b.(backends.Leader).ElectLeader(ctx, "web-1/4101/a1b2c3", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	reg := b.(backends.HostRegistry)
+	for _, h := range []backends.HostRecord{
+		{Host: "web-1", RunID: "web-1/4101/a1b2c3", PID: 4101, Version: "0.1.0", SpecHash: s.Hash(), HeartbeatEvery: 30 * time.Second},
+		{Host: "web-2", RunID: "web-2/977/d4e5f6", PID: 977, Version: "0.1.0", SpecHash: strings.Repeat("9f", 32), HeartbeatEvery: 30 * time.Second},
+	} {
+		if err := reg.Heartbeat(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-1", Host: "web-2", PID: 31337, Lease: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.Instance("reindex", "tenant-<b>7</b>"), backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	cr := b.(backends.Crons)
+	occ, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1", Host: "web-2", Lease: time.Minute, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit status 3", Output: []byte(hostileOutput)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1b", Host: "web-1", Manual: true, Skip: "overlap: previous run still running"}); err != nil {
+		t.Fatal(err)
+	}
+	occ, err = cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "cleanup", Attempt: 1, Owner: "run-2", Host: "web-1", Lease: time.Minute, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte(strings.Repeat("x", 5000) + "END")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "cleanup", Attempt: 1, Owner: "run-3", Host: "web-1", Lease: time.Minute, Manual: true}); err != nil {
+		t.Fatal(err)
+	}
+	q := b.(backends.Queues)
+	for _, p := range []backends.PushRequest{
+		{Payload: []byte(hostilePayload)},
+		{Payload: []byte(`{"image": 43}`)},
+		{Payload: []byte(`{"image": 44}`), Key: "album-7"},
+		{Payload: []byte(`{"image": 45}`), Delay: time.Hour},
+	} {
+		if _, err := q.Push(ctx, "thumbnails", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := q.Claim(ctx, "thumbnails", "worker-1", 1)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	if err := q.Retry(ctx, jobs[0], hostileError); err != nil { // max_attempts 1: dead
+		t.Fatal(err)
+	}
+	// Drift: the queue changed outside coordd, as an operator's manual
+	// fix would; the plan on the cluster page shows it.
+	st, err := b.(backends.QueueAdmin).ObserveQueues(ctx, []string{"thumbnails"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st["thumbnails"].Config
+	cfg.RetryBackoff = time.Minute
+	if _, err := b.(backends.QueueAdmin).PutQueue(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	logs := &proctest.SyncBuffer{}
+	d, err := dashboard.New(src, opts, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, src: src, url: srv.URL, logs: logs, ctx: ctx}
+}
+
+// queueState reads the queue's counts from the store.
+func (f *fixture) queueState() *backends.QueueState {
+	f.t.Helper()
+	m, err := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.QueueAdmin).ObserveQueues(f.ctx, []string{"thumbnails"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return m["thumbnails"]
+}
+
+// contains fails the test unless text has every one of want.
+func contains(t *testing.T, page, text string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s: the page does not show %q; it shows:\n%s", page, w, text)
+		}
+	}
+}
+
+// noMarkup fails unless the page has no element that hostile values would
+// have made had they been pasted in as HTML.
+func noMarkup(t *testing.T, page string, p *browsertest.Page) {
+	t.Helper()
+	for _, sel := range []string{"script", "img", "iframe", "[onerror]"} {
+		if n := p.Count(sel); n != 0 {
+			t.Errorf("%s: %d %s elements: a stored value became markup", page, n, sel)
+		}
+	}
+}
+
+// screenshotDir is where TestDashboardPages writes a PNG of each page:
+// $COORDD_DASHBOARD_SCREENSHOTS, relative to the repository root (make
+// screenshots: docs/dashboard); "" writes none.
+func screenshotDir(t *testing.T) string {
+	dir := os.Getenv("COORDD_DASHBOARD_SCREENSHOTS")
+	if dir == "" || filepath.IsAbs(dir) {
+		return dir
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", dir)
+}
+
+func screenshot(t *testing.T, p *browsertest.Page, name string) {
+	t.Helper()
+	dir := screenshotDir(t)
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), p.Screenshot(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDashboardPages loads every page in Chromium over a filled store on
+// each backend: the cluster (leader and term, hosts and their spec hashes,
+// the plan), semaphores (holder host, pid, fencing), cron (next run in
+// the task's timezone, the last result, history with exit code, host and
+// output tail), queues (counts, the dead set and its search, one job's
+// payload and error). Stored values show as text, never as markup, and
+// the pages refresh themselves and hold no script. With
+// COORDD_DASHBOARD_SCREENSHOTS set, the sqlite run saves a PNG of each.
+func TestDashboardPages(t *testing.T) {
+	browser := browsertest.Start(t)
+	for _, bc := range backendsUnderTest {
+		t.Run(bc.name, func(t *testing.T) {
+			f := newFixture(t, bc.header(t), dashboard.Options{})
+			p := browser.NewPage(t)
+			shots := bc.name == "sqlite"
+			shot := func(name string) {
+				if shots {
+					screenshot(t, p, name)
+				}
+			}
+
+			p.Navigate(f.url + "/")
+			text := p.Text()
+			contains(t, "cluster", text, "web-1/4101/a1b2c3", fmt.Sprintf("term %d", f.src.term.Term), "web-2", "not applied",
+				f.src.s.Hash()[:12], "read-only")
+			var drift string
+			if err := p.Eval(`document.getElementById("plan").innerText`, &drift); err != nil {
+				t.Fatalf("cluster: no plan table: %v", err)
+			}
+			contains(t, "cluster plan", drift, "queue.thumbnails", "repair", "retry_backoff")
+			if n := p.Count(`meta[http-equiv=refresh]`); n != 1 {
+				t.Errorf("cluster: %d meta refresh elements", n)
+			}
+			p.Navigate(f.url + "/?pause=1")
+			if n := p.Count(`meta[http-equiv=refresh]`); n != 0 || !strings.Contains(p.Text(), "refresh paused") {
+				t.Errorf("cluster paused: %d meta refresh elements", n)
+			}
+			p.Navigate(f.url + "/")
+			if n := p.Count("script"); n != 0 {
+				t.Errorf("cluster: %d script elements", n)
+			}
+			if n := p.Count("#hosts tr"); n != 3 {
+				t.Errorf("cluster: %d host table rows, want a header and 2 hosts", n)
+			}
+			shot("cluster")
+
+			p.Navigate(f.url + "/semaphores")
+			text = p.Text()
+			contains(t, "semaphores", text, "semaphore.image-import", "1 of limit 2 held", "web-2", "31337",
+				"semaphore.reindex", "limit 1 per key", "key tenant-<b>7</b>", "4242")
+			if n := p.Count("#sem-image-import .holders tr"); n != 2 {
+				t.Errorf("semaphores: %d holder rows, want a header and 1 holder", n)
+			}
+			if n := p.Count("#sem-reindex .holders tr"); n != 2 {
+				t.Errorf("semaphores: %d holder rows of the keyed semaphore, want a header and 1 holder", n)
+			}
+			noMarkup(t, "semaphores", p)
+			var markup bool
+			if err := p.Eval(`[...document.querySelectorAll("b")].some(e => e.innerText === "7")`, &markup); err != nil || markup {
+				t.Errorf("semaphores: the key tenant-<b>7</b> became markup (%v)", err)
+			}
+			shot("semaphores")
+
+			p.Navigate(f.url + "/cron")
+			text = p.Text()
+			contains(t, "cron", text, "nightly-report", "0 4 * * *", "JST", "skipped", "cleanup", "1 running")
+			shot("cron")
+
+			p.Navigate(f.url + "/cron/nightly-report")
+			text = p.Text()
+			contains(t, "task", text, "Asia/Tokyo", "04:00:00 JST", "/usr/local/bin/report --daily", "failed", "web-2", "manual",
+				"<script>alert('out')</script>", "converting 42 images", "skipped")
+			var exits []string
+			if err := p.Eval(`[...document.querySelectorAll("#history tr.run td:nth-child(4)")].map(e => e.innerText)`, &exits); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(exits, " ") != "- 3" { // newest first: the skipped run, then the failed one
+				t.Errorf("task: exit codes %q, want a - for the skipped run and 3", exits)
+			}
+			noMarkup(t, "task", p)
+			shot("task")
+
+			p.Navigate(f.url + "/cron/cleanup")
+			contains(t, "cleanup", p.Text(), "running", "the last 4 KiB of 5003 bytes", "xEND")
+			if !strings.Contains(p.Text(), strings.Repeat("x", 4093)+"END") || strings.Contains(p.Text(), strings.Repeat("x", 4094)) {
+				t.Errorf("cleanup: the output tail is not the last 4 KiB")
+			}
+
+			p.Navigate(f.url + "/queues")
+			text = p.Text()
+			contains(t, "queues", text, "thumbnails")
+			var counts []string
+			if err := p.Eval(`[...document.querySelectorAll("#queue-thumbnails td.n")].map(e => e.innerText)`, &counts); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(counts, " ") != "2 1 0 1" {
+				t.Errorf("queues: ready, delayed, in flight, dead = %v, want 2 1 0 1", counts)
+			}
+			shot("queues")
+
+			p.Navigate(f.url + "/queues/thumbnails")
+			text = p.Text()
+			contains(t, "queue", text, hostileError, `"<img src=x onerror=alert(1)>"`, "1 of the 1 oldest dead jobs")
+			noMarkup(t, "queue", p)
+			p.Fill("input[name=q]", "ONERROR")
+			if err := p.Submit("form.search button"); err != nil {
+				t.Fatal(err)
+			}
+			if n := p.Count("#dead tr.job"); n != 1 {
+				t.Errorf("search ONERROR: %d dead jobs listed, want 1", n)
+			}
+			shot("queue")
+			p.Navigate(f.url + "/queues/thumbnails?q=" + url.QueryEscape("no such words"))
+			if n := p.Count("#dead tr.job"); n != 0 || !strings.Contains(p.Text(), "No dead job matches.") {
+				t.Errorf("search for absent words: %d jobs listed", n)
+			}
+
+			p.Navigate(f.url + "/queues/thumbnails")
+			var href string
+			if err := p.Eval(`document.querySelector("#dead tr.job a").href`, &href); err != nil {
+				t.Fatal(err)
+			}
+			p.Navigate(href)
+			text = p.Text()
+			var payload string
+			if err := p.Eval(`document.getElementById("payload").innerText`, &payload); err != nil {
+				t.Fatal(err)
+			}
+			// The bidi override is shown escaped, the markup as text.
+			if want := strings.Replace(hostilePayload, "\u202e", `\u202e`, 1); payload != want {
+				t.Errorf("job: payload shown as %q, want %q", payload, want)
+			}
+			contains(t, "job", text, hostileError, "attempts")
+			noMarkup(t, "job", p)
+			shot("job")
+
+			p.Navigate(f.url + "/queues/nope")
+			contains(t, "unknown queue", p.Text(), "404", "No such object")
+		})
+	}
+}
+
+// TestDashboardHeaders: every page forbids scripts, frames and other
+// sites' form targets (Content-Security-Policy), and is not cached.
+func TestDashboardHeaders(t *testing.T) {
+	f := newFixture(t, "", dashboard.Options{})
+	resp, err := http.Get(f.url + "/queues/thumbnails")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "form-action 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("Content-Security-Policy %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "script-src") {
+		t.Errorf("Content-Security-Policy %q allows a script", csp)
+	}
+	if got := resp.Header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("Cache-Control %q", got)
+	}
+}
+
+// TestTemplatesNeedNothingTheCSPBlocks: the Content-Security-Policy allows
+// the one embedded style sheet and nothing else, so a style attribute, a
+// script or an external asset in a template would be blocked (or fetched
+// from elsewhere) in the browser.
+func TestTemplatesNeedNothingTheCSPBlocks(t *testing.T) {
+	files, err := filepath.Glob("templates/*.html")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("templates: %v %v", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{" style=", "<script", "<link", "<img", "http://", "https://"} {
+			if strings.Contains(strings.ToLower(string(b)), bad) {
+				t.Errorf("%s contains %q", f, bad)
+			}
+		}
+		if m := regexp.MustCompile(`(?i)\son[a-z]+=`).Find(b); m != nil {
+			t.Errorf("%s has an event handler attribute %q", f, m)
+		}
+	}
+}
+
+// TestDashboardBackendDown: with the queue's backend stopped, every page
+// still renders, with the failed read in place of its section.
+func TestDashboardBackendDown(t *testing.T) {
+	r := testenv.StartRedis(t)
+	f := newFixture(t, fmt.Sprintf("backends:\n  cache: {type: redis, url: %q}\ncluster: {backend: cache}\n", r.URL()), dashboard.Options{})
+	r.Stop()
+	p := browsertest.Start(t).NewPage(t)
+	for _, path := range []string{"/", "/semaphores", "/cron", "/cron/nightly-report", "/queues", "/queues/thumbnails"} {
+		p.Navigate(f.url + path)
+		text := p.Text()
+		if !strings.Contains(text, "connect") && !strings.Contains(text, "refused") {
+			t.Errorf("%s does not show the failed read:\n%s", path, text)
+		}
+		if !strings.Contains(text, "this page runs no script") {
+			t.Errorf("%s did not render whole:\n%s", path, text)
+		}
+	}
+}
+
+// TestDashboardDeadSetCaps: a queue's page lists at most 200 dead jobs and
+// says so.
+func TestDashboardDeadSetCaps(t *testing.T) {
+	f := newFixture(t, "", dashboard.Options{})
+	for range 200 {
+		f.dead()
+	}
+	p := browsertest.Start(t).NewPage(t)
+	p.Navigate(f.url + "/queues/thumbnails?pause=1")
+	if n := p.Count("#dead tr.job"); n != 200 {
+		t.Errorf("%d dead jobs listed, want 200", n)
+	}
+	contains(t, "queue", p.Text(), "201 of the 201 oldest dead jobs; the first 200 are listed")
+}
