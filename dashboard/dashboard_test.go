@@ -99,24 +99,10 @@ func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "coordd.yaml"), []byte(header+specBody), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := spec.Load(dir, spec.LoadOptions{DataDir: filepath.Join(dir, "data"), Getenv: func(string) (string, bool) { return "", false }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := reconcile.Open(ctx, s, reconcile.OpenOptions{Version: "0.1.0", Host: "web-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	if _, err := e.Apply(ctx, reconcile.Options{}, ""); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	s, e := applied(ctx, t, header+specBody)
 	b := e.Backends[s.Cluster.Backend]
 	src := &source{s: s, e: e}
+	var err error
 	if src.term, err = b.(backends.Leader).ElectLeader(ctx, "web-1/4101/a1b2c3", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +120,22 @@ func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
 	}
 	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.Instance("reindex", "tenant-<b>7</b>"), backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
+	}
+	// image-import full, with two waiters in line, and one waiter for the
+	// keyed instance: the semaphores page lists both lines.
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-3", Host: "web-1", PID: 4101, Lease: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []backends.AcquireRequest{
+		{Owner: "image-import", Host: "web-1", PID: 5120},
+		{Owner: "image-import", Host: "web-2", PID: 978},
+		{Owner: backends.Instance("reindex", "tenant-<b>7</b>"), Host: "web-2", PID: 979},
+	} {
+		ref := w.Owner
+		w.Owner, w.Lease = fmt.Sprintf("waiter-%d", w.PID), 2*time.Minute
+		if err := b.(backends.WaiterLister).EnterWaitAs(ctx, ref, w); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cr := b.(backends.Crons)
 	occ, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1", Host: "web-2", Lease: time.Minute, Manual: true})
@@ -281,7 +283,7 @@ func TestDashboardPages(t *testing.T) {
 			if err := p.Eval(`document.getElementById("plan").innerText`, &drift); err != nil {
 				t.Fatalf("cluster: no plan table: %v", err)
 			}
-			contains(t, "cluster plan", drift, "queue.thumbnails", "repair", "retry_backoff")
+			contains(t, "cluster plan", drift, "queue.thumbnails", "repair", "retry_backoff 1m0s (want 10s)")
 			if n := p.Count(`meta[http-equiv=refresh]`); n != 1 {
 				t.Errorf("cluster: %d meta refresh elements", n)
 			}
@@ -300,10 +302,23 @@ func TestDashboardPages(t *testing.T) {
 
 			p.Navigate(f.url + "/semaphores")
 			text = p.Text()
-			contains(t, "semaphores", text, "semaphore.image-import", "1 of limit 2 held", "web-2", "31337",
-				"semaphore.reindex", "limit 1 per key", "key tenant-<b>7</b>", "4242")
-			if n := p.Count("#sem-image-import .holders tr"); n != 2 {
-				t.Errorf("semaphores: %d holder rows, want a header and 1 holder", n)
+			contains(t, "semaphores", text, "semaphore.image-import", "2 of limit 2 held", "web-2", "31337",
+				"semaphore.reindex", "limit 1 per key", "key tenant-<b>7</b>", "4242", "Waiting in line", "5120", "978", "979")
+			if n := p.Count("#sem-image-import .holders tr"); n != 3 {
+				t.Errorf("semaphores: %d holder rows, want a header and 2 holders", n)
+			}
+			var line []string
+			if err := p.Eval(`[...document.querySelectorAll("#sem-image-import table.waiters tr")].slice(1).map(r => r.cells[0].innerText + " " + r.cells[1].innerText + " " + r.cells[2].innerText)`, &line); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(line, ", ") != "1 web-1 5120, 2 web-2 978" {
+				t.Errorf("semaphores: image-import's line %q, want web-1 5120 then web-2 978", line)
+			}
+			if n := p.Count("#sem-reindex table.waiters tr"); n != 2 {
+				t.Errorf("semaphores: %d waiter rows of the keyed instance, want a header and 1 waiter", n)
+			}
+			if strings.Contains(text, "waiter-5120") {
+				t.Errorf("semaphores: a waiter's owner token is shown")
 			}
 			if n := p.Count("#sem-reindex .holders tr"); n != 2 {
 				t.Errorf("semaphores: %d holder rows of the keyed semaphore, want a header and 1 holder", n)

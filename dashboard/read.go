@@ -252,6 +252,7 @@ type instanceRow struct {
 	Key     string
 	Waiters int
 	Holders []holderRow
+	Line    []waiterRow
 }
 
 type semRow struct {
@@ -265,6 +266,11 @@ type semRow struct {
 	Instances     []instanceRow
 	Err           string
 	Now           time.Time
+	// Line lists the waiters in line (waiters.go); NoLine says why the
+	// backend lists none, LineErr why the listing failed.
+	Line    []waiterRow
+	NoLine  string
+	LineErr string
 }
 
 func holderRows(hs []backends.Holder, now time.Time) []holderRow {
@@ -349,6 +355,7 @@ func (d *Dashboard) semaphoresPage(ctx context.Context, r *http.Request, p *page
 			for _, i := range st.Instances {
 				row.Instances = append(row.Instances, instanceRow{Key: i.Key, Waiters: i.Waiters, Holders: holderRows(i.Holders, now)})
 			}
+			listLine(ctx, b, row, st)
 		}
 	}
 	out := make([]*semRow, 0, len(names))

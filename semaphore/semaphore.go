@@ -59,6 +59,7 @@ import (
 	"hash/maphash"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -431,7 +432,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 		if errors.Is(err, backends.ErrLost) {
 			l.markLost()
 		}
-		return fmt.Errorf("extend %s: %w", backends.DescribeRef(l.ref), err)
+		return l.opErr("extend", err)
 	}
 	l.mu.Lock()
 	if d := sentAt.Add(l.lease - Margin(l.lease)); d.After(l.deadline) {
@@ -502,7 +503,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		if errors.Is(err, backends.ErrLost) {
 			l.markLost()
 		}
-		return fmt.Errorf("release %s: %w", backends.DescribeRef(l.ref), err)
+		return l.opErr("release", err)
 	}
 	return nil
+}
+
+// opErr names the operation and the semaphore in err, unless the backend
+// did already (`release "s": lease lost`): each reads once.
+func (l *Lease) opErr(op string, err error) error {
+	if msg := err.Error(); strings.Contains(msg, op) && strings.Contains(msg, strconv.Quote(l.Name)) {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", op, backends.DescribeRef(l.ref), err)
 }

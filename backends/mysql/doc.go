@@ -75,6 +75,8 @@
 // Waiters (waiters.go) queue in semaphore_waiters with a ticket, bounded by
 // max_waiting; the acquire script serves that line first come, first served
 // and a waiter parks in the server until a release wakes it (sem_park.go).
+// A record also names the waiter's host and pid and when it entered the
+// line (EnterWaitAs), for ListWaiters (waiters_list.go).
 //
 // # Semaphores, mode session (seed 000's GET_LOCK slots)
 //

@@ -23,6 +23,9 @@ import goredis "github.com/redis/go-redis/v9"
 //	KEYS[9] lock     string: the holder record of a one-slot semaphore
 //	                 (below)
 //
+// Beside the line, the hash winfo (waiters_list.go) records each waiter's
+// host, pid and arrival for ListWaiters; only the enter scripts write it.
+//
 // Each waiter in line also has a wake list of its own, KEYS[7] .. ":" ..
 // owner (wkey; the owner follows the hash tag, so it stays in the
 // semaphore's slot): a release pushes to the list of the waiter whose turn

@@ -558,7 +558,7 @@ func releaseLease(ctx context.Context, env *cliEnv, name string, l *semaphore.Le
 	switch {
 	case err == nil:
 	case errors.Is(err, backends.ErrLost):
-		fmt.Fprintf(env.stderr, "coordd sem run: %s: releasing the slot: it was already lost: %v\n", name, err)
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: the slot was already lost when released\n", name)
 	default:
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: releasing the slot failed; it stays taken until its lease expires: %v\n", name, err)
 	}

@@ -121,6 +121,11 @@ type objectStatus struct {
 	// Instances counts a keyed semaphore's live instances (its holders
 	// are theirs).
 	Instances *int `json:"instances,omitempty"`
+	// Waiters counts a semaphore's live waiters and Line lists them in
+	// line order (backends.WaiterLister); neither is set on a backend that
+	// keeps no line (memcached).
+	Waiters *int              `json:"waiters,omitempty"`
+	Line    []backends.Waiter `json:"line,omitempty"`
 	// Cron
 	NextRun    *time.Time `json:"next_run,omitempty"`
 	Running    *int       `json:"running,omitempty"`
@@ -180,6 +185,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					if st.Config.Keyed {
 						ob.Instances = ptr(len(st.Instances))
 					}
+					ob.Waiters, ob.Line = semLine(ctx, bk, a.Name, st)
 				}
 			}
 		case spec.KindCron:
@@ -300,9 +306,11 @@ func (r *statusReport) writeText(env *cliEnv) {
 		case o.Limit != nil && o.Instances != nil:
 			// The third column is painted in every kind of row (a paused
 			// task's is coloured): tabwriter counts escape codes as width.
-			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d\tinstances %d\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d per key", *o.Limit)), *o.Holders, *o.Instances)
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d\tinstances %d%s\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d per key", *o.Limit)), *o.Holders, *o.Instances, o.waitersCell())
+			o.writeLine(env, tw)
 		case o.Limit != nil:
-			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d", *o.Limit)), *o.Holders)
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tholders %d%s\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("limit %d", *o.Limit)), *o.Holders, o.waitersCell())
+			o.writeLine(env, tw)
 		case o.NextRun != nil:
 			last := o.LastResult
 			if last == "" {
