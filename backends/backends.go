@@ -51,6 +51,10 @@ import (
 var (
 	// ErrNotFound: the object does not exist in the backend.
 	ErrNotFound = errors.New("not found")
+	// ErrNoSchema: a SQL store holds no coordd schema yet (nothing was
+	// applied to it); a write refuses rather than create tables behind
+	// apply's back.
+	ErrNoSchema = errors.New("schema not migrated")
 	// ErrNoSlot: a semaphore had no free slot (or its limit is 0).
 	ErrNoSlot = errors.New("no free slot")
 	// ErrTooManyWaiters: max_waiting waiters are already queued.

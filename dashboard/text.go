@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/coordd/coordd/internal/safetext"
 )
 
 // Store values are written by other hosts, and a hostile or broken one can
@@ -18,19 +20,7 @@ import (
 // safe shows a one-line store value: as it is when every character is
 // printable (strconv.IsPrint, no backslash or double quote), else quoted
 // and escaped as strconv.Quote does, invalid UTF-8 as \x...
-func safe(s string) string {
-	for i, r := range s {
-		if r == '\\' || r == '"' || !strconv.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return strconv.Quote(s)
-			}
-		}
-	}
-	return s
-}
+func safe(s string) string { return safetext.Line(s) }
 
 // short shows at most n bytes of a one-line value (cut at a character
 // boundary, "…" added), made safe.

@@ -322,7 +322,7 @@ func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
 }
 
 // errNoSchema is returned by writes on a store that was never migrated.
-var errNoSchema = errors.New("schema not migrated")
+var errNoSchema = backends.ErrNoSchema
 
 // errRetry asks write to run the transaction again: a racing transaction
 // inserted the row this one found absent (a duplicate key on insert).

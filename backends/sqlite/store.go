@@ -297,7 +297,7 @@ func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
 }
 
 // errNoSchema is returned by writes on a store that was never migrated.
-var errNoSchema = errors.New("schema not migrated")
+var errNoSchema = backends.ErrNoSchema
 
 // write runs fn in a write transaction that began IMMEDIATE, so fn holds the
 // file's write lock from its first read. fn's error rolls it back.

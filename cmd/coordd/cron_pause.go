@@ -57,7 +57,7 @@ func openPauser(ctx context.Context, env *cliEnv, what, path, name string) (cron
 // pauseFailed prints why a pause or a resume of task name on b failed and
 // returns the exit code.
 func pauseFailed(env *cliEnv, what string, b backends.Backend, name string, err error) int {
-	if errors.Is(err, backends.ErrNotFound) {
+	if errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrNoSchema) {
 		fmt.Fprintf(env.stderr, "coordd %s: cron task %q is not applied on backend %q; run coordd apply\n", what, name, b.Name())
 	} else {
 		fmt.Fprintf(env.stderr, "coordd %s: %v\n", what, err)

@@ -167,3 +167,20 @@ func runCapture(t *testing.T, env *proctest.Env, args ...string) (int, string, s
 	}
 	return cmd.ProcessState.ExitCode(), out.String(), errs.String()
 }
+
+// TestCronPauseBeforeApply: a pause of a task declared but never applied
+// (the store has no schema yet) says to apply first, as a pause of a task
+// missing from an applied store does, rather than "schema not migrated".
+func TestCronPauseBeforeApply(t *testing.T) {
+	c := newCLI(t)
+	p := writeSpec(t, "cron:\n  t: {schedule: \"@every 1m\", command: [\"true\"]}\n")
+	for _, args := range [][]string{
+		{"cron", "pause", "t", "-f", p, "--reason", "incident"},
+		{"cron", "resume", "t", "-f", p},
+	} {
+		code, _, stderr := c.run("", false, args...)
+		if code == 0 || !strings.Contains(stderr, `cron task "t" is not applied`) || !strings.Contains(stderr, "run coordd apply") {
+			t.Fatalf("%v: exit %d, stderr %q; want not applied, run coordd apply", args, code, stderr)
+		}
+	}
+}

@@ -6,9 +6,10 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
+
+	"github.com/coordd/coordd/internal/safetext"
 )
 
 // stdinIsTerminal reports whether a person can answer a prompt. /dev/null
@@ -76,19 +77,7 @@ func stateColour(state string) string {
 // quoted and escaped as strconv.Quote does (invalid UTF-8 as \x..), so that
 // the quotes show that it was escaped. Every text output of status, sem
 // status, cron list/history and queue dead passes store values through it.
-func esc(s string) string {
-	for i, r := range s {
-		if r == '\\' || r == '"' || !strconv.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return strconv.Quote(s)
-			}
-		}
-	}
-	return s
-}
+func esc(s string) string { return safetext.Line(s) }
 
 // writeJSON writes v as indented JSON. encoding/json escapes C0 controls
 // and replaces invalid UTF-8, but writes DEL and the C1 controls
