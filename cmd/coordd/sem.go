@@ -402,6 +402,9 @@ type semStatusJSON struct {
 	Slots   int               `json:"slots"`
 	Holders []backends.Holder `json:"holders"`
 	Waiters int               `json:"waiters"`
+	// Line lists the waiters in the order they will be served, on a
+	// backend that keeps a line (status_waiters.go).
+	Line    []backends.Waiter `json:"line,omitempty"`
 	Applied bool              `json:"applied"`
 	// Keyed semaphores: their live instances (with --key, only that one,
 	// and Holders and Waiters are that instance's).
@@ -456,6 +459,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		byBackend[sem.Backend] = append(byBackend[sem.Backend], n)
 	}
 	states := map[string]*backends.SemaphoreState{}
+	lines := map[string][]backends.Waiter{}
 	for bn, ns := range byBackend {
 		adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, bn, "semaphores", true)
 		if err != nil {
@@ -463,14 +467,18 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			return 1
 		}
 		m, err := adm.ObserveSemaphores(ctx, ns)
-		b.Close()
 		if err != nil {
+			b.Close()
 			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
 			return 1
 		}
 		for n, st := range m {
 			states[n] = st
+			if st != nil {
+				_, lines[n] = semLine(ctx, b, n, st)
+			}
 		}
+		b.Close()
 	}
 	out := make([]semStatusJSON, 0, len(names))
 	for _, n := range names {
@@ -479,15 +487,20 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
 			row.Mode = st.Config.Mode
 			row.Holders = append(row.Holders, st.Holders...)
-			row.Waiters = st.Waiters
+			row.Waiters, row.Line = st.Waiters, lines[n]
 			row.Keyed, row.Instances = st.Config.Keyed, st.Instances
 			if *key != "" {
 				// One instance: an idle one has no holder and no waiter.
-				row.Key, row.Holders, row.Waiters, row.Instances = *key, []backends.Holder{}, 0, nil
+				row.Key, row.Holders, row.Waiters, row.Instances, row.Line = *key, []backends.Holder{}, 0, nil, nil
 				for _, i := range st.Instances {
 					if i.Key == *key {
 						row.Holders, row.Waiters = append(row.Holders, i.Holders...), i.Waiters
 						row.Instances = []backends.InstanceState{i}
+					}
+				}
+				for _, w := range lines[n] {
+					if w.Key == *key {
+						row.Line = append(row.Line, w)
 					}
 				}
 			}
@@ -517,9 +530,11 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 				fmt.Fprintf(tw, "  key %s\tholders %d\twaiters %d\n", esc(i.Key), len(i.Holders), i.Waiters)
 				writeHolders(tw, "    ", i.Holders)
 			}
+			objectStatus{Line: r.Line}.writeLine(env, tw)
 			continue
 		}
 		writeHolders(tw, "  ", r.Holders)
+		objectStatus{Line: r.Line}.writeLine(env, tw)
 	}
 	tw.Flush()
 	return 0

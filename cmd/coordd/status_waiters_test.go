@@ -13,9 +13,9 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// TestStatusListsWaiters: coordd status shows a semaphore's waiters, the
-// count and one row per waiter in line order with host, pid and since
-// (and the line in --json), never an owner token.
+// TestStatusListsWaiters: coordd status and coordd sem status show a
+// semaphore's waiters, the count and one row per waiter in line order with
+// host, pid and since (and the line in --json), never an owner token.
 func TestStatusListsWaiters(t *testing.T) {
 	c := newCLI(t)
 	p := writeSpec(t, "semaphores:\n  s: {limit: 1}\n")
@@ -77,5 +77,22 @@ func TestStatusListsWaiters(t *testing.T) {
 	}
 	if strings.Contains(out, "secret-token") {
 		t.Fatalf("status --json shows an owner token:\n%s", out)
+	}
+
+	// sem status lists the same line, text and JSON.
+	code, out, errs = c.run("", false, "sem", "status", "s", "-f", p)
+	i2, i3 = strings.Index(out, "waiting 1"), strings.Index(out, "waiting 2")
+	if code != 0 || i2 < 0 || i3 < i2 || !strings.Contains(out[i2:i3], "host web-2 pid 2001") ||
+		!strings.Contains(out[i3:], "host web-3 pid 3001") || strings.Contains(out, "secret-token") {
+		t.Fatalf("sem status does not list the line in order: %d %s\n%s", code, errs, out)
+	}
+	_, out, _ = c.run("", false, "sem", "status", "s", "-f", p, "--json")
+	var ss []struct {
+		Waiters int               `json:"waiters"`
+		Line    []backends.Waiter `json:"line"`
+	}
+	if err := json.Unmarshal([]byte(out), &ss); err != nil || len(ss) != 1 || ss[0].Waiters != 2 || len(ss[0].Line) != 2 ||
+		ss[0].Line[0].Host != "web-2" || strings.Contains(out, "secret-token") {
+		t.Fatalf("sem status --json line (%v): %s", err, out)
 	}
 }
