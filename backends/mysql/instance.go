@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/slots"
 )
 
 // Instances of keyed semaphores (backends/instance.go), mode lease only. An
@@ -235,7 +236,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 		if g.Fencing, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		g.Slot, g.ExpiresAt = lowestUnused(used), fromMicros(now+lease)
+		g.Slot, g.ExpiresAt = slots.LowestUnused(used), fromMicros(now+lease)
 		if _, err := c.exec(ctx, qInstTake, name, key, g.Slot, req.Owner, req.Host, req.PID, g.Fencing, now, now+lease); err != nil {
 			return err
 		}
@@ -254,35 +255,13 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 	return g, nil
 }
 
-// instSlots lists the slot numbers an instance uses.
+// instSlots lists the slot numbers an instance uses, in order.
 func instSlots(ctx context.Context, c conn, name, key string) ([]int, error) {
 	rows, err := c.query(ctx, qInstSlots, name, key)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var used []int
-	for rows.Next() {
-		var n int
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		used = append(used, n)
-	}
-	return used, rows.Err()
-}
-
-// lowestUnused is the lowest number missing from sorted, distinct,
-// non-negative used.
-func lowestUnused(used []int) int {
-	n := 0
-	for _, u := range used {
-		if u != n {
-			break
-		}
-		n++
-	}
-	return n
+	return slots.Numbers(rows)
 }
 
 // instExtend renews owner's lease on an instance in one autocommit

@@ -223,10 +223,10 @@ return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.cal
 // {-1, partitions} when the ready sets do not match.
 //
 // The jobs are pushed in order, each as if alone: a unique job later in
-// the batch finds an earlier one of its key. On a queue without unique
-// keys, nothing is looked up per job: the ids come from one INCRBY and each
-// key is written once for the whole batch (a job costs its share of a few
-// calls, not five calls of its own). The id comes from INCR on the
+// the batch finds an earlier one of its key. The checks come first; then
+// the ids come from one INCRBY and each key is written once for the whole
+// batch (a job costs its share of a few calls, not five calls of its
+// own). The id comes from INCR on the
 // ids key, which, when missing, is first set to the server's time in µs
 // (the data-loss rule: above any id it can have handed out before). A
 // keyless job goes to partition id % P (round robin); a job available now
@@ -244,93 +244,81 @@ local uniq = m[2] == 'pending' or m[2] == 'pending_or_running'
 local now = now_us()
 if redis.call('EXISTS', K_IDS) == 0 then redis.call('SET', K_IDS, string.format('%d', now)) end
 local n = tonumber(ARGV[1])
-local out, pushed = {1}, 0
--- The common batch (no key to check for duplicates): each check first, then
--- one write per key for the whole batch (the ids from one INCRBY).
-local checked = not uniq
-if checked then
-  local ok = {}
-  for i = 0, n - 1 do
-    local size = #ARGV[2 + 4 * i]
-    if maxp > 0 and size > maxp then out[i + 2] = {-2, size, maxp} else ok[#ok + 1] = i end
-  end
-  if #ok > 0 then
-    local idn = redis.call('INCRBY', K_IDS, #ok) - #ok
-    local recs, pays, delayed, kready, ready = {}, {}, {}, {}, {}
-    for _, i in ipairs(ok) do
-      idn = idn + 1
-      local id = string.format('%d', idn)
-      local key, delay = ARGV[3 + 4 * i], tonumber(ARGV[5 + 4 * i])
-      local part
-      if key ~= '' then part = tonumber(ARGV[4 + 4 * i]) else part = idn % P end
-      local avail = now + delay
-      recs[#recs + 1] = id
-      recs[#recs + 1] = encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''})
-      pays[#pays + 1] = id
-      pays[#pays + 1] = ARGV[2 + 4 * i]
-      if delay > 0 then
-        delayed[#delayed + 1] = avail
-        delayed[#delayed + 1] = id
-      else
-        local r = ready[part]
-        if not r then r = {}; ready[part] = r end
-        r[#r + 1] = id
-        r[#r + 1] = id
-      end
-      if key ~= '' then
-        kready[#kready + 1] = 0
-        kready[#kready + 1] = kmember(key, id)
-      end
-      out[i + 2] = {1, idn, part, now, avail}
-    end
-    redis.call('HSET', K_JOBS, unpack(recs))
-    redis.call('HSET', K_PAYLOADS, unpack(pays))
-    if #delayed > 0 then redis.call('ZADD', K_DELAYED, unpack(delayed)) end
-    for part, r in pairs(ready) do redis.call('ZADD', ready_key(part), unpack(r)) end
-    if #kready > 0 then redis.call('ZADD', K_KREADY, unpack(kready)) end
-    pushed = #ok
-  end
-end
+local out, ok, first, dups = {1}, {}, {}, {}
+-- The checks, each job as if pushed alone after the batch's earlier ones:
+-- a unique job's key is looked up among the batch's earlier jobs (first),
+-- else in the store (which the checks do not change).
 for i = 0, n - 1 do
-  if checked then break end
-  local payload, key, kpart, delay = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i], tonumber(ARGV[5 + 4 * i])
-  local r
-  if maxp > 0 and #payload > maxp then r = {-2, #payload, maxp} end
-  if not r and key ~= '' then
-    local best = oldest_keyed(K_KREADY, key)
-    if m[2] == 'pending_or_running' then
-      local o = oldest_keyed(K_KRUNNING, key)
-      if o and (not best or tonumber(o) < tonumber(best)) then best = o end
-    end
-    if best then
-      local rec = redis.call('HGET', K_JOBS, best)
-      if rec then
-        local j = decode(rec)
-        local exp = redis.call('ZSCORE', K_INFLIGHT, best)
-        r = {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, redis.call('HGET', K_PAYLOADS, best) or '',
-          tonumber(exp or '0'), j.owner}
+  local payload, key = ARGV[2 + 4 * i], ARGV[3 + 4 * i]
+  local unique = uniq and key ~= ''
+  if maxp > 0 and #payload > maxp then
+    out[i + 2] = {-2, #payload, maxp}
+  elseif unique and first[key] then
+    dups[#dups + 1] = {i, first[key]}
+  else
+    local best
+    if unique then
+      best = oldest_keyed(K_KREADY, key)
+      if m[2] == 'pending_or_running' then
+        local o = oldest_keyed(K_KRUNNING, key)
+        if o and (not best or tonumber(o) < tonumber(best)) then best = o end
       end
     end
-  end
-  if not r then
-    local idn = redis.call('INCR', K_IDS)
-    local id = string.format('%d', idn)
-    local part
-    if key ~= '' then part = tonumber(kpart) else part = idn % P end
-    local avail = now + delay
-    redis.call('HSET', K_JOBS, id, encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''}))
-    redis.call('HSET', K_PAYLOADS, id, payload)
-    if delay > 0 then
-      redis.call('ZADD', K_DELAYED, avail, id)
+    local rec = best and redis.call('HGET', K_JOBS, best)
+    if rec then
+      local j = decode(rec)
+      local exp = redis.call('ZSCORE', K_INFLIGHT, best)
+      out[i + 2] = {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, redis.call('HGET', K_PAYLOADS, best) or '',
+        tonumber(exp or '0'), j.owner}
     else
-      redis.call('ZADD', ready_key(part), id, id)
+      ok[#ok + 1] = i
+      if unique then first[key] = i end
     end
-    if key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(key, id)) end
-    pushed = pushed + 1
-    r = {1, idn, part, now, avail}
   end
-  out[i + 2] = r
 end
+-- The writes: the ids from one INCRBY, one call per key for the batch.
+if #ok > 0 then
+  local idn = redis.call('INCRBY', K_IDS, #ok) - #ok
+  local recs, pays, delayed, kready, ready = {}, {}, {}, {}, {}
+  for _, i in ipairs(ok) do
+    idn = idn + 1
+    local id = string.format('%d', idn)
+    local key, delay = ARGV[3 + 4 * i], tonumber(ARGV[5 + 4 * i])
+    local part
+    if key ~= '' then part = tonumber(ARGV[4 + 4 * i]) else part = idn % P end
+    local avail = now + delay
+    recs[#recs + 1] = id
+    recs[#recs + 1] = encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''})
+    pays[#pays + 1] = id
+    pays[#pays + 1] = ARGV[2 + 4 * i]
+    if delay > 0 then
+      delayed[#delayed + 1] = avail
+      delayed[#delayed + 1] = id
+    else
+      local r = ready[part]
+      if not r then r = {}; ready[part] = r end
+      r[#r + 1] = id
+      r[#r + 1] = id
+    end
+    if key ~= '' then
+      kready[#kready + 1] = 0
+      kready[#kready + 1] = kmember(key, id)
+    end
+    out[i + 2] = {1, idn, part, now, avail}
+  end
+  redis.call('HSET', K_JOBS, unpack(recs))
+  redis.call('HSET', K_PAYLOADS, unpack(pays))
+  if #delayed > 0 then redis.call('ZADD', K_DELAYED, unpack(delayed)) end
+  for part, r in pairs(ready) do redis.call('ZADD', ready_key(part), unpack(r)) end
+  if #kready > 0 then redis.call('ZADD', K_KREADY, unpack(kready)) end
+end
+-- A duplicate of an earlier job of the batch gets that job, as pushed.
+for _, d in ipairs(dups) do
+  local i, j = d[1], d[2]
+  local g = out[j + 2]
+  out[i + 2] = {-3, g[2], g[3], 0, now, g[5], ARGV[3 + 4 * j], '', ARGV[2 + 4 * j], 0, ''}
+end
+local pushed = #ok
 wake(pushed)
 return out
 `)

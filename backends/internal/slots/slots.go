@@ -4,6 +4,8 @@
 // ones to retire on release; raising it adds the lowest unused numbers.
 package slots
 
+import "database/sql"
+
 // Slot is one slot row as a backend read it.
 type Slot struct {
 	N    int
@@ -37,4 +39,32 @@ func Repair(slots []Slot, limit int, grow bool) (drop, add []int) {
 		}
 	}
 	return drop, add
+}
+
+// Numbers reads a column of slot numbers (a keyed instance's holders), in
+// the rows' order, and closes rows.
+func Numbers(rows *sql.Rows) ([]int, error) {
+	defer rows.Close()
+	var used []int
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		used = append(used, n)
+	}
+	return used, rows.Err()
+}
+
+// LowestUnused is the lowest number missing from sorted, distinct,
+// non-negative used: the slot a keyed instance's next holder takes.
+func LowestUnused(used []int) int {
+	n := 0
+	for _, u := range used {
+		if u != n {
+			break
+		}
+		n++
+	}
+	return n
 }

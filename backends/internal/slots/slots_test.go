@@ -39,3 +39,14 @@ func TestRepair(t *testing.T) {
 		}
 	}
 }
+
+func TestLowestUnused(t *testing.T) {
+	for _, c := range []struct {
+		used []int
+		want int
+	}{{nil, 0}, {[]int{0}, 1}, {[]int{1, 2}, 0}, {[]int{0, 1, 3}, 2}, {[]int{0, 1, 2}, 3}} {
+		if got := LowestUnused(c.used); got != c.want {
+			t.Errorf("LowestUnused(%v) = %d, want %d", c.used, got, c.want)
+		}
+	}
+}
