@@ -55,6 +55,10 @@ var (
 	// applied to it); a write refuses rather than create tables behind
 	// apply's back.
 	ErrNoSchema = errors.New("schema not migrated")
+	// ErrSchemaOld: a SQL store's schema was migrated by an older binary
+	// only; this one reads columns it lacks until apply or a daemon
+	// migrates it.
+	ErrSchemaOld = errors.New("schema older than this binary")
 	// ErrNoSlot: a semaphore had no free slot (or its limit is 0).
 	ErrNoSlot = errors.New("no free slot")
 	// ErrTooManyWaiters: max_waiting waiters are already queued.
@@ -122,6 +126,16 @@ type SchemaInfo struct {
 	Latest int
 	// MinBinary is the oldest coordd version that may use the schema.
 	MinBinary string
+}
+
+// SchemaCurrent returns nil when a store at schema version v can be read by
+// a binary that embeds latest migrations, and an error wrapping
+// ErrSchemaOld that says what to do when it cannot.
+func SchemaCurrent(v, latest int) error {
+	if v >= latest {
+		return nil
+	}
+	return fmt.Errorf("%w: store at version %d, this coordd reads version %d; run coordd apply (a starting daemon also migrates it)", ErrSchemaOld, v, latest)
 }
 
 // Migrator is implemented by backends with a schema.

@@ -311,7 +311,7 @@ func (s *Store) readAuto(ctx context.Context, fn func(c conn) error) error {
 	if err != nil || !ok {
 		return err
 	}
-	return fn(s.on(nil))
+	return s.explain(ctx, fn(s.on(nil)))
 }
 
 // DueTasks lists tasks whose next_exec is at or before backend now, earliest

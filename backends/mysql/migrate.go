@@ -143,12 +143,16 @@ func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
 		return backends.SchemaInfo{}, err
 	}
 	info := backends.SchemaInfo{Latest: len(ms)}
-	_, err = s.read(ctx, func(c conn) error {
-		v, mb, err := applied(ctx, c)
-		info.Version, info.MinBinary = v, mb
-		return err
-	})
+	if v, err := s.schemaVersion(ctx); err != nil || v == 0 {
+		return info, err
+	}
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
+		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
+	}
+	defer tx.Rollback()
+	if info.Version, info.MinBinary, err = applied(ctx, s.on(tx)); err != nil {
 		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
 	}
 	return info, nil

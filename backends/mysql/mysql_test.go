@@ -382,3 +382,39 @@ func TestClockIgnoresSessionZone(t *testing.T) {
 		t.Errorf("backend clock %v is %v off the host's", now, d)
 	}
 }
+
+// TestReadBetweenMigrations: on a store whose newest migration is missing
+// (an older binary migrated it, or a daemon is between two DDL statements,
+// which MySQL cannot roll back), a read that needs the newer columns fails
+// with ErrSchemaOld naming both versions and what to do; a read that needs
+// nothing new still works, and Schema reads the version.
+func TestReadBetweenMigrations(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.MySQLDSN(t)
+	s := migrated(t, dsn, "o_")
+	info, err := s.Schema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, s, "DELETE FROM `{p}schema_migrations` WHERE version = 9")
+	for _, col := range []string{"host", "pid", "since"} {
+		execSQL(t, s, "ALTER TABLE `{p}semaphore_waiters` DROP COLUMN "+col)
+	}
+	r := openStore(t, dsn, "o_", backends.Options{Version: "0.1.0"})
+	if _, err := r.ObserveSemaphores(ctx, []string{"s"}); err != nil {
+		t.Fatalf("observe semaphores, which needs no newer column: %v", err)
+	}
+	_, err = r.ListWaiters(ctx, "s")
+	if !errors.Is(err, backends.ErrSchemaOld) || !strings.Contains(err.Error(), fmt.Sprintf("at version 8, this coordd reads version %d", info.Latest)) {
+		t.Fatalf("list waiters = %v, want ErrSchemaOld naming both versions", err)
+	}
+	if got, err := r.Schema(ctx); err != nil || got.Version != 8 {
+		t.Fatalf("schema = %+v, %v; want version 8", got, err)
+	}
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ListWaiters(ctx, "s"); err != nil {
+		t.Fatalf("list waiters after migrate: %v", err)
+	}
+}

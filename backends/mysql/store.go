@@ -71,12 +71,13 @@ const qNow = `SELECT UTC_TIMESTAMP(6)`
 const qHasSchema = `SELECT count(*) FROM information_schema.tables
 WHERE table_schema = DATABASE() AND table_name = ?`
 
-// qFirstMigrated reports whether the first migration is recorded. Migrate
-// creates the version table before it runs 0001, and records 0001 only
-// once its tables exist: until then a reader must see no schema, not a
-// half-made one ("table leader doesn't exist" from a status run while the
-// first daemon migrates).
-const qFirstMigrated = "SELECT count(*) FROM `{p}schema_migrations` WHERE version = 1"
+// qSchemaVersion reads the highest recorded migration. Migrate creates the
+// version table before it runs 0001, and records 0001 only once its tables
+// exist: until then a reader must see no schema, not a half-made one
+// ("table leader doesn't exist" from a status run while the first daemon
+// migrates). MySQL's DDL is not transactional, so a reader can still see
+// a store between two later migrations, which explain names.
+const qSchemaVersion = "SELECT coalesce(max(version), 0) FROM `{p}schema_migrations`"
 
 // prefixPattern is the spec loader's rule for table_prefix, checked again
 // here because the prefix is spliced into SQL text.
@@ -286,19 +287,51 @@ func (s *Store) hasSchema(ctx context.Context) (bool, error) {
 	if s.schema.Load() {
 		return true, nil
 	}
+	v, err := s.schemaVersion(ctx)
+	if err != nil || v == 0 {
+		return false, err
+	}
+	s.schema.Store(true)
+	return true, nil
+}
+
+// errNoSuchColumn: a statement names a column a migration adds.
+const errNoSuchColumn = 1054
+
+// explain adds what to do to an error from a statement that names a column
+// or table the store lacks because an older binary migrated it (or a
+// daemon is between two DDL statements): reads that need nothing new keep
+// working there (status during a rolling upgrade), the others say "run
+// coordd apply" instead of "Unknown column".
+func (s *Store) explain(ctx context.Context, err error) error {
+	var me *driver.MySQLError
+	if err == nil || !errors.As(err, &me) || (me.Number != errNoSuchColumn && me.Number != errNoSuchTable) {
+		return err
+	}
+	ms, merr := migrations()
+	v, verr := s.schemaVersion(ctx)
+	if merr != nil || verr != nil {
+		return err
+	}
+	if old := backends.SchemaCurrent(v, len(ms)); old != nil {
+		return fmt.Errorf("%w (%w)", old, err)
+	}
+	return err
+}
+
+// schemaVersion reads the highest recorded migration, 0 for none.
+func (s *Store) schemaVersion(ctx context.Context) (int, error) {
 	var n int
 	if err := s.on(nil).row(ctx, qHasSchema, s.prefix+"schema_migrations").Scan(&n); err != nil {
-		return false, fmt.Errorf("read schema: %w", err)
+		return 0, fmt.Errorf("read schema: %w", err)
 	}
-	if n > 0 {
-		if err := s.on(nil).row(ctx, qFirstMigrated).Scan(&n); err != nil {
-			return false, fmt.Errorf("read schema: %w", err)
-		}
+	if n == 0 {
+		return 0, nil
 	}
-	if n > 0 {
-		s.schema.Store(true)
+	if err := s.on(nil).row(ctx, qSchemaVersion).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read schema: %w", err)
 	}
-	return n > 0, nil
+	return n, nil
 }
 
 // read runs fn in a read-only transaction, which gives fn one consistent
@@ -316,7 +349,7 @@ func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
 	}
 	defer tx.Rollback()
 	if err := fn(s.on(tx)); err != nil {
-		return false, err
+		return false, s.explain(ctx, err)
 	}
 	return true, tx.Commit()
 }
@@ -381,7 +414,7 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 	if err := s.writable(ctx); err != nil {
 		return err
 	}
-	return s.retry(ctx, func() error { return s.writeOnce(ctx, fn) })
+	return s.explain(ctx, s.retry(ctx, func() error { return s.writeOnce(ctx, fn) }))
 }
 
 // autocommit sends one statement on the pool, outside a transaction: the
@@ -399,7 +432,7 @@ func (s *Store) autocommit(ctx context.Context, query string, args ...any) (sql.
 		res, err = s.on(nil).exec(ctx, query, args...)
 		return err
 	})
-	return res, err
+	return res, s.explain(ctx, err)
 }
 
 // runScript sends script (several statements, typically one transaction

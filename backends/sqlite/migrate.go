@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"fmt"
 	"sync"
@@ -10,8 +11,9 @@ import (
 	"github.com/coordd/coordd/backends/internal/migration"
 )
 
-// Migrations live in migrations/NNNN_name.sql, applied in order, each in its
-// own IMMEDIATE transaction together with its schema_migrations row. Each
+// Migrations live in migrations/NNNN_name.sql, applied in order, all pending
+// ones in one IMMEDIATE transaction together with their schema_migrations
+// rows (SQLite's DDL is transactional). Each
 // file starts with a header comment saying what it does and a line
 //
 //	-- min_binary: X.Y.Z
@@ -50,19 +52,31 @@ const qMigrations = `SELECT version, min_binary FROM schema_migrations`
 const qRecordMigration = `INSERT INTO schema_migrations (version, name, min_binary, applied_at, applied_by)
 VALUES (?, ?, ?, ` + nowSQL + `, ?)`
 
-// Schema reports the migration state without changing anything.
+// Schema reports the migration state without changing anything. It works
+// on a store at any version, which the other reads refuse.
 func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
 	ms, err := migrations()
 	if err != nil {
 		return backends.SchemaInfo{}, err
 	}
 	info := backends.SchemaInfo{Latest: len(ms)}
-	_, err = s.read(ctx, func(c conn) error {
-		v, mb, err := applied(ctx, c)
-		info.Version, info.MinBinary = v, mb
-		return err
-	})
+	if s.absent {
+		return info, nil
+	}
+	var n int
+	if err := s.on(nil).row(ctx, qHasSchema).Scan(&n); err != nil {
+		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
+	}
+	if n == 0 {
+		return info, nil
+	}
+	s.trips.Add(1)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
+		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
+	}
+	defer tx.Rollback()
+	if info.Version, info.MinBinary, err = applied(ctx, s.on(tx)); err != nil {
 		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
 	}
 	return info, nil
@@ -89,9 +103,11 @@ func applied(ctx context.Context, c conn) (version int, minBinary string, err er
 	return version, minBinary, rows.Err()
 }
 
-// Migrate applies pending migrations. It returns ErrSchemaTooNew when the
-// store's min_binary is newer than this binary (opts.Version; empty or
-// unparsable counts as newest).
+// Migrate applies pending migrations, all of them in one transaction: a
+// reader (another process's status, plan) sees the schema before or after,
+// never a store with half of this binary's columns. It returns
+// ErrSchemaTooNew when the store's min_binary is newer than this binary
+// (opts.Version; empty or unparsable counts as newest).
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("migrate: %w", ErrReadOnly)
@@ -100,36 +116,30 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for {
-		done := false
-		err := s.writeTx(ctx, func(c conn) error {
-			if _, err := c.exec(ctx, qCreateMigrations); err != nil {
-				return err
-			}
-			version, minBinary, err := applied(ctx, c)
-			if err != nil {
-				return err
-			}
-			if migration.VersionLess(s.opts.Version, minBinary) {
-				return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
-			}
-			if version >= len(ms) {
-				done = true
-				return nil
-			}
-			m := ms[version]
+	err = s.writeTx(ctx, func(c conn) error {
+		if _, err := c.exec(ctx, qCreateMigrations); err != nil {
+			return err
+		}
+		version, minBinary, err := applied(ctx, c)
+		if err != nil {
+			return err
+		}
+		if migration.VersionLess(s.opts.Version, minBinary) {
+			return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
+		}
+		for _, m := range ms[min(version, len(ms)):] {
 			if err := c.script(ctx, m.SQL); err != nil {
 				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
 			}
-			_, err = c.exec(ctx, qRecordMigration, m.Version, m.Name, m.MinBinary, s.opts.Version)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			if _, err := c.exec(ctx, qRecordMigration, m.Version, m.Name, m.MinBinary, s.opts.Version); err != nil {
+				return err
+			}
 		}
-		if done {
-			s.schema.Store(true)
-			return nil
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
+	s.schema.Store(true)
+	return nil
 }

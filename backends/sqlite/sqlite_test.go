@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -335,4 +336,50 @@ INSERT INTO semaphore_slots (name, slot) SELECT name, i FROM semaphores, k WHERE
 		names[i] = fmt.Sprintf("sem-%05d", i)
 	}
 	return names
+}
+
+// TestMigrateAllOrNothing: pending migrations apply in one transaction, so
+// a reader never sees half of them and a failing one leaves the store as it
+// was. The store is set back to version 4 with 0005's columns gone but
+// 0006's still there: 0005 then applies and 0006 fails, and both must be
+// undone. On a store left at an older version, a read that needs a newer
+// column says so (ErrSchemaOld, run coordd apply); the others still work.
+func TestMigrateAllOrNothing(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	s := migrated(t, path)
+	execSQL(t, s, `DELETE FROM schema_migrations WHERE version > 4`)
+	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
+		execSQL(t, s, `ALTER TABLE cron_tasks DROP COLUMN `+col)
+	}
+	r := openStore(t, path, backends.Options{Version: "0.1.0"})
+	if _, err := r.ObserveSemaphores(ctx, []string{"s"}); err != nil {
+		t.Fatalf("observe semaphores, which needs no newer column: %v", err)
+	}
+	if _, err := r.ObserveCrons(ctx, []string{"c"}); !errors.Is(err, backends.ErrSchemaOld) || !strings.Contains(err.Error(), "at version 4, this coordd reads version") {
+		t.Fatalf("observe crons = %v, want ErrSchemaOld naming version 4", err)
+	}
+	if err := r.Migrate(ctx); err == nil || !strings.Contains(err.Error(), "0006_waiter_info") {
+		t.Fatalf("migrate = %v, want 0006 to fail", err)
+	}
+	if info, err := r.Schema(ctx); err != nil || info.Version != 4 {
+		t.Fatalf("schema after the failed migrate = %+v, %v; want version 4", info, err)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('cron_tasks') WHERE name = 'paused_at'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("0005's column after the failed migrate: %d, %v; want it rolled back", n, err)
+	}
+	for _, col := range []string{"host", "pid", "since"} {
+		execSQL(t, s, `ALTER TABLE semaphore_waiters DROP COLUMN `+col)
+		execSQL(t, s, `ALTER TABLE semaphore_instance_waiters DROP COLUMN `+col)
+	}
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := r.Schema(ctx); err != nil || info.Version != info.Latest {
+		t.Fatalf("schema = %+v, %v; want latest", info, err)
+	}
+	if _, err := r.ObserveCrons(ctx, []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
 }

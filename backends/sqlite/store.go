@@ -258,7 +258,12 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return fromMicros(us), nil
 }
 
+// qSchemaVersion reads the highest applied migration.
+const qSchemaVersion = `SELECT coalesce(max(version), 0) FROM schema_migrations`
+
 // hasSchema reports whether the store has been migrated at least once.
+// Migrate applies every pending migration in one transaction, so a store
+// with the version table holds some binary's complete schema.
 func (s *Store) hasSchema(ctx context.Context) (bool, error) {
 	if s.schema.Load() {
 		return true, nil
@@ -276,6 +281,25 @@ func (s *Store) hasSchema(ctx context.Context) (bool, error) {
 	return n > 0, nil
 }
 
+// explain adds what to do to an error from a statement that names a column
+// or table the store lacks because an older binary migrated it: reads that
+// need nothing new keep working there (status during a rolling upgrade),
+// the others say "run coordd apply" instead of "no such column".
+func (s *Store) explain(ctx context.Context, err error) error {
+	if err == nil || !(strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "no such table")) {
+		return err
+	}
+	ms, merr := migrations()
+	var v int
+	if merr != nil || s.on(nil).row(ctx, qSchemaVersion).Scan(&v) != nil {
+		return err
+	}
+	if old := backends.SchemaCurrent(v, len(ms)); old != nil {
+		return fmt.Errorf("%w (%w)", old, err)
+	}
+	return err
+}
+
 // read runs fn in a read transaction, which gives fn one consistent
 // snapshot. It reports false, without running fn, when the store has no
 // schema: such a store reads as empty.
@@ -291,7 +315,7 @@ func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
 	}
 	defer tx.Rollback()
 	if err := fn(s.on(tx)); err != nil {
-		return false, err
+		return false, s.explain(ctx, err)
 	}
 	return true, tx.Commit()
 }
@@ -312,7 +336,7 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 	if !ok {
 		return errNoSchema
 	}
-	return s.writeTx(ctx, fn)
+	return s.explain(ctx, s.writeTx(ctx, fn))
 }
 
 // writeTx is write without the schema check, for migrations.
