@@ -169,3 +169,82 @@ func TestPushBatchWithoutUnique(t *testing.T) {
 		t.Fatalf("ready %d (delayed %d), in flight %d; want 2 (1), 2", q.Ready, q.Delayed, q.InFlight)
 	}
 }
+
+// TestPushShortReply: a batch pushed whole gets the script's short reply
+// (first id, time, partition count), and each push's job must still be the
+// one stored: consecutive ids in batch order, a keyless job in partition
+// id % P, a keyed one in its key's partition, available after its delay.
+func TestPushShortReply(t *testing.T) {
+	s := openQueueStores(t, 1)[0]
+	putTestQueue(t, s, queueTestConfig("sr", 3))
+	batch := []*queuePush{
+		{req: backends.PushRequest{Payload: []byte("a")}},
+		{req: backends.PushRequest{Payload: []byte("b"), Key: "k1"}},
+		{req: backends.PushRequest{Payload: []byte("c")}},
+		{req: backends.PushRequest{Payload: []byte("d"), Delay: time.Hour}},
+		{req: backends.PushRequest{Payload: []byte("e"), Key: "k2"}},
+	}
+	for i, err := range s.pushBatch(t.Context(), "sr", batch) {
+		if err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	first := queueInt(batch[0].res[1])
+	ready := map[int64]backends.Job{}
+	jobs, err := s.Claim(t.Context(), "sr", "w", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		ready[j.ID] = j
+	}
+	for i, p := range batch {
+		id, part, enq, avail := queueInt(p.res[1]), int(queueInt(p.res[2])), queueInt(p.res[3]), queueInt(p.res[4])
+		if queueInt(p.res[0]) != 1 || id != first+int64(i) {
+			t.Fatalf("push %d got %v, want status 1 and id %d", i, p.res, first+int64(i))
+		}
+		if want := queueMicros(p.req.Delay); avail-enq != want {
+			t.Errorf("push %d: available %d µs after enqueue, want %d", i, avail-enq, want)
+		}
+		if p.req.Delay > 0 {
+			if _, ok := ready[id]; ok {
+				t.Errorf("delayed push %d was claimable", i)
+			}
+			continue
+		}
+		j, ok := ready[id]
+		if !ok {
+			t.Fatalf("push %d: job %d not claimed (claimed %v)", i, id, jobs)
+		}
+		if j.Partition != part || string(j.Payload) != string(p.req.Payload) || j.Key != p.req.Key || !j.EnqueuedAt.Equal(queueTime(enq)) {
+			t.Errorf("push %d replied partition %d, enqueued %v; stored %+v", i, part, queueTime(enq), j)
+		}
+		want := int(id % 3)
+		if p.req.Key != "" {
+			want = queueKeyPartition(p.req.Key, 3)
+		}
+		if part != want {
+			t.Errorf("push %d in partition %d, want %d", i, part, want)
+		}
+	}
+}
+
+// TestPushIDsAfterLoss: when the id counter is lost (a restart without
+// persistence, a failover to a replica that had not got it), the next push
+// moves it to the server's time in µs, above any id handed out before.
+func TestPushIDsAfterLoss(t *testing.T) {
+	s := openQueueStores(t, 1)[0]
+	putTestQueue(t, s, queueTestConfig("il", 1))
+	before := mustPush(t, s, "il", backends.PushRequest{Payload: []byte("a")})
+	if err := s.rdb.Del(t.Context(), s.keys.queueFixed("il")[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now, err := s.Now(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := mustPush(t, s, "il", backends.PushRequest{Payload: []byte("b")})
+	if after.ID <= before.ID || after.ID <= now.UnixMicro() {
+		t.Fatalf("id after the counter's loss %d, want above %d and the server's time %d µs", after.ID, before.ID, now.UnixMicro())
+	}
+}

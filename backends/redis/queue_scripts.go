@@ -47,7 +47,9 @@ const queueSweepMax = 1000
 //	                  id (16 hex digits), so that ZRANGEBYLEX over the
 //	                  prefix lists a key's jobs, oldest first
 //	oldest_keyed      the oldest job of a key in one index, or nil
-//	wake(n)           pushes n wake elements (bounded by queueWakeMax)
+//	wake(n)           pushes n wake elements, as many as fit under
+//	                  queueWakeMax (the elements are all alike; a full
+//	                  list, where workers are busy, costs one LLEN)
 //	each_chunk        calls a command with a long argument list in chunks
 //	                  (Lua's unpack has a stack limit)
 var queueLuaPrelude = `
@@ -84,12 +86,11 @@ local function oldest_keyed(index, key)
 end
 
 local function wake(n)
-  n = math.min(n, WAKE_MAX)
+  n = math.min(n, WAKE_MAX - redis.call('LLEN', K_WAKE))
   if n <= 0 then return end
   local a = {}
   for i = 1, n do a[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(a))
-  redis.call('LTRIM', K_WAKE, 0, WAKE_MAX - 1)
 end
 
 local function each_chunk(cmd, key, list)
@@ -214,7 +215,11 @@ return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.cal
 // KEYS: the fixed keys, then the ready sets of all partitions.
 // ARGV: the number of jobs n, then per job: payload, key (empty for none),
 // the key's partition (when a key is given), delay µs.
-// It returns {1, r1, ..., rn}, one reply per job: {1, id, partition,
+// When every job is pushed (the common case) it returns {2, first, now,
+// P}: the jobs got the ids first, first+1, ... in batch order, were
+// enqueued at now and are available at now + their delay, a keyless job in
+// partition id % P and a keyed one in the partition it was given. Else it
+// returns {1, r1, ..., rn}, one reply per job: {1, id, partition,
 // enqueued_at, available_at}; {-2, size, max_payload} when the payload is
 // too large; {-3, <job>} when the queue is unique and the key is pending
 // (or running, under pending_or_running), <job> being the oldest such job
@@ -226,14 +231,13 @@ return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.cal
 // the batch finds an earlier one of its key. The checks come first; then
 // the ids come from one INCRBY and each key is written once for the whole
 // batch (a job costs its share of a few calls, not five calls of its
-// own). The id comes from INCR on the
-// ids key, which, when missing, is first set to the server's time in µs
-// (the data-loss rule: above any id it can have handed out before). A
-// keyless job goes to partition id % P (round robin); a job available now
-// joins its ready set, a delayed one the delayed set; a keyed one enters
-// the kready index. One wake element is pushed per job either way: a
-// worker woken by a delayed job bounds its next wait by the job's
-// available_at.
+// own). An INCRBY that finds the ids key missing (it returns the batch's
+// size) moves it to the server's time in µs first (the data-loss rule:
+// above any id it can have handed out before). A keyless job goes to
+// partition id % P (round robin); a job available now joins its ready set,
+// a delayed one the delayed set; a keyed one enters the kready index. One
+// wake element is pushed per job either way: a worker woken by a delayed
+// job bounds its next wait by the job's available_at.
 var queuePushScript = queueScript(`
 local m = redis.call('HMGET', K_META, 'partitions', 'unique', 'max_payload')
 if not m[1] then return {0} end
@@ -242,7 +246,6 @@ if NLISTS ~= P then return {-1, P} end
 local maxp = tonumber(m[3] or '0') or 0
 local uniq = m[2] == 'pending' or m[2] == 'pending_or_running'
 local now = now_us()
-if redis.call('EXISTS', K_IDS) == 0 then redis.call('SET', K_IDS, string.format('%d', now)) end
 local n = tonumber(ARGV[1])
 local out, ok, first, dups = {1}, {}, {}, {}
 -- The checks, each job as if pushed alone after the batch's earlier ones:
@@ -276,9 +279,13 @@ for i = 0, n - 1 do
     end
   end
 end
+local all = #ok == n
+local idn = 0
 -- The writes: the ids from one INCRBY, one call per key for the batch.
 if #ok > 0 then
-  local idn = redis.call('INCRBY', K_IDS, #ok) - #ok
+  idn = redis.call('INCRBY', K_IDS, #ok)
+  if idn == #ok then idn = redis.call('INCRBY', K_IDS, now) end
+  idn = idn - #ok
   local recs, pays, delayed, kready, ready = {}, {}, {}, {}, {}
   for _, i in ipairs(ok) do
     idn = idn + 1
@@ -288,7 +295,7 @@ if #ok > 0 then
     if key ~= '' then part = tonumber(ARGV[4 + 4 * i]) else part = idn % P end
     local avail = now + delay
     recs[#recs + 1] = id
-    recs[#recs + 1] = encode({part = part, attempt = 0, enq = now, avail = avail, owner = '', key = key, err = ''})
+    recs[#recs + 1] = cmsgpack.pack(part, 0, now, avail, '', key, '') -- encode's layout
     pays[#pays + 1] = id
     pays[#pays + 1] = ARGV[2 + 4 * i]
     if delay > 0 then
@@ -304,22 +311,22 @@ if #ok > 0 then
       kready[#kready + 1] = 0
       kready[#kready + 1] = kmember(key, id)
     end
-    out[i + 2] = {1, idn, part, now, avail}
+    if not all then out[i + 2] = {1, idn, part, now, avail} end
   end
   redis.call('HSET', K_JOBS, unpack(recs))
   redis.call('HSET', K_PAYLOADS, unpack(pays))
   if #delayed > 0 then redis.call('ZADD', K_DELAYED, unpack(delayed)) end
   for part, r in pairs(ready) do redis.call('ZADD', ready_key(part), unpack(r)) end
   if #kready > 0 then redis.call('ZADD', K_KREADY, unpack(kready)) end
+  wake(#ok)
 end
+if all then return {2, idn - n + 1, now, P} end
 -- A duplicate of an earlier job of the batch gets that job, as pushed.
 for _, d in ipairs(dups) do
   local i, j = d[1], d[2]
   local g = out[j + 2]
   out[i + 2] = {-3, g[2], g[3], 0, now, g[5], ARGV[3 + 4 * j], '', ARGV[2 + 4 * j], 0, ''}
 end
-local pushed = #ok
-wake(pushed)
 return out
 `)
 

@@ -25,10 +25,14 @@ type Batcher[R any] struct {
 	// follows none of their contexts (0: none besides the first caller's
 	// values).
 	Timeout time.Duration
+	// Rounds bounds the batches in flight at once (0 or 1: one). A request
+	// that finds fewer running starts one, so that it seldom waits for a
+	// whole round trip before its own begins.
+	Rounds int
 
 	mu      sync.Mutex
 	pending []*item[R]
-	running bool // a batch is running; pending waits for the next one
+	running int // batches running; pending waits for the next one
 }
 
 type item[R any] struct {
@@ -49,8 +53,10 @@ func (b *Batcher[R]) Do(ctx context.Context, req R, run RunBatch[R]) error {
 	it := &item[R]{req: req, done: make(chan error, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, it)
-	lead := !b.running
-	b.running = true
+	lead := b.running < max(b.Rounds, 1)
+	if lead {
+		b.running++
+	}
 	b.mu.Unlock()
 	if lead && b.Gather {
 		b.gather()
@@ -123,7 +129,7 @@ func (b *Batcher[R]) round(ctx context.Context, run RunBatch[R]) bool {
 	defer b.mu.Unlock()
 	if len(b.pending) == 0 {
 		b.pending = nil // let the array go
-		b.running = false
+		b.running--
 		return false
 	}
 	return true

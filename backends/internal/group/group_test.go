@@ -140,3 +140,59 @@ func TestBatcherPerCallerErrors(t *testing.T) {
 		t.Errorf("batch sizes %v, want [1 5]", sizes)
 	}
 }
+
+// TestBatcherRounds: with Rounds 2, a request that finds one batch in
+// flight starts a second at once, a third waits, and no more than two
+// batches ever run together.
+func TestBatcherRounds(t *testing.T) {
+	b := Batcher[int]{Rounds: 2}
+	release := make(chan struct{})
+	var inFlight, most atomic.Int64
+	started := make(chan int, 16)
+	run := func(ctx context.Context, batch []int) []error {
+		n := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		started <- len(batch)
+		<-release
+		inFlight.Add(-1)
+		return make([]error, len(batch))
+	}
+	var wg sync.WaitGroup
+	do := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.Do(context.Background(), i, run); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}()
+	}
+	do(0)
+	<-started
+	do(1)
+	select {
+	case n := <-started:
+		if n != 1 {
+			t.Fatalf("second batch of %d, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request that found one batch in flight did not start a second")
+	}
+	for i := 2; i < 6; i++ {
+		do(i)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(started); n != 0 {
+		t.Fatalf("%d batches started beyond the two in flight", n)
+	}
+	close(release)
+	wg.Wait()
+	if m := most.Load(); m != 2 {
+		t.Errorf("at most %d batches ran together, want 2", m)
+	}
+}
