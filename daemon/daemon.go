@@ -76,6 +76,11 @@ type Config struct {
 	// for backends.HostRetention, after doing so at start (hosts.go);
 	// default 1h. Tests shorten it.
 	PruneEvery time.Duration
+	// Signals, when not nil, is a channel the caller registered for
+	// SIGHUP, SIGTERM and SIGINT (signal.Notify) before starting up, so
+	// that a signal that comes during startup is not lost; nil: Run
+	// registers its own.
+	Signals <-chan os.Signal
 }
 
 // Daemon is one running `coordd run`.
@@ -269,10 +274,19 @@ func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreCo
 // Run runs until ctx ends or a shutdown signal arrives, then shuts down
 // gracefully: stop claiming, let running commands finish within the grace
 // period (a second signal ends it early), hand back the leader lease.
+//
+// When ctx ends because of a signal (signal.NotifyContext, as coordd's main
+// does), that signal also reaches Run's own channel, perhaps after Run saw
+// ctx end: it is the first signal, not a second one. SIGHUP during the
+// grace period is a reload request, not a second signal, and is ignored.
 func (d *Daemon) Run(ctx context.Context) error {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
+	sigs := d.cfg.Signals
+	if sigs == nil {
+		own := make(chan os.Signal, 4)
+		signal.Notify(own, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(own)
+		sigs = own
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -327,10 +341,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
+	// dup names the signal that ended ctx, whose copy on sigs is not a
+	// second signal (signalCause).
+	dup := ""
 loop:
 	for {
 		select {
 		case <-ctx.Done():
+			dup = signalCause(ctx)
 			break loop
 		case err := <-schedDone:
 			if err != nil && ctx.Err() == nil {
@@ -354,11 +372,22 @@ loop:
 	stop()
 	graceCtx, cancelGrace := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownGrace)
 	go func() {
-		select {
-		case <-sigs:
-			d.log.Warn("second signal: killing running commands")
-			cancelGrace()
-		case <-graceCtx.Done():
+		for {
+			select {
+			case s := <-sigs:
+				switch {
+				case s == syscall.SIGHUP:
+					continue
+				case dup != "" && s.String() == dup:
+					dup = ""
+					continue
+				}
+				d.log.Warn("second signal: killing running commands", "signal", s.String())
+				cancelGrace()
+				return
+			case <-graceCtx.Done():
+				return
+			}
 		}
 	}()
 	if err := d.sched.Shutdown(graceCtx); err != nil {
@@ -734,4 +763,18 @@ func reconcileErr(err error) error {
 		return nil
 	}
 	return err
+}
+
+// signalCause names the signal that ended ctx when signal.NotifyContext
+// ended it (its cause reads "<signal> signal received"), "" otherwise.
+func signalCause(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil || cause == context.Canceled || !errors.Is(cause, context.Canceled) {
+		return ""
+	}
+	name, ok := strings.CutSuffix(cause.Error(), " signal received")
+	if !ok {
+		return ""
+	}
+	return name
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -59,6 +61,12 @@ with a token of that file; every action goes to the log (docs/dashboard.md).
 		if !noPositional(env, c.name, pos) {
 			return 1
 		}
+		// The daemon's own signals, registered before startup: a SIGHUP or
+		// SIGTERM that comes while it starts waits for Run instead of being
+		// lost (daemon.Config.Signals).
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(sigs)
 		var dashOpts *dashboard.Options
 		switch {
 		case *dash:
@@ -103,6 +111,7 @@ with a token of that file; every action goes to the log (docs/dashboard.md).
 			SpecPath: *path, HostID: id, Version: version.Version, Log: log,
 			LoadOptions:   spec.LoadOptions{Getenv: os.LookupEnv},
 			ShutdownGrace: *grace, ResyncEvery: *resync, Listen: *listen, Dashboard: dashOpts,
+			Signals: sigs,
 		})
 		if err != nil {
 			var errs spec.Errors
