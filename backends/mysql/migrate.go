@@ -136,7 +136,8 @@ func (s *Store) migrateLockName() string {
 	return "coordd-migrate-" + hex.EncodeToString(h[:16])
 }
 
-// Schema reports the migration state without changing anything.
+// Schema reports the migration state without changing anything. It reads
+// outside read, whose errors explain annotates with what Schema says.
 func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
 	ms, err := migrations()
 	if err != nil {

@@ -308,13 +308,10 @@ func (s *Store) explain(ctx context.Context, err error) error {
 	if err == nil || !errors.As(err, &me) || (me.Number != errNoSuchColumn && me.Number != errNoSuchTable) {
 		return err
 	}
-	ms, merr := migrations()
-	v, verr := s.schemaVersion(ctx)
-	if merr != nil || verr != nil {
-		return err
-	}
-	if old := backends.SchemaCurrent(v, len(ms)); old != nil {
-		return fmt.Errorf("%w (%w)", old, err)
+	if info, serr := s.Schema(ctx); serr == nil {
+		if old := backends.SchemaCurrent(info.Version, info.Latest); old != nil {
+			return fmt.Errorf("%w (%w)", old, err)
+		}
 	}
 	return err
 }

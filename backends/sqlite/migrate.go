@@ -52,8 +52,8 @@ const qMigrations = `SELECT version, min_binary FROM schema_migrations`
 const qRecordMigration = `INSERT INTO schema_migrations (version, name, min_binary, applied_at, applied_by)
 VALUES (?, ?, ?, ` + nowSQL + `, ?)`
 
-// Schema reports the migration state without changing anything. It works
-// on a store at any version, which the other reads refuse.
+// Schema reports the migration state without changing anything. It reads
+// outside read, whose errors explain annotates with what Schema says.
 func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
 	ms, err := migrations()
 	if err != nil {

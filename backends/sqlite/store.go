@@ -258,9 +258,6 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return fromMicros(us), nil
 }
 
-// qSchemaVersion reads the highest applied migration.
-const qSchemaVersion = `SELECT coalesce(max(version), 0) FROM schema_migrations`
-
 // hasSchema reports whether the store has been migrated at least once.
 // Migrate applies every pending migration in one transaction, so a store
 // with the version table holds some binary's complete schema.
@@ -289,13 +286,10 @@ func (s *Store) explain(ctx context.Context, err error) error {
 	if err == nil || !(strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "no such table")) {
 		return err
 	}
-	ms, merr := migrations()
-	var v int
-	if merr != nil || s.on(nil).row(ctx, qSchemaVersion).Scan(&v) != nil {
-		return err
-	}
-	if old := backends.SchemaCurrent(v, len(ms)); old != nil {
-		return fmt.Errorf("%w (%w)", old, err)
+	if info, serr := s.Schema(ctx); serr == nil {
+		if old := backends.SchemaCurrent(info.Version, info.Latest); old != nil {
+			return fmt.Errorf("%w (%w)", old, err)
+		}
 	}
 	return err
 }
