@@ -16,6 +16,7 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 	"github.com/coordd/coordd/spec"
 )
@@ -64,9 +65,6 @@ const nowSQL = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(
 // server answers and to tell MariaDB from MySQL.
 const qVersion = `SELECT VERSION()`
 
-// qNow reads the backend clock as a DATETIME(6) in UTC.
-const qNow = `SELECT UTC_TIMESTAMP(6)`
-
 // qHasSchema reports whether the database holds this prefix's version table.
 const qHasSchema = `SELECT count(*) FROM information_schema.tables
 WHERE table_schema = DATABASE() AND table_name = ?`
@@ -87,6 +85,11 @@ var prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
 // use; several Stores (on one host or many) may share one database and
 // prefix.
 type Store struct {
+	// Core is what every SQL store shares: the cluster's state, hosts,
+	// the leader lease (but its take and renewal, leader.go), cron
+	// pauses, waiter lines.
+	sqlstore.Core
+
 	name   string
 	prefix string
 	dbName string
@@ -100,6 +103,8 @@ type Store struct {
 	schema atomic.Bool
 	// queries caches each query constant with {p} replaced by the prefix.
 	queries sync.Map
+	// dialect is the shared store's SQL for this prefix.
+	dialect *sqlstore.Dialect
 	// mariadb: the server is MariaDB (KILL QUERY ID, see park.go).
 	mariadb bool
 	// sess holds the dedicated connections of session-mode holders and
@@ -148,6 +153,8 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db, clientPacket: int64(cfg.MaxAllowedPacket)}
+	s.dialect = newDialect(tablePrefix)
+	s.Core = sqlstore.Core{DB: sqlDB{s}}
 	// Claims of several workers gather (a lone claimer pays nothing).
 	s.queues.claims.Limit, s.queues.claims.Gather = maxClaimGroup, true
 	// Acks gather too: a commit costs far more than the wait.
@@ -256,15 +263,6 @@ func (s *Store) Close() error {
 	return errors.Join(s.sess.db.Close(), s.db.Close())
 }
 
-// Now reads the backend clock, UTC_TIMESTAMP(6), in UTC.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var t time.Time
-	if err := s.on(nil).row(ctx, qNow).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read clock: %w", err)
-	}
-	return t.UTC(), nil
-}
-
 // maxCachedQuery bounds the queries q caches: the constants, not the
 // multi-row statements built for one batch size.
 const maxCachedQuery = 1024
@@ -356,7 +354,7 @@ var errNoSchema = backends.ErrNoSchema
 
 // errRetry asks write to run the transaction again: a racing transaction
 // inserted the row this one found absent (a duplicate key on insert).
-var errRetry = errors.New("lost a race, retry")
+var errRetry = sqlstore.ErrRetry
 
 // writable refuses a write on a read-only or unmigrated store.
 func (s *Store) writable(ctx context.Context) error {
@@ -530,6 +528,7 @@ const (
 	errDupEntry        = 1062
 	errDupFieldName    = 1060
 	errDupKeyName      = 1061
+	errNoSuchTable     = 1146 // a table a newer migration adds (or none yet)
 	errInterrupted     = 1317 // a KILL QUERY ended the statement
 	errUnknownThread   = 1094 // KILL of a connection that is gone
 	errKillDenied      = 1095 // KILL of another user's connection without the privilege

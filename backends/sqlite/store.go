@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	"github.com/coordd/coordd/spec"
 
 	msqlite "modernc.org/sqlite" // the "sqlite" driver (pure Go, no cgo); importing registers it
@@ -58,6 +59,10 @@ const qHasSchema = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND 
 // Store is one handle on a SQLite file. It is safe for concurrent use, and
 // several Stores (in one process or several) may share one file.
 type Store struct {
+	// Core is what every SQL store shares: the cluster's state, hosts,
+	// the leader lease, cron pauses, waiter lines.
+	sqlstore.Core
+
 	name string
 	path string
 	opts backends.Options
@@ -68,8 +73,6 @@ type Store struct {
 	trips  atomic.Uint64
 	// schema caches a positive qHasSchema: migrations are never undone.
 	schema atomic.Bool
-	// hostsTable caches a positive qHostsTable (hosts.go).
-	hostsTable atomic.Bool
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared statements by query
@@ -96,6 +99,7 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 		return nil, fmt.Errorf("sqlite path %q: %w", path, err)
 	}
 	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}, writeTurn: make(chan struct{}, 1)}
+	s.Core = sqlstore.Core{DB: sqlDB{s}}
 	var dsn string
 	created := false // this Open makes the file (see perm.go)
 	switch {
@@ -247,15 +251,6 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	return s.db.Close()
-}
-
-// Now reads the backend clock (see nowSQL).
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var us int64
-	if err := s.on(nil).row(ctx, qNow).Scan(&us); err != nil {
-		return time.Time{}, fmt.Errorf("read clock: %w", err)
-	}
-	return fromMicros(us), nil
 }
 
 // hasSchema reports whether the store has been migrated at least once.

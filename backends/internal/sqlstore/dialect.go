@@ -1,0 +1,136 @@
+package sqlstore
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Flavor is the family of SQL a store speaks where the SQL stores differ in
+// syntax rather than in meaning: upserts, RETURNING, row locks.
+type Flavor int
+
+const (
+	// Standard is INSERT ... ON CONFLICT ... DO UPDATE ... WHERE and
+	// RETURNING: SQLite (3.35 and later) and PostgreSQL.
+	Standard Flavor = iota
+	// MySQL is INSERT ... ON DUPLICATE KEY UPDATE, without RETURNING:
+	// MySQL and MariaDB.
+	MySQL
+)
+
+// Query is one named statement of the shared code: written once where the
+// stores agree, and once more for MySQL where its syntax differs. A text
+// may hold these tokens, which Dialect.Text replaces:
+//
+//	{p}name  the table name, with the store's prefix or schema, quoted
+//	{now}    the store's clock: integer microseconds since the Unix epoch,
+//	         one instant for the whole statement
+//	{lock}   " FOR UPDATE" where a write transaction locks the rows it
+//	         reads first; nothing on SQLite, whose write transaction holds
+//	         the whole file
+//	?        a bound parameter ($1, $2, ... on PostgreSQL)
+//
+// Values are always bound parameters; only validated identifiers are
+// spliced into the text.
+type Query struct {
+	// SQL is the text for every flavor, or for Standard where MySQL is set.
+	SQL string
+	// MySQL is the MySQL flavor's text where it differs from SQL.
+	MySQL string
+}
+
+// Dialect is what a SQL store tells the shared code about its SQL.
+type Dialect struct {
+	// Flavor picks a Query's text.
+	Flavor Flavor
+	// Now is the clock expression {now} stands for.
+	Now string
+	// Lock is what {lock} stands for.
+	Lock string
+	// Table turns a table's base name into the name to write in SQL
+	// ({p}name): prefixed, schema-qualified and quoted as the store needs.
+	Table func(name string) string
+	// Numbered: parameters are $1, $2, ... instead of ?.
+	Numbered bool
+	// IsDuplicate reports a duplicate-key error of the driver.
+	IsDuplicate func(error) bool
+	// IsNoSuchTable reports an error naming a table the store lacks (a
+	// store migrated by an older binary).
+	IsNoSuchTable func(error) bool
+
+	texts sync.Map // template -> rendered text
+}
+
+// maxCachedText bounds the templates Text caches: the constants, not the
+// multi-row statements built for one batch size.
+const maxCachedText = 4096
+
+// Text returns q's text for this dialect with its tokens replaced.
+func (d *Dialect) Text(q Query) string { return d.Render(d.Pick(q)) }
+
+// Pick returns q's template for this dialect's flavor, tokens in place: to
+// build a longer statement (a multi-row VALUES) that is rendered once.
+func (d *Dialect) Pick(q Query) string {
+	if d.Flavor == MySQL && q.MySQL != "" {
+		return q.MySQL
+	}
+	return q.SQL
+}
+
+// tableToken matches {p}name.
+var tableToken = regexp.MustCompile(`\{p\}([A-Za-z0-9_]+)`)
+
+// Render replaces the tokens of a template (see Query), caching the result
+// for templates of constant size.
+func (d *Dialect) Render(t string) string {
+	if v, ok := d.texts.Load(t); ok {
+		return v.(string)
+	}
+	out := tableToken.ReplaceAllStringFunc(t, func(m string) string { return d.Table(m[len("{p}"):]) })
+	out = strings.ReplaceAll(out, "{now}", d.Now)
+	out = strings.ReplaceAll(out, "{lock}", d.Lock)
+	if d.Numbered {
+		out = numberParams(out)
+	}
+	if len(t) <= maxCachedText {
+		d.texts.Store(t, out)
+	}
+	return out
+}
+
+// numberParams rewrites each ? outside quotes and comments as $1, $2, ...
+// in order.
+func numberParams(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	n := 0
+	var quote byte // the open quote, 0 outside one
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			j := strings.IndexByte(s[i:], '\n')
+			if j < 0 {
+				j = len(s) - i
+			}
+			b.WriteString(s[i : i+j])
+			i += j - 1
+			continue
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
