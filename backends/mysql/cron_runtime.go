@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
 var _ backends.Crons = (*Store)(nil)
@@ -334,10 +335,10 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 				return err
 			}
 			if kind == 1 {
-				nextAt = cronFromNullMicros(next)
+				nextAt = sqlstore.FromNullMicros(next)
 				continue
 			}
-			due = append(due, backends.DueTask{Name: name.String, Def: json.RawMessage(def.String), NextExec: cronFromNullMicros(next)})
+			due = append(due, backends.DueTask{Name: name.String, Def: json.RawMessage(def.String), NextExec: sqlstore.FromNullMicros(next)})
 		}
 		return rows.Err()
 	})
@@ -481,7 +482,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([
 			args = append(args, req.Task, req.Task, sched, req.Attempt-1)
 		} else {
 			sb.WriteString(s.q(cronBatchAdvance))
-			args = append(args, cronNullMicros(req.Next), req.Host, req.Task, sched)
+			args = append(args, sqlstore.ToNullMicros(req.Next), req.Host, req.Task, sched)
 		}
 		sb.WriteString(s.q(cronBatchInsert))
 		args = append(args, req.Task, sched, req.Attempt, runIDs[i], req.Manual, req.Owner, req.Host, status, lease, status, reason)
@@ -933,7 +934,7 @@ func (s *Store) History(ctx context.Context, task string, limit int) ([]backends
 			if err := scanCronOcc(rows, &r.Occurrence, &r.Status, &r.ExitCode, &r.Error, &r.Output, &fin); err != nil {
 				return err
 			}
-			r.FinishedAt = cronFromNullMicros(fin)
+			r.FinishedAt = sqlstore.FromNullMicros(fin)
 			out = append(out, r)
 		}
 		return rows.Err()
@@ -961,7 +962,7 @@ func (s *Store) PendingRetries(ctx context.Context, limit int) ([]backends.Run, 
 			if err := scanCronOcc(rows, &r.Occurrence, &r.Status, &r.ExitCode, &r.Error, &fin); err != nil {
 				return err
 			}
-			r.FinishedAt = cronFromNullMicros(fin)
+			r.FinishedAt = sqlstore.FromNullMicros(fin)
 			out = append(out, r)
 		}
 		return rows.Err()

@@ -27,6 +27,7 @@ func newDialect(p string) *sqlstore.Dialect {
 		Flavor:        sqlstore.MySQL,
 		Now:           nowSQL,
 		Lock:          " FOR UPDATE",
+		ListChunk:     inChunk,
 		Table:         func(name string) string { return "`" + p + name + "`" },
 		IsDuplicate:   isDup,
 		IsNoSuchTable: isNoSuchTable,

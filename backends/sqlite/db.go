@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 
@@ -16,8 +17,17 @@ var dialect = &sqlstore.Dialect{
 	Flavor:        sqlstore.Standard,
 	Now:           nowSQL,
 	Table:         func(name string) string { return name },
+	List:          jsonList,
 	IsDuplicate:   isConstraint,
 	IsNoSuchTable: func(err error) bool { return err != nil && strings.Contains(err.Error(), "no such table") },
+}
+
+// jsonList binds a list as one JSON array parameter, expanded in SQL by
+// json_each: one statement (and one prepared statement) for any number of
+// values, and the values stay data.
+func jsonList(values any) (string, any, error) {
+	b, err := json.Marshal(values)
+	return "IN (SELECT value FROM json_each(?))", string(b), err
 }
 
 // isConstraint reports a UNIQUE or PRIMARY KEY violation.

@@ -31,6 +31,8 @@ const (
 //	         reads first; nothing on SQLite, whose write transaction holds
 //	         the whole file
 //	?        a bound parameter ($1, $2, ... on PostgreSQL)
+//	{in}     a list of values after a column: "x {in}" is true when x is
+//	         one of them (Dialect.In)
 //
 // Values are always bound parameters; only validated identifiers are
 // spliced into the text.
@@ -54,6 +56,14 @@ type Dialect struct {
 	Table func(name string) string
 	// Numbered: parameters are $1, $2, ... instead of ?.
 	Numbered bool
+	// List binds a whole list of values as one parameter, for a store
+	// whose SQL can expand one (SQLite's json_each, PostgreSQL's arrays):
+	// it returns what {in} stands for and the argument. Nil: {in} is
+	// IN (?, ?, ...), one parameter per value, at most ListChunk values
+	// per statement.
+	List func(values any) (text string, arg any, err error)
+	// ListChunk bounds the values of one {in} without List.
+	ListChunk int
 	// IsDuplicate reports a duplicate-key error of the driver.
 	IsDuplicate func(error) bool
 	// IsNoSuchTable reports an error naming a table the store lacks (a
@@ -133,4 +143,38 @@ func numberParams(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// In renders a template holding one {in} for the values vals, and returns
+// the text and the arguments: pre, the list, then post. A dialect without
+// List binds each value ("IN (?, ?)"); callers split longer lists with
+// ListChunks.
+func In[T any](d *Dialect, t string, vals []T, pre []any, post ...any) (string, []any, error) {
+	args := append([]any(nil), pre...)
+	var in string
+	if d.List != nil {
+		if vals == nil {
+			vals = []T{}
+		}
+		text, arg, err := d.List(vals)
+		if err != nil {
+			return "", nil, err
+		}
+		in, args = text, append(args, arg)
+	} else {
+		in = "IN (" + Placeholders(len(vals)) + ")"
+		for _, v := range vals {
+			args = append(args, v)
+		}
+	}
+	return d.Render(strings.Replace(t, "{in}", in, 1)), append(args, post...), nil
+}
+
+// ListChunks splits vals into the lists one {in} takes: all at once with
+// List, ListChunk at a time without.
+func ListChunks[T any](d *Dialect, vals []T) [][]T {
+	if d.List != nil || d.ListChunk <= 0 || len(vals) <= d.ListChunk {
+		return [][]T{vals}
+	}
+	return Chunks(vals, d.ListChunk)
 }
