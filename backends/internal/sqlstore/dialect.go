@@ -33,6 +33,8 @@ const (
 //	?        a bound parameter ($1, $2, ... on PostgreSQL)
 //	{in}     a list of values after a column: "x {in}" is true when x is
 //	         one of them (Dialect.In)
+//	`name`   an identifier the database reserves (partition), quoted as
+//	         the dialect quotes identifiers
 //
 // Values are always bound parameters; only validated identifiers are
 // spliced into the text.
@@ -56,6 +58,8 @@ type Dialect struct {
 	Table func(name string) string
 	// Numbered: parameters are $1, $2, ... instead of ?.
 	Numbered bool
+	// DoubleQuoted: identifiers are quoted "so" rather than `so`.
+	DoubleQuoted bool
 	// List binds a whole list of values as one parameter, for a store
 	// whose SQL can expand one (SQLite's json_each, PostgreSQL's arrays):
 	// it returns what {in} stands for and the argument. Nil: {in} is
@@ -101,8 +105,8 @@ func (d *Dialect) Render(t string) string {
 	out := tableToken.ReplaceAllStringFunc(t, func(m string) string { return d.Table(m[len("{p}"):]) })
 	out = strings.ReplaceAll(out, "{now}", d.Now)
 	out = strings.ReplaceAll(out, "{lock}", d.Lock)
-	if d.Numbered {
-		out = numberParams(out)
+	if d.Numbered || d.DoubleQuoted {
+		out = d.rewrite(out)
 	}
 	if len(t) <= maxCachedText {
 		d.texts.Store(t, out)
@@ -110,9 +114,9 @@ func (d *Dialect) Render(t string) string {
 	return out
 }
 
-// numberParams rewrites each ? outside quotes and comments as $1, $2, ...
-// in order.
-func numberParams(s string) string {
+// rewrite numbers each ? outside quotes and comments as $1, $2, ... in
+// order (Numbered), and turns `ident` into "ident" (DoubleQuoted).
+func (d *Dialect) rewrite(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 16)
 	n := 0
@@ -123,9 +127,15 @@ func numberParams(s string) string {
 		case quote != 0:
 			if c == quote {
 				quote = 0
+				if c == '`' && d.DoubleQuoted {
+					c = '"'
+				}
 			}
-		case c == '\'' || c == '"':
+		case c == '\'' || c == '"' || c == '`':
 			quote = c
+			if c == '`' && d.DoubleQuoted {
+				c = '"'
+			}
 		case c == '-' && i+1 < len(s) && s[i+1] == '-':
 			j := strings.IndexByte(s[i:], '\n')
 			if j < 0 {
@@ -134,7 +144,7 @@ func numberParams(s string) string {
 			b.WriteString(s[i : i+j])
 			i += j - 1
 			continue
-		case c == '?':
+		case c == '?' && d.Numbered:
 			n++
 			b.WriteByte('$')
 			b.WriteString(strconv.Itoa(n))

@@ -7,11 +7,10 @@ func TestRenderReplacesTokens(t *testing.T) {
 		Now:      "NOW_US",
 		Lock:     " FOR UPDATE",
 		Table:    func(n string) string { return `"s"."x_` + n + `"` },
-		Numbered: true,
+		Numbered: true, DoubleQuoted: true,
 	}
-	got := d.Render(`SELECT a FROM {p}leader WHERE b = ? AND c > {now}{lock} -- what? 'not ?'
-AND d = '?' AND e = ?`)
-	want := `SELECT a FROM "s"."x_leader" WHERE b = $1 AND c > NOW_US FOR UPDATE -- what? 'not ?'
+	got := d.Render("SELECT a, `partition` FROM {p}leader WHERE b = ? AND c > {now}{lock} -- what? 'not ?'\nAND d = '?' AND e = ?")
+	want := `SELECT a, "partition" FROM "s"."x_leader" WHERE b = $1 AND c > NOW_US FOR UPDATE -- what? 'not ?'
 AND d = '?' AND e = $2`
 	if got != want {
 		t.Fatalf("Render:\n got %s\nwant %s", got, want)
