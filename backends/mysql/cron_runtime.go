@@ -304,15 +304,10 @@ func scanCronOcc(r interface{ Scan(dest ...any) error }, o *backends.Occurrence,
 }
 
 // readAuto runs fn's single statement in autocommit on the pool: one round
-// trip, and the statement is its own consistent snapshot (a read-only
-// transaction would add two). A store that was never migrated reads as
-// empty: fn is not run.
+// trip. A store without a schema reads as empty (fn does not run).
 func (s *Store) readAuto(ctx context.Context, fn func(c conn) error) error {
-	ok, err := s.hasSchema(ctx)
-	if err != nil || !ok {
-		return err
-	}
-	return s.explain(ctx, fn(s.on(nil)))
+	_, err := s.pool.ReadOneTx(ctx, fn)
+	return err
 }
 
 // DueTasks lists tasks whose next_exec is at or before backend now, earliest
@@ -322,7 +317,7 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 	var due []backends.DueTask
 	var nextAt time.Time
 	err := s.readAuto(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronDue, cronLimit(limit))
+		rows, err := c.Query(ctx, qCronDue, cronLimit(limit))
 		if err != nil {
 			return err
 		}
@@ -592,7 +587,7 @@ func (s *Store) claimWhy(ctx context.Context, reqs []backends.ClaimRequest, idx 
 		args = append(args, i, req.Task, req.Task, req.Task, sched, req.Task, sched, req.Attempt-1)
 	}
 	err := s.readAuto(ctx, func(c conn) error {
-		rows, err := c.query(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
+		rows, err := c.Query(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
 		if err != nil {
 			return err
 		}
@@ -628,7 +623,7 @@ func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest) (bac
 		Owner: req.Owner, Host: req.Host, Manual: req.Manual,
 	}
 	err := s.write(ctx, func(c conn) error {
-		fencing, err := lastID(c.exec(ctx, qCronBumpFencing, req.Task))
+		fencing, err := lastID(c.Exec(ctx, qCronBumpFencing, req.Task))
 		if err != nil {
 			return err
 		}
@@ -637,7 +632,7 @@ func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest) (bac
 			// The task row is locked: every run of the task claimed
 			// before is committed, and this first plain read sees it.
 			var busy bool
-			if err := c.row(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
+			if err := c.QueryRow(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
 				return err
 			}
 			if busy {
@@ -650,14 +645,14 @@ func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest) (bac
 				return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
 			}
 			var taken bool
-			if err := c.row(ctx, qCronManualTaken, req.Task, req.Task, i).Scan(&sched, &taken); err != nil {
+			if err := c.QueryRow(ctx, qCronManualTaken, req.Task, req.Task, i).Scan(&sched, &taken); err != nil {
 				return err
 			}
 			if !taken {
 				break
 			}
 		}
-		started, err := insertID(c.exec(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
+		started, err := insertID(c.Exec(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
 			req.Owner, req.Host, status, lease, status, reason))
 		if isDup(err) {
 			return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
@@ -666,7 +661,7 @@ func (s *Store) claimManual(ctx context.Context, req backends.ClaimRequest) (bac
 		}
 		occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(started+lease)
 		if status != backends.RunRunning {
-			_, err := c.exec(ctx, qCronTrim, req.Task, req.Task, req.Task)
+			_, err := c.Exec(ctx, qCronTrim, req.Task, req.Task, req.Task)
 			return err
 		}
 		return nil
@@ -901,7 +896,7 @@ func (s *Store) Running(ctx context.Context, task string) ([]backends.Occurrence
 func (s *Store) listCronOcc(ctx context.Context, query string, args ...any) ([]backends.Occurrence, error) {
 	var out []backends.Occurrence
 	err := s.readAuto(ctx, func(c conn) error {
-		rows, err := c.query(ctx, query, args...)
+		rows, err := c.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -923,7 +918,7 @@ func (s *Store) listCronOcc(ctx context.Context, query string, args ...any) ([]b
 func (s *Store) History(ctx context.Context, task string, limit int) ([]backends.Run, error) {
 	var out []backends.Run
 	err := s.readAuto(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronHistory, task, cronLimit(limit))
+		rows, err := c.Query(ctx, qCronHistory, task, cronLimit(limit))
 		if err != nil {
 			return err
 		}
@@ -951,7 +946,7 @@ func (s *Store) History(ctx context.Context, task string, limit int) ([]backends
 func (s *Store) PendingRetries(ctx context.Context, limit int) ([]backends.Run, error) {
 	var out []backends.Run
 	err := s.readAuto(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronPendingRetries, cronLimit(limit))
+		rows, err := c.Query(ctx, qCronPendingRetries, cronLimit(limit))
 		if err != nil {
 			return err
 		}

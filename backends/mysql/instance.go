@@ -154,7 +154,7 @@ const (
 // ErrNotKeyed), with backend now.
 func instLock(ctx context.Context, c conn, name string) (limit, maxWaiting int, now int64, err error) {
 	var keyed bool
-	err = c.row(ctx, qInstLock, name).Scan(&limit, &maxWaiting, &keyed, &now)
+	err = c.QueryRow(ctx, qInstLock, name).Scan(&limit, &maxWaiting, &keyed, &now)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, 0, 0, backends.ErrNotFound
@@ -169,10 +169,10 @@ func instLock(ctx context.Context, c conn, name string) (limit, maxWaiting int, 
 // sweepInstances deletes the rows of every instance of name whose lease
 // expired by now.
 func sweepInstances(ctx context.Context, c conn, name string, now int64) error {
-	if _, err := c.exec(ctx, qInstSweepSlots, name, now); err != nil {
+	if _, err := c.Exec(ctx, qInstSweepSlots, name, now); err != nil {
 		return err
 	}
-	_, err := c.exec(ctx, qInstSweepWaiters, name, now)
+	_, err := c.Exec(ctx, qInstSweepWaiters, name, now)
 	return err
 }
 
@@ -216,7 +216,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 		}
 		var ahead int
 		var waiting bool
-		err = c.row(ctx, qInstAhead, name, key, now, name, key, req.Owner, now, name, key, req.Owner).Scan(&ahead, &waiting)
+		err = c.QueryRow(ctx, qInstAhead, name, key, now, name, key, req.Owner, now, name, key, req.Owner).Scan(&ahead, &waiting)
 		if err != nil {
 			return err
 		}
@@ -229,7 +229,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 			refused = fmt.Errorf("%d of %d held, %d waiters ahead in line: %w", live, limit, ahead, backends.ErrNoSlot)
 			return nil
 		}
-		res, err := c.exec(ctx, qInstNextFencing, name)
+		res, err := c.Exec(ctx, qInstNextFencing, name)
 		if err != nil {
 			return err
 		}
@@ -237,11 +237,11 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 			return err
 		}
 		g.Slot, g.ExpiresAt = slots.LowestUnused(used), fromMicros(now+lease)
-		if _, err := c.exec(ctx, qInstTake, name, key, g.Slot, req.Owner, req.Host, req.PID, g.Fencing, now, now+lease); err != nil {
+		if _, err := c.Exec(ctx, qInstTake, name, key, g.Slot, req.Owner, req.Host, req.PID, g.Fencing, now, now+lease); err != nil {
 			return err
 		}
 		if waiting {
-			_, err = c.exec(ctx, qInstWaitLeave, name, key, req.Owner)
+			_, err = c.Exec(ctx, qInstWaitLeave, name, key, req.Owner)
 		}
 		return err
 	})
@@ -257,7 +257,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 
 // instSlots lists the slot numbers an instance uses, in order.
 func instSlots(ctx context.Context, c conn, name, key string) ([]int, error) {
-	rows, err := c.query(ctx, qInstSlots, name, key)
+	rows, err := c.Query(ctx, qInstSlots, name, key)
 	if err != nil {
 		return nil, err
 	}
@@ -297,20 +297,20 @@ func (s *Store) instRelease(ctx context.Context, name, key, owner string) error 
 	var waiting int
 	err := s.write(ctx, func(c conn) error {
 		var lim int
-		if err := c.row(ctx, qInstShare, name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := c.QueryRow(ctx, qInstShare, name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		err := c.row(ctx, qInstOwned, name, key, owner).Scan(&wasLive)
+		err := c.QueryRow(ctx, qInstOwned, name, key, owner).Scan(&wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := c.exec(ctx, qInstFree, name, key, owner); err != nil {
+		if _, err := c.Exec(ctx, qInstFree, name, key, owner); err != nil {
 			return err
 		}
-		return c.row(ctx, qInstWaiting, name, key).Scan(&waiting)
+		return c.QueryRow(ctx, qInstWaiting, name, key).Scan(&waiting)
 	})
 	if err == nil && waiting > 0 {
 		s.wakeSemaphore(ctx, backends.Instance(name, key), 1)
@@ -345,7 +345,7 @@ func scanInstHolders(rows *sql.Rows) ([]backends.Holder, error) {
 func (s *Store) instHolders(ctx context.Context, name, key string) ([]backends.Holder, error) {
 	var hs []backends.Holder
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qInstHolders, name, key)
+		rows, err := c.Query(ctx, qInstHolders, name, key)
 		if err != nil {
 			return err
 		}
@@ -376,7 +376,7 @@ func observeInstances(ctx context.Context, c conn, names []string, out map[strin
 		}
 		return inst[k]
 	}
-	rows, err := c.query(ctx, qInstObserveHoldersHead+in+qInstObserveHoldersTail, args...)
+	rows, err := c.Query(ctx, qInstObserveHoldersHead+in+qInstObserveHoldersTail, args...)
 	if err != nil {
 		return err
 	}
@@ -396,7 +396,7 @@ func observeInstances(ctx context.Context, c conn, names []string, out map[strin
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = c.query(ctx, qInstObserveWaitersHead+in+qInstObserveWaitersTail, args...)
+	rows, err = c.Query(ctx, qInstObserveWaitersHead+in+qInstObserveWaitersTail, args...)
 	if err != nil {
 		return err
 	}
@@ -466,23 +466,23 @@ func (s *Store) instEnterWait(ctx context.Context, name, key string, req backend
 		if err := sweepInstances(ctx, c, name, now); err != nil {
 			return err
 		}
-		n, err := affected(c.exec(ctx, qInstWaitRenew, us, name, key, owner))
+		n, err := affected(c.Exec(ctx, qInstWaitRenew, us, name, key, owner))
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			return c.row(ctx, qInstWaitSeq, name, key, owner).Scan(&seq)
+			return c.QueryRow(ctx, qInstWaitSeq, name, key, owner).Scan(&seq)
 		}
 		var waiting int
 		var last int64
-		if err := c.row(ctx, qInstWaitCount, name, key).Scan(&waiting, &last); err != nil {
+		if err := c.QueryRow(ctx, qInstWaitCount, name, key).Scan(&waiting, &last); err != nil {
 			return err
 		}
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
 		seq = last + 1
-		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, seq, us, req.Host, req.PID)
+		_, err = c.Exec(ctx, qInstWaitInsert, name, key, owner, seq, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {
@@ -501,11 +501,11 @@ func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) erro
 	var n int64
 	err := s.write(ctx, func(c conn) error {
 		var lim int
-		if err := c.row(ctx, qInstShare, name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := c.QueryRow(ctx, qInstShare, name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		var err error
-		n, err = affected(c.exec(ctx, qInstWaitLeave, name, key, owner))
+		n, err = affected(c.Exec(ctx, qInstWaitLeave, name, key, owner))
 		return err
 	})
 	if err != nil {
@@ -523,7 +523,7 @@ func (s *Store) instFirstWaiter(ctx context.Context, name, key string) (string, 
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
 		owner = ""
-		err := c.row(ctx, qInstWaitFirst, name, key).Scan(&owner)
+		err := c.QueryRow(ctx, qInstWaitFirst, name, key).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -552,7 +552,7 @@ func (s *Store) wakeInstances(ctx context.Context, name string, n int) {
 	var keys []string
 	_, err := s.read(ctx, func(c conn) error {
 		keys = keys[:0]
-		rows, err := c.query(ctx, qInstWaitingKeys, name)
+		rows, err := c.Query(ctx, qInstWaitingKeys, name)
 		if err != nil {
 			return err
 		}
@@ -583,14 +583,14 @@ func (s *Store) repairInstance(ctx context.Context, ref string, parked map[strin
 		return 0, nil
 	}
 	var lim, held int
-	err := s.on(nil).row(ctx, "SELECT lim FROM `{p}semaphores` WHERE name = ?", name).Scan(&lim)
+	err := s.on(nil).QueryRow(ctx, "SELECT lim FROM `{p}semaphores` WHERE name = ?", name).Scan(&lim)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	if err := s.on(nil).row(ctx, qInstLiveHolders, name, key).Scan(&held); err != nil {
+	if err := s.on(nil).QueryRow(ctx, qInstLiveHolders, name, key).Scan(&held); err != nil {
 		return 0, err
 	}
 	if held >= lim {

@@ -86,7 +86,7 @@ func (s *Store) electOnce(ctx context.Context, holder string, us int64) (backend
 	switch {
 	case err == nil:
 		var rowExp int64
-		err := s.on(nil).row(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &rowExp)
+		err := s.on(nil).QueryRow(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &rowExp)
 		if err != nil {
 			return t, err
 		}
@@ -100,7 +100,7 @@ func (s *Store) electOnce(ctx context.Context, holder string, us int64) (backend
 	}
 	var exp2 int64
 	var live bool
-	err = s.on(nil).row(ctx, qLeaderAny).Scan(&t.Holder, &t.Term, &exp2, &live)
+	err = s.on(nil).QueryRow(ctx, qLeaderAny).Scan(&t.Holder, &t.Term, &exp2, &live)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return s.insertLeader(ctx, holder, us)
@@ -120,20 +120,20 @@ func (s *Store) insertLeader(ctx context.Context, holder string, us int64) (back
 		var cur backends.Term
 		var exp int64
 		var live bool
-		err := c.row(ctx, qLeaderLocked).Scan(&cur.Holder, &cur.Term, &exp, &live)
+		err := c.QueryRow(ctx, qLeaderLocked).Scan(&cur.Holder, &cur.Term, &exp, &live)
 		switch {
 		case err == nil:
 			return errRetry // inserted meanwhile: take it the normal way
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if _, err := c.exec(ctx, qLeaderInsert, holder, us); err != nil {
+		if _, err := c.Exec(ctx, qLeaderInsert, holder, us); err != nil {
 			if isDup(err) {
 				return errRetry
 			}
 			return err
 		}
-		if err := c.row(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &exp); err != nil {
+		if err := c.QueryRow(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &exp); err != nil {
 			return err
 		}
 		t.ExpiresAt = fromMicros(exp)

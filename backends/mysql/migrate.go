@@ -153,7 +153,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.migrate(ctx, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	s.schema.Store(true)
+	s.pool.Migrated()
 	return nil
 }
 
@@ -167,7 +167,7 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 	defer sc.Close()
 	lock := s.migrateLockName()
 	var got sql.NullInt64
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	if err := sc.QueryRowContext(ctx, qGetLock, lock, int(migrateLockTimeout/time.Second)).Scan(&got); err != nil {
 		return fmt.Errorf("take migration lock: %w", err)
 	}
@@ -175,7 +175,7 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 		return fmt.Errorf("take migration lock %s: another host has been migrating for %v", lock, migrateLockTimeout)
 	}
 	defer func() {
-		s.trips.Add(1)
+		s.pool.CountTrip()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		var rel sql.NullInt64

@@ -274,7 +274,7 @@ type queuePark struct {
 // WaitQueue needs to know why the statement ended.
 func (s *Store) parkQueue(ctx context.Context, d *dedicated, tag, queue string, left, backoff time.Duration, denied, keys bool) (queuePark, error) {
 	var r queuePark
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, left+30*time.Second, func(rctx context.Context) error {
 		rows, err := d.conn.QueryContext(rctx, "SELECT ?, "+s.q(qQueuePark),
 			tag, sleepSeconds(left), sleepSeconds(backoff), denied, keys, queue)

@@ -192,7 +192,7 @@ func (s *Store) pushConfig(ctx context.Context, queue string) (*claimConfig, boo
 	}
 	var partitions int
 	var text string
-	err := s.on(nil).row(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
+	err := s.on(nil).QueryRow(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, backends.ErrNotFound
 	}
@@ -243,7 +243,7 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 	var enq, avail int64
 	err = s.write(ctx, func(c conn) error {
 		ok = false
-		res, err := c.exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlKey(job.Key), nonNegMicros(req.Delay), queue, cc.text)
+		res, err := c.Exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlKey(job.Key), nonNegMicros(req.Delay), queue, cc.text)
 		n, err := affected(res, err)
 		if err != nil || n == 0 {
 			return err
@@ -253,7 +253,7 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 			return err
 		}
 		ok = true
-		return c.row(ctx, qJobPushed, queue, id).Scan(&job.ID, &enq, &avail, &parked)
+		return c.QueryRow(ctx, qJobPushed, queue, id).Scan(&job.ID, &enq, &avail, &parked)
 	})
 	if err != nil || !ok {
 		return backends.Job{}, false, false, err
@@ -450,7 +450,7 @@ func (s *Store) pushRows(ctx context.Context, rows []*pushItem) error {
 		query = qJobPushRowsHead + tuples(qJobPushRow, len(rows)) + qJobPushRowsTail
 	}
 	err := s.retry(ctx, func() error {
-		rs, err := s.on(nil).query(ctx, query, args...)
+		rs, err := s.on(nil).Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -491,7 +491,7 @@ func (s *Store) packetLimit(ctx context.Context) (int64, error) {
 		return p, nil
 	}
 	var packet int64
-	if err := s.on(nil).row(ctx, qMaxPacket).Scan(&packet); err != nil {
+	if err := s.on(nil).QueryRow(ctx, qMaxPacket).Scan(&packet); err != nil {
 		return 0, fmt.Errorf("read max_allowed_packet: %w", err)
 	}
 	if s.clientPacket > 0 && s.clientPacket < packet {
@@ -521,7 +521,7 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 		job = backends.Job{}
 		var partitions int
 		var text string
-		err := c.row(ctx, qPushConfig, queue).Scan(&partitions, &text, &parked)
+		err := c.QueryRow(ctx, qPushConfig, queue).Scan(&partitions, &text, &parked)
 		if errors.Is(err, sql.ErrNoRows) {
 			s.queues.configs.Delete(queue)
 			return backends.ErrNotFound
@@ -540,7 +540,7 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 		}
 		unique := cfg.Unique == spec.UniquePending || cfg.Unique == spec.UniquePendingOrRunning
 		if unique {
-			j, err := scanJob(c.row(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
+			j, err := scanJob(c.QueryRow(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
 			switch {
 			case err == nil:
 				job = j
@@ -554,7 +554,7 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 			payload = []byte{} // the column is NOT NULL
 		}
 		key := sql.NullString{String: req.Key, Valid: true}
-		res, err := c.exec(ctx, qJobPush, queue, keyPartition(req.Key, cfg.Partitions), payload, key, nonNegMicros(req.Delay))
+		res, err := c.Exec(ctx, qJobPush, queue, keyPartition(req.Key, cfg.Partitions), payload, key, nonNegMicros(req.Delay))
 		if err != nil {
 			return err
 		}
@@ -562,7 +562,7 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 		if err != nil {
 			return err
 		}
-		job, err = scanJob(c.row(ctx, qJobByID, id), queue)
+		job, err = scanJob(c.QueryRow(ctx, qJobByID, id), queue)
 		return err
 	})
 	return job, parked, err

@@ -322,7 +322,7 @@ func loadQueueConfig(ctx context.Context, c conn, name string) (backends.QueueCo
 	var cfg backends.QueueConfig
 	var partitions int
 	var conf string
-	err := c.row(ctx, qQueueConfig, name).Scan(&partitions, &conf)
+	err := c.QueryRow(ctx, qQueueConfig, name).Scan(&partitions, &conf)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cfg, backends.ErrNotFound
 	}
@@ -555,7 +555,7 @@ func (s *Store) claimGroup(ctx context.Context, queue string, group []*group.Cla
 		}
 		var partitions int
 		var text string
-		err = s.on(nil).row(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
+		err = s.on(nil).QueryRow(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
 		if errors.Is(err, sql.ErrNoRows) {
 			qs.configs.Delete(queue)
 			return nil, backends.ErrNotFound
@@ -725,7 +725,7 @@ func (s *Store) ackPresent(ctx context.Context, batch []backends.Job, todo []int
 		ids[k] = batch[i].ID
 	}
 	q := qJobAckPresentHead + qJobAckID + strings.Repeat(qJobAckIDMore, len(ids)-1) + qJobAckRowsTail + qJobAckPresentTail
-	rows, err := s.on(nil).query(ctx, q, ids...)
+	rows, err := s.on(nil).Query(ctx, q, ids...)
 	if err != nil {
 		return nil, err
 	}
@@ -762,7 +762,7 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 			return err
 		}
 		ready = cfg.MaxAttempts <= 0 || j.Attempt < cfg.MaxAttempts
-		return jobAffected(c.exec(ctx, qJobRetry, cfg.MaxAttempts, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), storableText(reason), j.ID, j.Queue, j.Owner))
+		return jobAffected(c.Exec(ctx, qJobRetry, cfg.MaxAttempts, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), storableText(reason), j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
 		return fmt.Errorf("retry job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
@@ -792,10 +792,10 @@ func (s *Store) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error
 		if err != nil {
 			return fmt.Errorf("visibility_timeout: %w", err)
 		}
-		if err := jobAffected(c.exec(ctx, qJobExtend, vis, j.ID, j.Queue, j.Owner)); err != nil {
+		if err := jobAffected(c.Exec(ctx, qJobExtend, vis, j.ID, j.Queue, j.Owner)); err != nil {
 			return err
 		}
-		return c.row(ctx, qJobExpiry, j.ID, j.Owner).Scan(&exp)
+		return c.QueryRow(ctx, qJobExpiry, j.ID, j.Owner).Scan(&exp)
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend job %d of queue %q as %q: %w", j.ID, j.Queue, j.Owner, err)
@@ -812,7 +812,7 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int) ([]backends.J
 	jobs := []backends.Job{}
 	_, err := s.read(ctx, func(c conn) error {
 		jobs = jobs[:0]
-		rows, err := c.query(ctx, qJobDead, queue, lim)
+		rows, err := c.Query(ctx, qJobDead, queue, lim)
 		if err != nil {
 			return err
 		}
@@ -860,7 +860,7 @@ func (s *Store) queueWriteCount(ctx context.Context, query string, args ...any) 
 	var n int64
 	err := s.write(ctx, func(c conn) error {
 		var err error
-		n, err = affected(c.exec(ctx, query, args...))
+		n, err = affected(c.Exec(ctx, query, args...))
 		return err
 	})
 	return n, err

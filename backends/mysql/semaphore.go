@@ -206,7 +206,7 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 		maxWaiting = -1
 	}
 	err := s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
+		if _, err := c.Exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
 			return err
 		}
 		if err := s.repairSessionSlots(ctx, c, cfg.Name, cfg.Mode, cfg.Limit); err != nil {
@@ -240,7 +240,7 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 // or expired slots, highest first, while above, and (when grow) inserts the
 // lowest unused numbers while below. Run it holding the semaphore row lock.
 func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool) error {
-	rows, err := c.query(ctx, qSemSlotsLive, name)
+	rows, err := c.Query(ctx, qSemSlotsLive, name)
 	if err != nil {
 		return err
 	}
@@ -260,13 +260,13 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 	drop, add := slots.Repair(have, limit, grow)
 	switch {
 	case len(drop) > 0:
-		_, err = c.exec(ctx, qSemDeleteFreeSlotsHead+placeholders(len(drop))+")", anys(drop, name)...)
+		_, err = c.Exec(ctx, qSemDeleteFreeSlotsHead+placeholders(len(drop))+")", anys(drop, name)...)
 	case len(add) > 0:
 		args := make([]any, 0, 2*len(add))
 		for _, n := range add {
 			args = append(args, name, n)
 		}
-		_, err = c.exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, len(add)), args...)
+		_, err = c.Exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, len(add)), args...)
 	}
 	return err
 }
@@ -283,23 +283,23 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 		var fencing int64
 		var mode string
 		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode, &keyed)
+		err := c.QueryRow(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode, &keyed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		exists := err == nil
-		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
+		if err := c.QueryRow(ctx, qSemLiveCount, name).Scan(&held); err != nil {
 			return err
 		}
 		var inst int
-		if err := c.row(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
+		if err := c.QueryRow(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
 			return err
 		}
 		held += inst
 		if exists {
 			// Session holders count too (slot locks, not rows).
 			var sessSlots int
-			if err := c.row(ctx, qSessSlotsOf, name).Scan(&lim, &sessSlots); err != nil {
+			if err := c.QueryRow(ctx, qSessSlotsOf, name).Scan(&lim, &sessSlots); err != nil {
 				return err
 			}
 			used, err := s.usedSlots(ctx, c, nil, name, sessSlots)
@@ -309,17 +309,17 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 			held += len(used)
 		}
 		if held > 0 {
-			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
+			if _, err := c.Exec(ctx, qSemDrain, name); err != nil {
 				return err
 			}
 			if err := s.repairSessionSlots(ctx, c, name, mode, 0); err != nil {
 				return err
 			}
-			_, err := c.exec(ctx, qSemDeleteAllFree, name)
+			_, err := c.Exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
 		for _, q := range []string{qInstDeleteWaiters, qInstDeleteSlots, qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
-			if _, err := c.exec(ctx, q, name); err != nil {
+			if _, err := c.Exec(ctx, q, name); err != nil {
 				return err
 			}
 		}
@@ -485,7 +485,7 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		var fencing int64
 		var mode string
 		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
+		err := c.QueryRow(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -493,14 +493,14 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 			limit = 0 // slot rows remain only for lease holders from before the mode changed or it was keyed
 		}
 		var slot int
-		err = c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
+		err = c.QueryRow(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := c.exec(ctx, qSemFree, name, owner); err != nil {
+		if _, err := c.Exec(ctx, qSemFree, name, owner); err != nil {
 			return err
 		}
 		return repairSlots(ctx, c, name, limit, false)
@@ -569,7 +569,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
 	args := anys(names)
 	in := placeholders(len(names))
-	rows, err := c.query(ctx, qSemObserveConfigsHead+in+")", args...)
+	rows, err := c.Query(ctx, qSemObserveConfigsHead+in+")", args...)
 	if err != nil {
 		return err
 	}
@@ -592,7 +592,7 @@ func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out ma
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = c.query(ctx, qSemObserveSlotsHead+in+qSemObserveSlotsTail, args...)
+	rows, err = c.Query(ctx, qSemObserveSlotsHead+in+qSemObserveSlotsTail, args...)
 	if err != nil {
 		return err
 	}
@@ -623,7 +623,7 @@ func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out ma
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = c.query(ctx, qSemObserveWaitersHead+in+qSemObserveWaitersTail, args...)
+	rows, err = c.Query(ctx, qSemObserveWaitersHead+in+qSemObserveWaitersTail, args...)
 	if err != nil {
 		return err
 	}

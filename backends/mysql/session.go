@@ -261,7 +261,7 @@ func (s *Store) isSessionMode(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	var i modeInfo
-	err = s.on(nil).row(ctx, qSessMode, name).Scan(&i.mode, &i.limit, &i.slots, &i.wake)
+	err = s.on(nil).QueryRow(ctx, qSessMode, name).Scan(&i.mode, &i.limit, &i.slots, &i.wake)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -328,7 +328,7 @@ func (s *Store) trySlots(ctx context.Context, d *dedicated, name string, limit, 
 	b.WriteString(qSessTryTail)
 	args = append(args, name)
 	var got sql.NullInt64
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		return d.conn.QueryRowContext(rctx, s.q(b.String()), args...).Scan(&r.connID, &r.mode, &r.limit, &r.slots, &r.wake, &r.now, &got)
 	})
@@ -349,7 +349,7 @@ func (s *Store) trySlots(ctx context.Context, d *dedicated, name string, limit, 
 // readConfig runs qSessConfig on d.
 func (s *Store) readConfig(ctx context.Context, d *dedicated, name string) (sessionTry, error) {
 	r := sessionTry{slot: -1}
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		return d.conn.QueryRowContext(rctx, s.q(qSessConfig), name).Scan(&r.connID, &r.mode, &r.limit, &r.slots, &r.wake, &r.now)
 	})
@@ -366,7 +366,7 @@ func (s *Store) readConfig(ctx context.Context, d *dedicated, name string) (sess
 // dexec and dint run one statement on a dedicated connection, interrupted
 // (not disconnected) when ctx ends.
 func (s *Store) dexec(ctx context.Context, d *dedicated, query string, args ...any) (sql.Result, error) {
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	var res sql.Result
 	err := s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 		var err error
@@ -377,7 +377,7 @@ func (s *Store) dexec(ctx context.Context, d *dedicated, query string, args ...a
 }
 
 func (s *Store) dint(ctx context.Context, d *dedicated, limit time.Duration, query string, args ...any) (sql.NullInt64, error) {
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	var v sql.NullInt64
 	err := s.interruptible(ctx, d, limit, func(rctx context.Context) error {
 		return d.conn.QueryRowContext(rctx, query, args...).Scan(&v)
@@ -597,7 +597,7 @@ func (s *Store) grantInLineLocked(ctx context.Context, w *session, req backends.
 	if !ahead.Valid {
 		return 0, backends.ErrNotFound
 	}
-	used, err := s.usedSlots(ctx, conn{s: s}, w.d, w.name, limit)
+	used, err := s.usedSlots(ctx, s.on(nil), w.d, w.name, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -630,7 +630,7 @@ func (s *Store) acquireDraining(ctx context.Context, w *session) (sessionTry, er
 	if err == nil && !r.notFound && r.mode == spec.ModeSession {
 		r.slot = -1
 		var used []int
-		used, err = s.usedSlots(ctx, conn{s: s}, w.d, w.name, max(r.slots, r.limit))
+		used, err = s.usedSlots(ctx, s.on(nil), w.d, w.name, max(r.slots, r.limit))
 		if err == nil {
 			above := 0
 			for _, u := range used {
@@ -717,12 +717,12 @@ func (s *Store) slotHolders(ctx context.Context, c conn, d *dedicated, name stri
 		}
 		var err error
 		if d != nil {
-			s.trips.Add(1)
+			s.pool.CountTrip()
 			err = s.interruptible(ctx, d, noDeadline, func(rctx context.Context) error {
 				return d.conn.QueryRowContext(rctx, b.String(), args...).Scan(dest...)
 			})
 		} else {
-			err = c.row(ctx, b.String(), args...).Scan(dest...)
+			err = c.QueryRow(ctx, b.String(), args...).Scan(dest...)
 		}
 		if err != nil {
 			return nil, err
@@ -772,7 +772,7 @@ func (s *Store) sessionExtend(ctx context.Context, h *session, lease time.Durati
 	// possible on MySQL, which has no KILL QUERY ID) can end the ping. It
 	// frees no lock, so the ping is simply sent again.
 	for try := 0; try < 3; try++ {
-		s.trips.Add(1)
+		s.pool.CountTrip()
 		err = s.interruptible(ctx, h.d, pingDeadline, func(rctx context.Context) error {
 			return h.d.conn.QueryRowContext(rctx, qSessPing, s.slotLock(h.name, h.slot)).Scan(&ok, &now)
 		})
@@ -826,7 +826,7 @@ func (s *Store) sessionRelease(ctx context.Context, h *session) error {
 	if h.wake == spec.WakeKill && h.limit > 1 {
 		check := s.checkLock(h.name)
 		var got sql.NullInt64
-		s.trips.Add(1)
+		s.pool.CountTrip()
 		err = s.interruptible(ctx, h.d, helperLockWait+time.Minute, func(rctx context.Context) error {
 			return h.d.conn.QueryRowContext(rctx, qSessReleaseWake, check, sleepSeconds(helperLockWait), slot).Scan(&got, &released)
 		})
@@ -1019,7 +1019,7 @@ func (s *Store) sessionState(ctx context.Context, c conn, st *backends.Semaphore
 		return 0, err
 	}
 	var doc sql.NullString
-	if err := c.row(ctx, qSessRecords, name).Scan(&doc); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := c.QueryRow(ctx, qSessRecords, name).Scan(&doc); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, err
 	}
 	type record struct {
@@ -1057,7 +1057,7 @@ func (s *Store) sessionState(ctx context.Context, c conn, st *backends.Semaphore
 // the semaphore row lock.
 func (s *Store) repairSessionSlots(ctx context.Context, c conn, name, mode string, limit int) error {
 	var lim, stored int
-	if err := c.row(ctx, qSessSlotsOf, name).Scan(&lim, &stored); err != nil {
+	if err := c.QueryRow(ctx, qSessSlotsOf, name).Scan(&lim, &stored); err != nil {
 		return err
 	}
 	if stored == 0 && mode != spec.ModeSession {
@@ -1075,7 +1075,7 @@ func (s *Store) repairSessionSlots(ctx context.Context, c conn, name, mode strin
 		want = max(want, u+1)
 	}
 	if want != stored {
-		_, err = c.exec(ctx, qSessSetSlots, want, name)
+		_, err = c.Exec(ctx, qSessSetSlots, want, name)
 	}
 	return err
 }
@@ -1114,7 +1114,7 @@ func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) 
 		}
 		var lim, stored int
 		var mode, wake string
-		err := s.on(nil).row(ctx, qSessMode, name).Scan(&mode, &lim, &stored, &wake)
+		err := s.on(nil).QueryRow(ctx, qSessMode, name).Scan(&mode, &lim, &stored, &wake)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -1125,7 +1125,7 @@ func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) 
 		switch {
 		case mode != spec.ModeSession:
 			// Lease mode: a parked waiter checks its turn itself.
-			err = s.on(nil).row(ctx, qSemLiveHolders, name).Scan(&held)
+			err = s.on(nil).QueryRow(ctx, qSemLiveHolders, name).Scan(&held)
 		case wake == spec.WakeKill:
 			var used []int
 			used, err = s.usedSlots(ctx, s.on(nil), nil, name, max(stored, lim))

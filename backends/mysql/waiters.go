@@ -83,7 +83,7 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 		var limit, maxWaiting int
 		var fencing int64
 		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
+		err := c.QueryRow(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
@@ -93,26 +93,26 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 		if keyed {
 			return backends.ErrKeyRequired
 		}
-		if _, err := c.exec(ctx, qWaitDeleteExpired, name); err != nil {
+		if _, err := c.Exec(ctx, qWaitDeleteExpired, name); err != nil {
 			return err
 		}
-		n, err := affected(c.exec(ctx, qWaitRenew, us, name, owner))
+		n, err := affected(c.Exec(ctx, qWaitRenew, us, name, owner))
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			return c.row(ctx, qWaitSeq, name, owner).Scan(&seq)
+			return c.QueryRow(ctx, qWaitSeq, name, owner).Scan(&seq)
 		}
 		var waiting int
 		var last int64
-		if err := c.row(ctx, qWaitCount, name).Scan(&waiting, &last); err != nil {
+		if err := c.QueryRow(ctx, qWaitCount, name).Scan(&waiting, &last); err != nil {
 			return err
 		}
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
 		seq = last + 1
-		_, err = c.exec(ctx, qWaitInsert, name, owner, seq, us, req.Host, req.PID)
+		_, err = c.Exec(ctx, qWaitInsert, name, owner, seq, us, req.Host, req.PID)
 		return err
 	})
 	if err == nil {
@@ -141,7 +141,7 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 	var n int64
 	err := s.write(ctx, func(c conn) error {
 		var err error
-		n, err = affected(c.exec(ctx, qWaitLeave, name, owner))
+		n, err = affected(c.Exec(ctx, qWaitLeave, name, owner))
 		return err
 	})
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
 		owner = ""
-		err := c.row(ctx, qWaitFirst, name).Scan(&owner)
+		err := c.QueryRow(ctx, qWaitFirst, name).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}

@@ -188,7 +188,7 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 	var due []backends.DueTask
 	var nextAt time.Time
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronDue, sqlLimit(limit))
+		rows, err := c.Query(ctx, qCronDue, sqlLimit(limit))
 		if err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimReque
 			if cl == nil {
 				continue
 			}
-			if _, err := c.exec(ctx, `SAVEPOINT claim`); err != nil {
+			if _, err := c.Exec(ctx, `SAVEPOINT claim`); err != nil {
 				return err
 			}
 			err := cl.run(ctx, c)
@@ -269,11 +269,11 @@ func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimReque
 					return err
 				}
 				errs[i] = err
-				if _, err := c.exec(ctx, `ROLLBACK TO claim`); err != nil {
+				if _, err := c.Exec(ctx, `ROLLBACK TO claim`); err != nil {
 					return err
 				}
 			}
-			if _, err := c.exec(ctx, `RELEASE claim`); err != nil {
+			if _, err := c.Exec(ctx, `RELEASE claim`); err != nil {
 				return err
 			}
 		}
@@ -344,7 +344,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 	// compare-and-swap (or an attempt that may not run).
 	notFoundOr := func(other error) error {
 		var exists, paused bool
-		if err := c.row(ctx, qCronTaskState, req.Task).Scan(&exists, &paused); err != nil {
+		if err := c.QueryRow(ctx, qCronTaskState, req.Task).Scan(&exists, &paused); err != nil {
 			return err
 		}
 		switch {
@@ -360,26 +360,26 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 	case req.Attempt > 1:
 		sched = req.ScheduledAt.UnixMicro()
 		var retryable bool
-		if err := c.row(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
+		if err := c.QueryRow(ctx, qCronRetryable, req.Task, sched, req.Attempt-1).Scan(&retryable); err != nil {
 			return err
 		}
 		if !retryable {
 			return fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
 		}
-		err := c.row(ctx, qCronBumpRetry, req.Task).Scan(&occ.Fencing)
+		err := c.QueryRow(ctx, qCronBumpRetry, req.Task).Scan(&occ.Fencing)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFoundOr(backends.ErrNotFound)
 		} else if err != nil {
 			return err
 		}
 	case req.Manual:
-		err := c.row(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
+		err := c.QueryRow(ctx, qCronBumpFencing, req.Task).Scan(&occ.Fencing)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		} else if err != nil {
 			return err
 		}
-		if err := c.row(ctx, qNow).Scan(&sched); err != nil {
+		if err := c.QueryRow(ctx, qNow).Scan(&sched); err != nil {
 			return err
 		}
 		for i := 0; ; i, sched = i+1, sched+1 {
@@ -387,7 +387,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 				return fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
 			}
 			var taken bool
-			if err := c.row(ctx, qCronManualTaken, req.Task, sched).Scan(&taken); err != nil {
+			if err := c.QueryRow(ctx, qCronManualTaken, req.Task, sched).Scan(&taken); err != nil {
 				return err
 			}
 			if !taken {
@@ -396,7 +396,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 		}
 	default:
 		sched = req.ScheduledAt.UnixMicro()
-		err := c.row(ctx, qCronAdvance, req.Task, sched, toNullMicros(req.Next), req.Host).Scan(&occ.Fencing)
+		err := c.QueryRow(ctx, qCronAdvance, req.Task, sched, toNullMicros(req.Next), req.Host).Scan(&occ.Fencing)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFoundOr(fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict))
 		} else if err != nil {
@@ -405,7 +405,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 	}
 	if req.Exclusive && req.Skip == "" {
 		var busy bool
-		if err := c.row(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
+		if err := c.QueryRow(ctx, qCronBusy, req.Task).Scan(&busy); err != nil {
 			return err
 		}
 		if busy {
@@ -413,7 +413,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 		}
 	}
 	var started, expires int64
-	err := c.row(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
+	err := c.QueryRow(ctx, qCronInsert, req.Task, sched, req.Attempt, occ.RunID, occ.Fencing, req.Manual,
 		req.Owner, req.Host, cl.status, cl.lease, cl.reason).Scan(&started, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
@@ -422,7 +422,7 @@ func (cl *cronClaim) run(ctx context.Context, c conn) error {
 	}
 	occ.ScheduledAt, occ.StartedAt, occ.ExpiresAt = fromMicros(sched), fromMicros(started), fromMicros(expires)
 	if cl.status != backends.RunRunning {
-		if _, err = c.exec(ctx, qCronTrim, req.Task); err != nil {
+		if _, err = c.Exec(ctx, qCronTrim, req.Task); err != nil {
 			return err
 		}
 	}
@@ -438,7 +438,7 @@ func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, l
 	}
 	var exp int64
 	err = s.write(ctx, func(c conn) error {
-		err := c.row(ctx, qCronExtend, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, us).Scan(&exp)
+		err := c.QueryRow(ctx, qCronExtend, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner, us).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
@@ -469,7 +469,7 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 				continue
 			}
 			o := e.Occurrence
-			err := c.row(ctx, qCronExtend, o.Task, o.ScheduledAt.UnixMicro(), o.Attempt, o.Owner, us[i]).Scan(&exp[i])
+			err := c.QueryRow(ctx, qCronExtend, o.Task, o.ScheduledAt.UnixMicro(), o.Attempt, o.Owner, us[i]).Scan(&exp[i])
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
@@ -533,7 +533,7 @@ func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) (
 				o = o[len(o)-maxOutput:]
 			}
 			errText := sql.NullString{String: res.Error, Valid: res.Error != ""}
-			r, err := c.exec(ctx, qCronFinish, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
+			r, err := c.Exec(ctx, qCronFinish, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt, occ.Owner,
 				res.Status, res.ExitCode, errText, o)
 			if err != nil {
 				return err
@@ -544,7 +544,7 @@ func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) (
 				lost[i] = true
 				continue
 			}
-			if _, err := c.exec(ctx, qCronTrim, occ.Task); err != nil {
+			if _, err := c.Exec(ctx, qCronTrim, occ.Task); err != nil {
 				return err
 			}
 		}
@@ -575,7 +575,7 @@ func (s *Store) ExpiredOccurrences(ctx context.Context, limit int) ([]backends.O
 // lease (ErrConflict otherwise), then trims the task's history.
 func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) error {
 	err := s.write(ctx, func(c conn) error {
-		r, err := c.exec(ctx, qCronReap, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt)
+		r, err := c.Exec(ctx, qCronReap, occ.Task, occ.ScheduledAt.UnixMicro(), occ.Attempt)
 		if err != nil {
 			return err
 		}
@@ -584,7 +584,7 @@ func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) err
 		} else if n == 0 {
 			return fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
 		}
-		_, err = c.exec(ctx, qCronTrim, occ.Task)
+		_, err = c.Exec(ctx, qCronTrim, occ.Task)
 		return err
 	})
 	if err != nil {
@@ -606,7 +606,7 @@ func (s *Store) Running(ctx context.Context, task string) ([]backends.Occurrence
 func (s *Store) listOcc(ctx context.Context, query string, args ...any) ([]backends.Occurrence, error) {
 	var out []backends.Occurrence
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, query, args...)
+		rows, err := c.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -628,7 +628,7 @@ func (s *Store) listOcc(ctx context.Context, query string, args ...any) ([]backe
 func (s *Store) History(ctx context.Context, task string, limit int) ([]backends.Run, error) {
 	var out []backends.Run
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronHistory, task, sqlLimit(limit))
+		rows, err := c.Query(ctx, qCronHistory, task, sqlLimit(limit))
 		if err != nil {
 			return err
 		}
@@ -656,7 +656,7 @@ func (s *Store) History(ctx context.Context, task string, limit int) ([]backends
 func (s *Store) PendingRetries(ctx context.Context, limit int) ([]backends.Run, error) {
 	var out []backends.Run
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qCronPendingRetries, sqlLimit(limit))
+		rows, err := c.Query(ctx, qCronPendingRetries, sqlLimit(limit))
 		if err != nil {
 			return err
 		}

@@ -121,7 +121,7 @@ FROM semaphores s, (SELECT ? AS ikey) i WHERE s.name = ?`
 // keyed (ErrNotFound, ErrNotKeyed).
 func instSem(ctx context.Context, c conn, name string) (limit, maxWaiting int, err error) {
 	var keyed bool
-	err = c.row(ctx, qInstSem, name).Scan(&limit, &maxWaiting, &keyed)
+	err = c.QueryRow(ctx, qInstSem, name).Scan(&limit, &maxWaiting, &keyed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, 0, backends.ErrNotFound
@@ -136,10 +136,10 @@ func instSem(ctx context.Context, c conn, name string) (limit, maxWaiting int, e
 // sweepInstances deletes the expired holder and waiter rows of every
 // instance of semaphore name.
 func sweepInstances(ctx context.Context, c conn, name string) error {
-	if _, err := c.exec(ctx, qInstSweepSlots, name); err != nil {
+	if _, err := c.Exec(ctx, qInstSweepSlots, name); err != nil {
 		return err
 	}
-	_, err := c.exec(ctx, qInstSweepWaiters, name)
+	_, err := c.Exec(ctx, qInstSweepWaiters, name)
 	return err
 }
 
@@ -181,7 +181,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 		}
 		var ahead int
 		var waiting bool
-		if err := c.row(ctx, qInstAhead, req.Owner, req.Owner, name, key).Scan(&ahead, &waiting); err != nil {
+		if err := c.QueryRow(ctx, qInstAhead, req.Owner, req.Owner, name, key).Scan(&ahead, &waiting); err != nil {
 			return err
 		}
 		live := len(used)
@@ -194,16 +194,16 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 			return nil
 		}
 		slot := slots.LowestUnused(used)
-		if err := c.row(ctx, qSemNextFencing, name).Scan(&g.Fencing); err != nil {
+		if err := c.QueryRow(ctx, qSemNextFencing, name).Scan(&g.Fencing); err != nil {
 			return err
 		}
 		var exp int64
-		if err := c.row(ctx, qInstTake, name, key, slot, req.Owner, req.Host, req.PID, g.Fencing, lease).Scan(&exp); err != nil {
+		if err := c.QueryRow(ctx, qInstTake, name, key, slot, req.Owner, req.Host, req.PID, g.Fencing, lease).Scan(&exp); err != nil {
 			return err
 		}
 		g.Slot, g.ExpiresAt = slot, fromMicros(exp)
 		if waiting {
-			_, err = c.exec(ctx, qInstWaitLeave, name, key, req.Owner)
+			_, err = c.Exec(ctx, qInstWaitLeave, name, key, req.Owner)
 		}
 		return err
 	})
@@ -218,7 +218,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 
 // instSlots lists the slot numbers an instance uses, in order.
 func instSlots(ctx context.Context, c conn, name, key string) ([]int, error) {
-	rows, err := c.query(ctx, qInstSlots, name, key)
+	rows, err := c.Query(ctx, qInstSlots, name, key)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (s *Store) instExtend(ctx context.Context, name, key, owner string, lease t
 	}
 	var exp int64
 	err = s.write(ctx, func(c conn) error {
-		err := c.row(ctx, qInstExtend, us, name, key, owner).Scan(&exp)
+		err := c.QueryRow(ctx, qInstExtend, us, name, key, owner).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
@@ -252,7 +252,7 @@ func (s *Store) instExtend(ctx context.Context, name, key, owner string, lease t
 func (s *Store) instRelease(ctx context.Context, name, key, owner string) error {
 	var wasLive bool
 	err := s.write(ctx, func(c conn) error {
-		err := c.row(ctx, qInstRelease, name, key, owner).Scan(&wasLive)
+		err := c.QueryRow(ctx, qInstRelease, name, key, owner).Scan(&wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
@@ -288,7 +288,7 @@ func scanInstHolders(rows *sql.Rows) ([]backends.Holder, error) {
 func (s *Store) instHolders(ctx context.Context, name, key string) ([]backends.Holder, error) {
 	var hs []backends.Holder
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qInstHolders, name, key)
+		rows, err := c.Query(ctx, qInstHolders, name, key)
 		if err != nil {
 			return err
 		}
@@ -304,7 +304,7 @@ func (s *Store) instHolders(ctx context.Context, name, key string) ([]backends.H
 // allInstHolders lists the live holders of every instance of name, by key
 // and slot.
 func allInstHolders(ctx context.Context, c conn, name string) ([]backends.Holder, error) {
-	rows, err := c.query(ctx, qInstAllHolders, name)
+	rows, err := c.Query(ctx, qInstAllHolders, name)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +327,7 @@ func observeInstances(ctx context.Context, c conn, arg string, out map[string]*b
 		return inst[k]
 	}
 	var order []ik
-	rows, err := c.query(ctx, qInstObserveHolders, arg)
+	rows, err := c.Query(ctx, qInstObserveHolders, arg)
 	if err != nil {
 		return err
 	}
@@ -350,7 +350,7 @@ func observeInstances(ctx context.Context, c conn, arg string, out map[string]*b
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = c.query(ctx, qInstObserveWaiters, arg)
+	rows, err = c.Query(ctx, qInstObserveWaiters, arg)
 	if err != nil {
 		return err
 	}
@@ -413,19 +413,19 @@ func (s *Store) instEnterWait(ctx context.Context, name, key string, req backend
 		if err := sweepInstances(ctx, c, name); err != nil {
 			return err
 		}
-		n, err := affected(c.exec(ctx, qInstWaitRenew, us, name, key, owner))
+		n, err := affected(c.Exec(ctx, qInstWaitRenew, us, name, key, owner))
 		if err != nil || n > 0 {
 			return err
 		}
 		var waiting int
 		var last int64
-		if err := c.row(ctx, qInstWaitCount, name, key).Scan(&waiting, &last); err != nil {
+		if err := c.QueryRow(ctx, qInstWaitCount, name, key).Scan(&waiting, &last); err != nil {
 			return err
 		}
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
-		_, err = c.exec(ctx, qInstWaitInsert, name, key, owner, last+1, us, req.Host, req.PID)
+		_, err = c.Exec(ctx, qInstWaitInsert, name, key, owner, last+1, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {
@@ -446,7 +446,7 @@ func affected(res sql.Result, err error) (int64, error) {
 // when it was the last row. Absent is not an error.
 func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) error {
 	err := s.write(ctx, func(c conn) error {
-		_, err := c.exec(ctx, qInstWaitLeave, name, key, owner)
+		_, err := c.Exec(ctx, qInstWaitLeave, name, key, owner)
 		return err
 	})
 	if err != nil {
@@ -460,7 +460,7 @@ func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) erro
 func (s *Store) instFirstWaiter(ctx context.Context, name, key string) (string, error) {
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
-		err := c.row(ctx, qInstWaitFirst, name, key).Scan(&owner)
+		err := c.QueryRow(ctx, qInstWaitFirst, name, key).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -476,7 +476,7 @@ func (s *Store) instFirstWaiter(ctx context.Context, name, key string) (string, 
 // semaphore's (see WaitSemaphore), with qInstMayAcquire.
 func (s *Store) instWait(ctx context.Context, name, key, owner string, maxWait time.Duration) error {
 	return s.pollWait(ctx, backends.Instance(name, key), maxWait, func() (may, absent bool, err error) {
-		err = s.on(nil).row(ctx, qInstMayAcquire, owner, key, name).Scan(&may)
+		err = s.pool.On(nil).QueryRow(ctx, qInstMayAcquire, owner, key, name).Scan(&may)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, true, nil
 		}

@@ -68,14 +68,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.writeTx(ctx, func(c conn) error {
+	err = s.pool.WriteOnce(ctx, func(c conn) error {
 		return sqlstore.Migrate(ctx, c, dialect, qCreateMigrations, ms, s.opts.Version, func(m migration.File) error {
-			return c.script(ctx, m.SQL)
+			return c.Script(ctx, m.SQL)
 		})
 	})
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	s.schema.Store(true)
+	s.pool.Migrated()
 	return nil
 }

@@ -18,7 +18,7 @@ WHERE id = ?1 AND queue = ?2 AND owner = ?3 AND state = 'running'`
 // with its attempt not counted.
 func (s *Store) ReturnJob(ctx context.Context, j backends.Job) error {
 	err := s.write(ctx, func(c conn) error {
-		res, err := c.exec(ctx, qJobReturn, j.ID, j.Queue, j.Owner)
+		res, err := c.Exec(ctx, qJobReturn, j.ID, j.Queue, j.Owner)
 		if err != nil {
 			return err
 		}

@@ -142,7 +142,7 @@ func loadQueueConfig(ctx context.Context, c conn, name string) (backends.QueueCo
 	var cfg backends.QueueConfig
 	var partitions int
 	var conf string
-	err := c.row(ctx, qQueueConfig, name).Scan(&partitions, &conf)
+	err := c.QueryRow(ctx, qQueueConfig, name).Scan(&partitions, &conf)
 	if errors.Is(err, sql.ErrNoRows) {
 		return cfg, backends.ErrNotFound
 	}
@@ -211,7 +211,7 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 			key = sql.NullString{String: req.Key, Valid: true}
 			partition = keyPartition(req.Key, cfg.Partitions)
 			if cfg.Unique == spec.UniquePending || cfg.Unique == spec.UniquePendingOrRunning {
-				j, err := scanJob(c.row(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
+				j, err := scanJob(c.QueryRow(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
 				switch {
 				case err == nil:
 					job = j
@@ -225,7 +225,7 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 		if payload == nil {
 			payload = []byte{} // the column is NOT NULL
 		}
-		job, err = scanJob(c.row(ctx, qJobPush, queue, partition, payload, key, nonNegMicros(req.Delay), cfg.Partitions), queue)
+		job, err = scanJob(c.QueryRow(ctx, qJobPush, queue, partition, payload, key, nonNegMicros(req.Delay), cfg.Partitions), queue)
 		return err
 	})
 	if err != nil {
@@ -260,10 +260,10 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 		if err != nil {
 			return fmt.Errorf("visibility_timeout: %w", err)
 		}
-		if _, err := c.exec(ctx, qJobExpire, queue, cfg.MaxAttempts); err != nil {
+		if _, err := c.Exec(ctx, qJobExpire, queue, cfg.MaxAttempts); err != nil {
 			return err
 		}
-		rows, err := c.query(ctx, qJobClaim, queue, owner, vis, max)
+		rows, err := c.Query(ctx, qJobClaim, queue, owner, vis, max)
 		if err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func jobAffected(res sql.Result) error {
 // Ack deletes a finished job while j.Owner still holds it (ErrLost).
 func (s *Store) Ack(ctx context.Context, j backends.Job) error {
 	err := s.write(ctx, func(c conn) error {
-		res, err := c.exec(ctx, qJobAck, j.ID, j.Queue, j.Owner)
+		res, err := c.Exec(ctx, qJobAck, j.ID, j.Queue, j.Owner)
 		if err != nil {
 			return err
 		}
@@ -325,7 +325,7 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 		if err != nil {
 			return err
 		}
-		res, err := c.exec(ctx, qJobRetry, j.ID, j.Queue, j.Owner, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), reason)
+		res, err := c.Exec(ctx, qJobRetry, j.ID, j.Queue, j.Owner, cfg.MaxAttempts, nonNegMicros(cfg.RetryBackoff), reason)
 		if err != nil {
 			return err
 		}
@@ -353,7 +353,7 @@ func (s *Store) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error
 		if err != nil {
 			return fmt.Errorf("visibility_timeout: %w", err)
 		}
-		err = c.row(ctx, qJobExtend, j.ID, j.Queue, j.Owner, vis).Scan(&exp)
+		err = c.QueryRow(ctx, qJobExtend, j.ID, j.Queue, j.Owner, vis).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
@@ -380,7 +380,7 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 		}
 		return fmt.Errorf("wait queue %q: %w", queue, err)
 	}
-	ok, err := s.hasSchema(ctx)
+	ok, err := s.pool.HasSchema(ctx)
 	if err != nil {
 		return waitErr(err)
 	}
@@ -393,7 +393,7 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 	defer timer.Stop()
 	for backoff := queueWaitMin; ; backoff = min(2*backoff, queueWaitMax) {
 		var may bool
-		err := s.on(nil).row(ctx, qJobMayClaim, queue).Scan(&may)
+		err := s.pool.On(nil).QueryRow(ctx, qJobMayClaim, queue).Scan(&may)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return nil
@@ -422,7 +422,7 @@ func (s *Store) Dead(ctx context.Context, queue string, limit int) ([]backends.J
 	}
 	jobs := []backends.Job{}
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qJobDead, queue, limit)
+		rows, err := c.Query(ctx, qJobDead, queue, limit)
 		if err != nil {
 			return err
 		}
@@ -466,7 +466,7 @@ func (s *Store) PurgeDead(ctx context.Context, queue string) (int64, error) {
 func (s *Store) queueWriteCount(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(c conn) error {
-		res, err := c.exec(ctx, query, args...)
+		res, err := c.Exec(ctx, query, args...)
 		if err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 		maxWaiting = -1
 	}
 	err := s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
+		if _, err := c.Exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
 			return err
 		}
 		// A keyed semaphore keeps slot rows only for holders left from
@@ -161,7 +161,7 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 // or expired slots, highest first, while above, and (when grow) inserts the
 // lowest unused numbers while below. Run it under the write lock.
 func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool) error {
-	rows, err := c.query(ctx, qSemSlotsLive, name)
+	rows, err := c.Query(ctx, qSemSlotsLive, name)
 	if err != nil {
 		return err
 	}
@@ -182,10 +182,10 @@ func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool)
 	switch {
 	case len(drop) > 0:
 		b, _ := json.Marshal(drop)
-		_, err = c.exec(ctx, qSemDeleteFreeSlots, name, string(b))
+		_, err = c.Exec(ctx, qSemDeleteFreeSlots, name, string(b))
 	case len(add) > 0:
 		b, _ := json.Marshal(add)
-		_, err = c.exec(ctx, qSemInsertSlots, name, string(b))
+		_, err = c.Exec(ctx, qSemInsertSlots, name, string(b))
 	}
 	return err
 }
@@ -199,22 +199,22 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	held := 0
 	err := s.write(ctx, func(c conn) error {
 		var inst int
-		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
+		if err := c.QueryRow(ctx, qSemLiveCount, name).Scan(&held); err != nil {
 			return err
 		}
-		if err := c.row(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
+		if err := c.QueryRow(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
 			return err
 		}
 		held += inst
 		if held > 0 {
-			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
+			if _, err := c.Exec(ctx, qSemDrain, name); err != nil {
 				return err
 			}
-			_, err := c.exec(ctx, qSemDeleteAllFree, name)
+			_, err := c.Exec(ctx, qSemDeleteAllFree, name)
 			return err
 		}
 		for _, q := range []string{qInstDeleteWaiters, qInstDeleteSlots, qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
-			if _, err := c.exec(ctx, q, name); err != nil {
+			if _, err := c.Exec(ctx, q, name); err != nil {
 				return err
 			}
 		}
@@ -255,7 +255,7 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 		var limit, live, ahead int
 		var slot sql.NullInt64
 		var waiting, keyed bool
-		err := c.row(ctx, qSemAcquireState, req.Owner, req.Owner, name).Scan(&limit, &live, &slot, &ahead, &waiting, &keyed)
+		err := c.QueryRow(ctx, qSemAcquireState, req.Owner, req.Owner, name).Scan(&limit, &live, &slot, &ahead, &waiting, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
@@ -275,16 +275,16 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 			// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
 			return fmt.Errorf("%d of %d held, no free slot row: %w", live, limit, backends.ErrNoSlot)
 		}
-		if err := c.row(ctx, qSemNextFencing, name).Scan(&g.Fencing); err != nil {
+		if err := c.QueryRow(ctx, qSemNextFencing, name).Scan(&g.Fencing); err != nil {
 			return err
 		}
 		var exp int64
-		if err := c.row(ctx, qSemTakeSlot, req.Owner, req.Host, req.PID, g.Fencing, lease, name, slot.Int64).Scan(&exp); err != nil {
+		if err := c.QueryRow(ctx, qSemTakeSlot, req.Owner, req.Host, req.PID, g.Fencing, lease, name, slot.Int64).Scan(&exp); err != nil {
 			return err
 		}
 		g.Slot, g.ExpiresAt = int(slot.Int64), fromMicros(exp)
 		if waiting {
-			_, err = c.exec(ctx, qWaitLeave, name, req.Owner)
+			_, err = c.Exec(ctx, qWaitLeave, name, req.Owner)
 		}
 		return err
 	})
@@ -305,7 +305,7 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 	}
 	var exp int64
 	err = s.write(ctx, func(c conn) error {
-		err := c.row(ctx, qSemExtend, us, name, owner).Scan(&exp)
+		err := c.QueryRow(ctx, qSemExtend, us, name, owner).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
@@ -328,18 +328,18 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 	wasLive := false
 	err := s.write(ctx, func(c conn) error {
 		var slot int
-		err := c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
+		err := c.QueryRow(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := c.exec(ctx, qSemFree, name, owner); err != nil {
+		if _, err := c.Exec(ctx, qSemFree, name, owner); err != nil {
 			return err
 		}
 		var limit int
-		if err := c.row(ctx, qSemLimit, name).Scan(&limit); err != nil {
+		if err := c.QueryRow(ctx, qSemLimit, name).Scan(&limit); err != nil {
 			return err
 		}
 		return repairSlots(ctx, c, name, limit, false)
@@ -362,7 +362,7 @@ func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, er
 	}
 	var hs []backends.Holder
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qSemHolders, name)
+		rows, err := c.Query(ctx, qSemHolders, name)
 		if err != nil {
 			return err
 		}
@@ -403,7 +403,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 		return nil, fmt.Errorf("observe semaphores: %w", err)
 	}
 	_, err = s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qSemObserveConfigs, arg)
+		rows, err := c.Query(ctx, qSemObserveConfigs, arg)
 		if err != nil {
 			return err
 		}
@@ -421,7 +421,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = c.query(ctx, qSemObserveSlots, arg)
+		rows, err = c.Query(ctx, qSemObserveSlots, arg)
 		if err != nil {
 			return err
 		}
@@ -451,7 +451,7 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		wrows, err := c.query(ctx, qSemObserveWaiters, arg)
+		wrows, err := c.Query(ctx, qSemObserveWaiters, arg)
 		if err != nil {
 			return err
 		}

@@ -83,12 +83,12 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 		return fmt.Errorf("enter wait %q: %w", name, err)
 	}
 	err = s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qWaitDeleteExpired, name); err != nil {
+		if _, err := c.Exec(ctx, qWaitDeleteExpired, name); err != nil {
 			return err
 		}
 		var maxWaiting int
 		var keyed bool
-		err := c.row(ctx, qWaitMax, name).Scan(&maxWaiting, &keyed)
+		err := c.QueryRow(ctx, qWaitMax, name).Scan(&maxWaiting, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
@@ -98,7 +98,7 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 		if keyed {
 			return backends.ErrKeyRequired
 		}
-		res, err := c.exec(ctx, qWaitRenew, us, name, owner)
+		res, err := c.Exec(ctx, qWaitRenew, us, name, owner)
 		if err != nil {
 			return err
 		}
@@ -109,13 +109,13 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 		}
 		var waiting int
 		var last int64
-		if err := c.row(ctx, qWaitCount, name).Scan(&waiting, &last); err != nil {
+		if err := c.QueryRow(ctx, qWaitCount, name).Scan(&waiting, &last); err != nil {
 			return err
 		}
 		if maxWaiting >= 0 && waiting >= maxWaiting {
 			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
 		}
-		_, err = c.exec(ctx, qWaitInsert, name, owner, last+1, us, req.Host, req.PID)
+		_, err = c.Exec(ctx, qWaitInsert, name, owner, last+1, us, req.Host, req.PID)
 		return err
 	})
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 		return s.instLeaveWait(ctx, parent, key, owner)
 	}
 	err := s.write(ctx, func(c conn) error {
-		_, err := c.exec(ctx, qWaitLeave, name, owner)
+		_, err := c.Exec(ctx, qWaitLeave, name, owner)
 		return err
 	})
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 	}
 	var owner string
 	_, err := s.read(ctx, func(c conn) error {
-		err := c.row(ctx, qWaitFirst, name).Scan(&owner)
+		err := c.QueryRow(ctx, qWaitFirst, name).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -173,7 +173,7 @@ func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait t
 		return s.instWait(ctx, parent, key, owner, maxWait)
 	}
 	return s.pollWait(ctx, name, maxWait, func() (may, absent bool, err error) {
-		err = s.on(nil).row(ctx, qWaitMayAcquire, owner, name).Scan(&may)
+		err = s.pool.On(nil).QueryRow(ctx, qWaitMayAcquire, owner, name).Scan(&may)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, true, nil
 		}
@@ -187,7 +187,7 @@ func (s *Store) pollWait(ctx context.Context, name string, maxWait time.Duration
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ok, err := s.hasSchema(ctx)
+	ok, err := s.pool.HasSchema(ctx)
 	if err != nil {
 		return s.waitErr(ctx, name, err)
 	}
