@@ -354,7 +354,7 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 var loginErrors = map[string]string{
 	"token": "That token is not in the token file.",
 	"form":  "The login form expired; try again.",
-	"slow":  "Too many failed logins: wait a minute.",
+	"slow":  "Too many failed logins from your address: wait a minute.",
 }
 
 // login is POST /login: a right token starts a session.
@@ -367,9 +367,9 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	back := func(code string) {
 		http.Redirect(w, r, "/login?e="+code, http.StatusSeeOther)
 	}
-	now := time.Now()
-	if d.sessions.throttled(now) {
-		d.log.Warn("dashboard login refused", "reason", "too many failed logins", "remote", remote)
+	now, client := time.Now(), clientOf(remote)
+	if d.sessions.throttled(client, now) {
+		d.log.Warn("dashboard login refused", "reason", "too many failed logins from this address", "remote", remote)
 		back("slow")
 		return
 	}
@@ -386,7 +386,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id, sum, ok := match(ts, strings.TrimSpace(r.PostForm.Get("token")))
 	if !ok {
-		d.sessions.failed(now)
+		d.sessions.failed(client, now)
 		d.log.Warn("dashboard login refused", "reason", "unknown token", "remote", remote, "forwarded_for", short(r.Header.Get("X-Forwarded-For"), 200))
 		back("token")
 		return

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/dashboard"
@@ -189,5 +190,38 @@ func TestDashboardSearchQueryBounded(t *testing.T) {
 	}
 	if n := strings.Count(body, `class="job"`); n != 0 {
 		t.Errorf("a query of 21 words lists %d jobs, want 0 (the first 10 words include nosuchword)", n)
+	}
+}
+
+// TestDashboardStoredSpecHashEscaped: an applied spec hash and a host's
+// spec hash written by a hostile host, with a newline, an ESC and markup,
+// show quoted and escaped on the cluster page, never raw.
+func TestDashboardStoredSpecHashEscaped(t *testing.T) {
+	f := newFixture(t, "", dashboard.Options{})
+	const hostile = "ab\ncd\x1b[31m<b>x</b>"
+	st := f.src.e.State
+	unlock, err := st.TryLockApply(f.ctx, "hostile-apply", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CommitApply(f.ctx, "hostile-apply", backends.ApplyRecord{SpecHash: hostile, Host: "evil\x1b[2J", At: time.Now(), Summary: "sum\nmary"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.HostRegistry)
+	if err := reg.Heartbeat(f.ctx, backends.HostRecord{Host: "web-3", RunID: "web-3/1/x", PID: 1, Version: "0.1.0", SpecHash: hostile, HeartbeatEvery: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(t, f.url+"/")
+	if code != http.StatusOK {
+		t.Fatalf("cluster page: %d", code)
+	}
+	if strings.Contains(body, "\x1b") || strings.Contains(body, "ab\ncd") || strings.Contains(body, "<b>x") {
+		t.Errorf("a stored spec hash shows raw on the cluster page:\n%s", body)
+	}
+	if n := strings.Count(body, `&#34;ab\ncd\x1b[3`); n < 3 {
+		t.Errorf("the hostile hash is shown quoted and escaped %d times, want 3 (applied, host row, hosts by spec):\n%s", n, body)
 	}
 }
