@@ -78,3 +78,62 @@ func TestIdleConnectionsLeaveDescriptors(t *testing.T) {
 		t.Errorf("daemon exited %d", code)
 	}
 }
+
+// TestDashboardAnswersOnlyItsHosts runs `coordd run --listen` with
+// --dashboard-host: the dashboard answers to the names given (repeated or
+// comma-separated) and to its address, and refuses another Host with 421,
+// while /metrics and /healthz answer any Host (a scraper names the server
+// as its service discovery does). A bad name, or the flag without the
+// dashboard, stops the start.
+func TestDashboardAnswersOnlyItsHosts(t *testing.T) {
+	env := proctest.NewEnv(t)
+	dir := t.TempDir()
+	specPath := filepath.Join(dir, "coordd.yaml")
+	writeFile(t, specPath, "semaphores:\n  s: {limit: 1}\n")
+	d := env.Start(t, "daemon", "run", "-f", specPath, "--host-id", "solo", "--listen", "127.0.0.1:0",
+		"--dashboard-host", "dash.example,ops.example", "--dashboard-host", "web-1.internal")
+	base := listenURL(t, d)
+	get := func(path, host string) int {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s with Host %s: %v", path, host, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, host string
+		code       int
+	}{
+		{"/", strings.TrimPrefix(base, "http://"), http.StatusOK},
+		{"/", "dash.example:9464", http.StatusOK},
+		{"/", "ops.example", http.StatusOK},
+		{"/semaphores", "web-1.internal", http.StatusOK},
+		{"/", "evil.example", http.StatusMisdirectedRequest},
+		{"/semaphores", "evil.example:9464", http.StatusMisdirectedRequest},
+		{"/metrics", "evil.example", http.StatusOK},
+		{"/healthz", "evil.example", http.StatusOK},
+	} {
+		if code := get(tc.path, tc.host); code != tc.code {
+			t.Errorf("GET %s with Host %s: %d, want %d", tc.path, tc.host, code, tc.code)
+		}
+	}
+	d.Signal(syscall.SIGTERM)
+	d.Wait(t, 30*time.Second)
+
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0", "--dashboard-host", "a b"},
+		{"--listen", "127.0.0.1:0", "--dashboard=false", "--dashboard-host", "dash.example"},
+		{"--dashboard-host", "dash.example"},
+	} {
+		out, code := env.Run(t, append([]string{"run", "-f", specPath, "--host-id", "solo"}, args...)...)
+		if code == 0 || !strings.Contains(out, "dashboard") {
+			t.Errorf("coordd run %v: exit %d:\n%s", args, code, out)
+		}
+	}
+}

@@ -193,6 +193,9 @@ func (c *client) do(method, path string, form url.Values, header map[string]stri
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	if h := header["Host"]; h != "" {
+		req.Host = h
+	}
 	resp, err := c.c.Do(req)
 	if err != nil {
 		c.t.Fatal(err)

@@ -225,3 +225,64 @@ func TestDashboardStoredSpecHashEscaped(t *testing.T) {
 		t.Errorf("the hostile hash is shown quoted and escaped %d times, want 3 (applied, host row, hosts by spec):\n%s", n, body)
 	}
 }
+
+// TestDashboardHostHeader: the dashboard answers to an IP address,
+// localhost and the names it is given, whatever the port and case; a
+// request naming another host (a page of another site that rebound its
+// name to the dashboard's address) gets 421 and changes nothing, a login
+// included. New refuses a name that is not a host name.
+func TestDashboardHostHeader(t *testing.T) {
+	f := newFixture(t, "", dashboard.Options{Actions: true, TokenFile: tokenFile(t, "alice:"+aliceSecret), Hosts: []string{"dash.example.com", "web-1"}})
+	c := newClient(t, f.url)
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{"127.0.0.1:9464", http.StatusOK},
+		{"[::1]:9464", http.StatusOK},
+		{"10.1.2.3", http.StatusOK},
+		{"localhost:9464", http.StatusOK},
+		{"LOCALHOST", http.StatusOK},
+		{"dash.example.com", http.StatusOK},
+		{"Dash.Example.COM.:443", http.StatusOK},
+		{"web-1:9464", http.StatusOK},
+		{"evil.example:9464", http.StatusMisdirectedRequest},
+		{"dash.example.com.evil.example", http.StatusMisdirectedRequest},
+		{"example.com", http.StatusMisdirectedRequest},
+		{"web-2", http.StatusMisdirectedRequest},
+		{"localhost.evil.example", http.StatusMisdirectedRequest},
+	} {
+		for _, path := range []string{"/", "/queues/thumbnails", "/login"} {
+			code, body := c.do(http.MethodGet, path, nil, map[string]string{"Host": tc.host})
+			if code != tc.code {
+				t.Errorf("GET %s with Host %s: %d, want %d", path, tc.host, code, tc.code)
+			}
+			if code == http.StatusMisdirectedRequest && !strings.Contains(body, "--dashboard-host") {
+				t.Errorf("GET %s with Host %s: the refusal does not say how to add a name:\n%s", path, tc.host, body)
+			}
+		}
+	}
+	// A login and an action through a rebound name: refused, the store
+	// unchanged, no session made.
+	csrf := c.login(aliceSecret)
+	evil := map[string]string{"Host": "evil.example"}
+	if code, _ := c.do(http.MethodPost, "/actions/queue/thumbnails/purge-dead", url.Values{"csrf": {csrf}, "confirm": {"yes"}}, evil); code != http.StatusMisdirectedRequest {
+		t.Errorf("an action through another host: %d", code)
+	}
+	if st := f.queueState(); st.Dead != 1 {
+		t.Errorf("an action through another host changed the store: dead %d", st.Dead)
+	}
+	d := newClient(t, f.url)
+	if code, _ := d.do(http.MethodPost, "/login", url.Values{"token": {aliceSecret}}, evil); code != http.StatusMisdirectedRequest {
+		t.Errorf("a login through another host: %d", code)
+	}
+
+	for _, bad := range []string{"dash.example.com:443", "http://dash.example.com", "a b", "", "-x", "x..y"} {
+		if _, err := dashboard.New(f.src, dashboard.Options{Hosts: []string{bad}}, nil); err == nil {
+			t.Errorf("New took the dashboard host %q", bad)
+		}
+	}
+	if _, err := dashboard.New(f.src, dashboard.Options{Hosts: []string{"10.0.0.1", "[::1]", "dash.example.com."}}, nil); err != nil {
+		t.Errorf("New refused addresses and a name with a final dot: %v", err)
+	}
+}
