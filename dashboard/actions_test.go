@@ -28,7 +28,7 @@ const (
 )
 
 // tokenFile writes a token file readable by its owner only.
-func tokenFile(t *testing.T, lines ...string) string {
+func tokenFile(t testing.TB, lines ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "dashboard-tokens")
 	if err := os.WriteFile(path, []byte("# id:secret\n"+strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
@@ -171,12 +171,12 @@ func TestDashboardActions(t *testing.T) {
 // client is a cookie-keeping HTTP client that does not follow redirects,
 // for the checks a browser would not let a page make (a forged Origin).
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	c    *http.Client
 }
 
-func newClient(t *testing.T, base string) *client {
+func newClient(t testing.TB, base string) *client {
 	jar, _ := cookiejar.New(nil)
 	return &client{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }

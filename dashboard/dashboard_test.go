@@ -69,9 +69,10 @@ func (s *source) Leading() (backends.Term, bool)           { return s.term, s.te
 
 // fixture is a filled store and a dashboard over it.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	src  *source
 	url  string
+	h    http.Handler
 	logs *proctest.SyncBuffer
 	ctx  context.Context
 }
@@ -95,7 +96,7 @@ var backendsUnderTest = []struct {
 // two hosts (one on another spec), a held semaphore slot, a finished and
 // a running cron run, ready, delayed and dead jobs, and a queue setting
 // changed outside coordd (drift).
-func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
+func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -194,7 +195,7 @@ func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
 	}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, src: src, url: srv.URL, logs: logs, ctx: ctx}
+	return &fixture{t: t, src: src, url: srv.URL, h: d, logs: logs, ctx: ctx}
 }
 
 // queueState reads the queue's counts from the store.
