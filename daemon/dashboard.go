@@ -38,6 +38,10 @@ func (d *Daemon) openDashboard() error {
 		opts.Version = d.cfg.Version
 	}
 	opts.Extra = append(append([]dashboard.Action(nil), opts.Extra...), dashboard.PauseActions(dashSource{d})...)
+	// The name --listen gives is one the dashboard answers to.
+	if host, _, err := net.SplitHostPort(d.cfg.Listen); err == nil && host != "" && net.ParseIP(host) == nil {
+		opts.Hosts = append(append([]string(nil), opts.Hosts...), host)
+	}
 	h, err := dashboard.New(dashSource{d}, opts, d.log.Named("dashboard"))
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)

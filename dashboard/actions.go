@@ -229,9 +229,12 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	kind, name, act := r.PathValue("kind"), r.PathValue("name"), r.PathValue("action")
 	what := safe(kind + "." + act)
 	actor := Actor{Remote: r.RemoteAddr, ForwardedFor: short(r.Header.Get("X-Forwarded-For"), 200)}
-	refuse := func(code int, why string) {
+	refused := func(why string) {
 		d.log.Warn("dashboard action refused", "action", what, "object", safe(name), "reason", why,
 			"remote", actor.Remote, "forwarded_for", actor.ForwardedFor, "token_id", actor.TokenID, "at", time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	refuse := func(code int, why string) {
+		refused(why)
 		d.renderError(w, r, code, "Refused: "+why)
 	}
 	if !d.opts.Actions {
@@ -269,6 +272,7 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.Confirm != "" && r.PostForm.Get("confirm") != "yes" {
+		refused("the confirm box was not ticked")
 		d.sessions.setFlash(ses, "Not done: tick the box to confirm ("+a.Confirm+").")
 		http.Redirect(w, r, objectPage(k, name), http.StatusSeeOther)
 		return

@@ -28,7 +28,7 @@ const (
 )
 
 // tokenFile writes a token file readable by its owner only.
-func tokenFile(t *testing.T, lines ...string) string {
+func tokenFile(t testing.TB, lines ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "dashboard-tokens")
 	if err := os.WriteFile(path, []byte("# id:secret\n"+strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
@@ -171,12 +171,12 @@ func TestDashboardActions(t *testing.T) {
 // client is a cookie-keeping HTTP client that does not follow redirects,
 // for the checks a browser would not let a page make (a forged Origin).
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	c    *http.Client
 }
 
-func newClient(t *testing.T, base string) *client {
+func newClient(t testing.TB, base string) *client {
 	jar, _ := cookiejar.New(nil)
 	return &client{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
@@ -192,6 +192,9 @@ func (c *client) do(method, path string, form url.Values, header map[string]stri
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if h := header["Host"]; h != "" {
+		req.Host = h
 	}
 	resp, err := c.c.Do(req)
 	if err != nil {
@@ -353,6 +356,15 @@ func TestDashboardActionsRefused(t *testing.T) {
 			t.Errorf("purge-job of a live job: ready %d, want 4", st.Ready)
 		}
 		unchanged(t, f, "a job action on a live job")
+		// A purge without its confirm box ticked: refused, and logged like
+		// every refusal.
+		if code, _ := c.do(http.MethodPost, "/actions/queue/thumbnails/purge-dead", url.Values{"csrf": {csrf}}, same); code != http.StatusSeeOther {
+			t.Errorf("purge-dead without the confirm box: %d", code)
+		}
+		unchanged(t, f, "a purge without its confirm box")
+		if !regexp.MustCompile(`dashboard action refused: action=queue\.purge-dead object=thumbnails reason="the confirm box was not ticked" remote=127\.0\.0\.1:\d+ .*token_id=alice at=\S+`).MatchString(f.logs.String()) {
+			t.Errorf("the purge refused for its confirm box is not logged with who and when:\n%s", f.logs.String())
+		}
 		if code, _ := c.do(http.MethodPost, requeue, url.Values{"confirm": {"yes"}, "csrf": {csrf}}, same); code != http.StatusSeeOther {
 			t.Fatalf("the right request: %d", code)
 		}
@@ -370,7 +382,8 @@ func TestDashboardActionsRefused(t *testing.T) {
 // TestDashboardLogin: a login needs the form's nonce (bound to a cookie),
 // gives a session cookie that is HttpOnly, SameSite=Strict, 12 hours long
 // and Secure behind an HTTPS proxy, and after 20 failed logins in a minute
-// even the right token is refused.
+// from one address even the right token is refused from that address, and
+// only from it.
 func TestDashboardLogin(t *testing.T) {
 	f := newFixture(t, "", dashboard.Options{Actions: true, TokenFile: tokenFile(t, "alice:"+aliceSecret)})
 	c := newClient(t, f.url)
@@ -406,28 +419,50 @@ func TestDashboardLogin(t *testing.T) {
 		}
 	}
 
+	// 20 wrong tokens from 127.0.0.1 lock that address out, even with the
+	// right token; an operator on 127.0.0.2 still logs in.
 	d := newClient(t, f.url)
 	for range 20 {
 		_, body := d.do(http.MethodGet, "/login", nil, nil)
 		d.do(http.MethodPost, "/login", url.Values{"nonce": {nonceRE.FindStringSubmatch(body)[1]}, "token": {bobSecret}}, nil)
 	}
-	_, body = d.do(http.MethodGet, "/login", nil, nil)
-	req, _ = http.NewRequest(http.MethodPost, f.url+"/login", strings.NewReader(url.Values{"nonce": {nonceRE.FindStringSubmatch(body)[1]}, "token": {aliceSecret}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for _, ck := range d.c.Jar.Cookies(req.URL) {
-		req.AddCookie(ck)
-	}
-	resp, err = http.DefaultTransport.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if loc := resp.Header.Get("Location"); loc != "/login?e=slow" {
-		t.Errorf("the right token after 20 failures: redirected to %q, want /login?e=slow", loc)
+	if loc := d.loginAt(aliceSecret); loc != "/login?e=slow" {
+		t.Errorf("the right token after 20 failures from its address: redirected to %q, want /login?e=slow", loc)
 	}
 	if !strings.Contains(f.logs.String(), "too many failed logins") {
 		t.Errorf("the throttle is not logged")
 	}
+	other := newClientFrom(t, f.url, "127.0.0.2")
+	if loc := other.loginAt(aliceSecret); loc != "/" {
+		t.Errorf("the right token from another address after 20 failures from 127.0.0.1: redirected to %q, want / (logged in)", loc)
+	}
+}
+
+// newClientFrom is newClient with connections from the local address ip
+// (any 127/8 address is this host's on Linux).
+func newClientFrom(t *testing.T, base, ip string) *client {
+	c := newClient(t, base)
+	c.c.Transport = &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext}
+	return c
+}
+
+// loginAt posts the login form with secret and returns where the
+// response redirects.
+func (c *client) loginAt(secret string) string {
+	c.t.Helper()
+	_, body := c.do(http.MethodGet, "/login", nil, nil)
+	m := nonceRE.FindStringSubmatch(body)
+	if m == nil {
+		c.t.Fatalf("no login form:\n%s", body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, c.base+"/login", strings.NewReader(url.Values{"nonce": {m[1]}, "token": {secret}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.c.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Header.Get("Location")
 }
 
 // TestDashboardTokenFile: actions need a token file, one not readable by

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -160,10 +161,17 @@ type session struct {
 type sessions struct {
 	mu sync.Mutex
 	m  map[string]*session
-	// failures counts failed logins in the current minute, to slow
-	// guessing down (the secrets are long enough not to be guessed).
-	failures    int
-	failuresMin time.Time
+	// failures counts failed logins per client address (clientOf) in
+	// its current minute, to slow guessing down (the secrets are long
+	// enough not to be guessed): one address that fails locks out itself,
+	// never the operators on other addresses.
+	failures map[string]*failWindow
+}
+
+// failWindow is one client address's failed logins since start.
+type failWindow struct {
+	start time.Time
+	n     int
 }
 
 func randomHex(n int) string {
@@ -172,23 +180,70 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// maxFailures is how many failed logins a daemon takes per minute.
-const maxFailures = 20
+// maxFailures is how many failed logins a daemon takes per minute from
+// one client address; maxTracked bounds the addresses it counts (the
+// oldest count is dropped for a new one).
+const (
+	maxFailures = 20
+	maxTracked  = 4096
+)
 
-// failed counts a failed login and reports whether the limit is reached.
-func (s *sessions) failed(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now.Sub(s.failuresMin) > time.Minute {
-		s.failures, s.failuresMin = 0, now
+// clientOf is the address failed logins are counted by: the connection's
+// IP, an IPv6 one by its /64 (one host usually holds a whole /64). Behind
+// a reverse proxy every client has the proxy's address.
+func clientOf(remoteAddr string) string {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return remoteAddr
 	}
-	s.failures++
+	a := ap.Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
-func (s *sessions) throttled(now time.Time) bool {
+// failed counts a failed login from client.
+func (s *sessions) failed(client string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return now.Sub(s.failuresMin) <= time.Minute && s.failures >= maxFailures
+	if s.failures == nil {
+		s.failures = map[string]*failWindow{}
+	}
+	w := s.failures[client]
+	if w == nil || now.Sub(w.start) > time.Minute {
+		if w == nil && len(s.failures) >= maxTracked {
+			s.dropOldFailures(now)
+		}
+		w = &failWindow{start: now}
+		s.failures[client] = w
+	}
+	w.n++
+}
+
+// dropOldFailures drops the windows over a minute old, or the oldest one
+// when none is.
+func (s *sessions) dropOldFailures(now time.Time) {
+	var oldest string
+	for c, w := range s.failures {
+		if now.Sub(w.start) > time.Minute {
+			delete(s.failures, c)
+		} else if oldest == "" || w.start.Before(s.failures[oldest].start) {
+			oldest = c
+		}
+	}
+	if len(s.failures) >= maxTracked {
+		delete(s.failures, oldest)
+	}
+}
+
+// throttled reports whether client used up its failed logins for now.
+func (s *sessions) throttled(client string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.failures[client]
+	return w != nil && now.Sub(w.start) <= time.Minute && w.n >= maxFailures
 }
 
 func (s *sessions) create(id string, sum [32]byte, now time.Time) (string, *session) {

@@ -50,6 +50,11 @@ type Options struct {
 	Refresh time.Duration
 	// Version is shown in the footer.
 	Version string
+	// Hosts are the names the dashboard answers to besides IP addresses
+	// and localhost (--dashboard-host; the daemon adds the listen
+	// address's name): a request with another Host header is refused
+	// (host.go). New refuses one that is not a host name.
+	Hosts []string
 	// Extra are actions beyond the built-in ones, on cron tasks or queues
 	// (pause and resume of a task): each becomes a button on the pages of
 	// its kind, behind the same login, form token, origin check and log
@@ -77,6 +82,7 @@ type Dashboard struct {
 
 	plans   planCache
 	samples sampler
+	hosts   hostSet
 }
 
 //go:embed templates/*.html templates/style.css
@@ -104,6 +110,10 @@ func New(src Source, opts Options, log hclog.Logger) (*Dashboard, error) {
 	}
 	d := &Dashboard{src: src, opts: opts, log: log, sessions: sessions{m: map[string]*session{}}}
 	d.runner, _ = src.(Runner)
+	var err error
+	if d.hosts, err = newHostSet(opts.Hosts); err != nil {
+		return nil, err
+	}
 	switch {
 	case opts.Actions && opts.TokenFile == "":
 		return nil, fmt.Errorf("--dashboard-actions needs --dashboard-token-file: every action is made by someone who logged in with a token")
@@ -169,7 +179,7 @@ func (d *Dashboard) routes() {
 
 // ServeHTTP serves the dashboard with headers that keep it to itself: no
 // script, no style but its own, no frame, no other site's form target, no
-// cache.
+// cache; and only to requests that name it in their Host header.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src "+cspStyle+"; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -179,6 +189,10 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// keeps its Origin header (with no-referrer a browser sends "null").
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if !d.hosts.allows(r.Host) {
+		d.misdirected(w, r)
+		return
+	}
 	d.mux.ServeHTTP(w, r)
 }
 
@@ -354,7 +368,7 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 var loginErrors = map[string]string{
 	"token": "That token is not in the token file.",
 	"form":  "The login form expired; try again.",
-	"slow":  "Too many failed logins: wait a minute.",
+	"slow":  "Too many failed logins from your address: wait a minute.",
 }
 
 // login is POST /login: a right token starts a session.
@@ -367,9 +381,9 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	back := func(code string) {
 		http.Redirect(w, r, "/login?e="+code, http.StatusSeeOther)
 	}
-	now := time.Now()
-	if d.sessions.throttled(now) {
-		d.log.Warn("dashboard login refused", "reason", "too many failed logins", "remote", remote)
+	now, client := time.Now(), clientOf(remote)
+	if d.sessions.throttled(client, now) {
+		d.log.Warn("dashboard login refused", "reason", "too many failed logins from this address", "remote", remote)
 		back("slow")
 		return
 	}
@@ -386,7 +400,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id, sum, ok := match(ts, strings.TrimSpace(r.PostForm.Get("token")))
 	if !ok {
-		d.sessions.failed(now)
+		d.sessions.failed(client, now)
 		d.log.Warn("dashboard login refused", "reason", "unknown token", "remote", remote, "forwarded_for", short(r.Header.Get("X-Forwarded-For"), 200))
 		back("token")
 		return

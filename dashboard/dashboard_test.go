@@ -69,9 +69,10 @@ func (s *source) Leading() (backends.Term, bool)           { return s.term, s.te
 
 // fixture is a filled store and a dashboard over it.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	src  *source
 	url  string
+	h    http.Handler
 	logs *proctest.SyncBuffer
 	ctx  context.Context
 }
@@ -95,7 +96,7 @@ var backendsUnderTest = []struct {
 // two hosts (one on another spec), a held semaphore slot, a finished and
 // a running cron run, ready, delayed and dead jobs, and a queue setting
 // changed outside coordd (drift).
-func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
+func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -194,7 +195,7 @@ func newFixture(t *testing.T, header string, opts dashboard.Options) *fixture {
 	}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, src: src, url: srv.URL, logs: logs, ctx: ctx}
+	return &fixture{t: t, src: src, url: srv.URL, h: d, logs: logs, ctx: ctx}
 }
 
 // queueState reads the queue's counts from the store.
@@ -369,7 +370,7 @@ func TestDashboardPages(t *testing.T) {
 
 			p.Navigate(f.url + "/queues/thumbnails")
 			text = p.Text()
-			contains(t, "queue", text, hostileError, `"<img src=x onerror=alert(1)>"`, "1 of the 1 oldest dead jobs")
+			contains(t, "queue", text, hostileError, `"<img src=x onerror=alert(1)>"`, "Dead jobs 1–1 of 1")
 			noMarkup(t, "queue", p)
 			p.Fill("input[name=q]", "ONERROR")
 			if err := p.Submit("form.search button"); err != nil {
@@ -476,17 +477,80 @@ func TestDashboardBackendDown(t *testing.T) {
 	}
 }
 
-// TestDashboardDeadSetCaps: a queue's page lists at most 200 dead jobs and
-// says so.
-func TestDashboardDeadSetCaps(t *testing.T) {
+// TestDashboardDeadSetPages: a queue's page lists 100 dead jobs at a
+// time, oldest first, with links to the next and the previous page; a
+// search lists its first 100 matches and goes on from where it stopped.
+func TestDashboardDeadSetPages(t *testing.T) {
 	f := newFixture(t, "", dashboard.Options{})
 	for range 200 {
 		f.dead()
 	}
 	p := browsertest.Start(t).NewPage(t)
 	p.Navigate(f.url + "/queues/thumbnails?pause=1")
-	if n := p.Count("#dead tr.job"); n != 200 {
-		t.Errorf("%d dead jobs listed, want 200", n)
+	var first []string
+	for i, want := range []struct {
+		n     int
+		text  string
+		links string
+	}{
+		{100, "Dead jobs 1–100 of 201, oldest first", "next"},
+		{100, "Dead jobs 101–200 of 201", "prev next"},
+		{1, "Dead jobs 201–201 of 201", "prev"},
+	} {
+		if n := p.Count("#dead tr.job"); n != want.n {
+			t.Errorf("page %d: %d dead jobs listed, want %d", i+1, n, want.n)
+		}
+		contains(t, fmt.Sprintf("page %d", i+1), p.Text(), want.text)
+		links := strings.TrimSpace(strings.Join([]string{map[bool]string{true: "prev"}[p.Count("#dead-prev") == 1], map[bool]string{true: "next"}[p.Count("#dead-next") == 1]}, " "))
+		if links != want.links {
+			t.Errorf("page %d: links %q, want %q", i+1, links, want.links)
+		}
+		var ids []string
+		if err := p.Eval(`[...document.querySelectorAll("#dead tr.job td:first-child")].map(e => e.innerText)`, &ids); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = ids
+		}
+		if want.links != "prev" {
+			var next string
+			if err := p.Eval(`document.getElementById("dead-next").href`, &next); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(next, "pause=1") {
+				t.Errorf("page %d: the next link %q drops the refresh pause", i+1, next)
+			}
+			p.Navigate(next)
+		}
 	}
-	contains(t, "queue", p.Text(), "201 of the 201 oldest dead jobs; the first 200 are listed")
+	var prev string
+	if err := p.Eval(`document.getElementById("dead-prev").href`, &prev); err != nil {
+		t.Fatal(err)
+	}
+	p.Navigate(prev)
+	var ids []string
+	if err := p.Eval(`[...document.querySelectorAll("#dead tr.job td:first-child")].map(e => e.innerText)`, &ids); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "previous page", p.Text(), "Dead jobs 101–200 of 201")
+	if len(ids) != 100 || ids[0] == first[0] {
+		t.Errorf("the previous page of the last lists %d jobs from %v", len(ids), ids[:1])
+	}
+
+	// 200 of the 201 dead jobs match (all but the fixture's first): the
+	// first 100 are listed, and the search goes on after the 100th match.
+	p.Navigate(f.url + "/queues/thumbnails?pause=1&q=" + url.QueryEscape("FAILED again"))
+	if n := p.Count("#dead tr.job"); n != 100 {
+		t.Errorf("search: %d dead jobs listed, want 100", n)
+	}
+	contains(t, "search", p.Text(), "Searched dead jobs 1–101 of 201", "100 match, the first 100 are listed")
+	var next string
+	if err := p.Eval(`document.getElementById("dead-next").href`, &next); err != nil {
+		t.Fatal(err)
+	}
+	p.Navigate(next)
+	if n := p.Count("#dead tr.job"); n != 100 || p.Count("#dead-next") != 0 {
+		t.Errorf("search on: %d dead jobs listed, want the other 100 and no next link", n)
+	}
+	contains(t, "search on", p.Text(), "Searched dead jobs 102–201 of 201", "100 match")
 }

@@ -134,10 +134,12 @@ func rel(t, now time.Time) string {
 	return span(-d) + " ago"
 }
 
-// shortHash is a spec hash as operators see it: 12 hex digits.
+// shortHash is a spec hash as operators see it: 12 hex digits. A stored
+// hash is written by other hosts, so it is cut at 12 bytes (whole
+// characters) and made safe: one that is not hex shows quoted and escaped.
 func shortHash(h string) string {
 	if len(h) > 12 {
-		return h[:12]
+		h = string(wholeRunes([]byte(h[:12]), true))
 	}
-	return h
+	return safe(h)
 }

@@ -88,7 +88,7 @@ semaphores:
 
 // applied loads the spec body from a temp dir, opens its backends (closed
 // by t.Cleanup) and applies it.
-func applied(ctx context.Context, t *testing.T, body string) (*spec.Spec, *reconcile.Engine) {
+func applied(ctx context.Context, t testing.TB, body string) (*spec.Spec, *reconcile.Engine) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "coordd.yaml"), []byte(body), 0o644); err != nil {

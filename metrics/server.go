@@ -36,12 +36,33 @@ func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
 	return ServeHandler(ctx, ln, m.Handler())
 }
 
+// serverLimits are the http.Server's bounds on one connection: a request
+// must arrive whole within Read (its header within ReadHeader), its
+// response be written within Write (longer than a dashboard page's store
+// reads and a scrape), and a keep-alive connection is closed after Idle
+// without a request.
+type serverLimits struct {
+	ReadHeader, Read, Write, Idle time.Duration
+	MaxHeaderBytes                int
+}
+
+var defaultLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 15 * time.Second, Write: 30 * time.Second, Idle: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+
 // ServeHandler is Serve for a handler that serves more than m (the
-// daemon adds its dashboard).
+// daemon adds its dashboard). It holds at most ConnCap connections.
 func ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
+	return serveHandler(ctx, newConnLimit(ln, ConnCap()), h, defaultLimits)
+}
+
+func serveHandler(ctx context.Context, ln *connLimit, h http.Handler, lim serverLimits) error {
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+		ConnState:         ln.track,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)

@@ -97,7 +97,8 @@ var capabilities = []capability{
 	{"QueueOrder", is[backends.Queues], testQueueOrder},
 	{"QueueKeys", is[backends.Queues], testQueueKeys},
 	{"QueueComeBack", is[backends.Queues], testQueueComeBack},
-	{"QueueDeadJob", is[backends.Queues], testQueueDeadJob}, // every queue backend must act on one dead job
+	{"QueueDeadJob", is[backends.Queues], testQueueDeadJob},   // every queue backend must act on one dead job
+	{"QueueDeadRead", is[backends.Queues], testQueueDeadRead}, // and read one page of the dead set, bounded
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 

@@ -1,6 +1,9 @@
 package backendtest
 
 import (
+	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +84,141 @@ func testQueueDeadJob(t *testing.T, h Harness) {
 	wantErr(t, dj.RequeueDeadJob(ctx, "q", d.ID), backends.ErrNotFound, "requeue a purged job")
 	wantCounts(t, adm, "q", 1, 0, 0, 1)
 	wantCounts(t, adm, "other", 0, 0, 1, 0)
+}
+
+// testQueueDeadRead checks backends.DeadJobReader: pages of the dead set
+// in Dead's order, each job as Dead reads it but with its payload and
+// last error cut at the length asked for (binary payloads, an empty one,
+// one shorter than the cut) and the whole payload's length; one dead job
+// read by id the same way, and every job that is not a dead job of the
+// queue refused with ErrNotFound.
+func testQueueDeadRead(t *testing.T, h Harness) {
+	t.Parallel()
+	b, _ := fresh(t, h)
+	ctx := t.Context()
+	dr, isDR := b.(backends.DeadJobReader)
+	if !isDR {
+		t.Fatalf("the %s backend holds queues but does not implement backends.DeadJobReader", b.Type())
+	}
+	cfg := runtimeConfig("q", 2)
+	cfg.MaxAttempts, cfg.RetryBackoff = 1, 0
+	q, _ := runtimeQueue(t, b, cfg)
+	other := runtimeConfig("other", 1)
+	other.MaxAttempts, other.RetryBackoff = 1, 0
+	runtimeQueue(t, b, other)
+
+	kill := func(queue string, req backends.PushRequest, reason string) backends.Job {
+		t.Helper()
+		j := push(t, q, queue, req)
+		c := claimOne(t, q, queue, newOwner("w"))
+		if c.ID != j.ID {
+			t.Fatalf("claimed job %d, want %d", c.ID, j.ID)
+		}
+		ok(t, q.Retry(ctx, c, reason), "retry to the dead set")
+		return j
+	}
+	binary := make([]byte, 5000)
+	for i := range binary {
+		binary[i] = byte(i * 7)
+	}
+	kill("q", backends.PushRequest{Payload: binary, Key: "k1"}, strings.Repeat("é", 300)) // 600 bytes
+	kill("q", backends.PushRequest{Payload: []byte{}}, "empty payload")
+	kill("q", backends.PushRequest{Payload: []byte("short")}, "")
+	kill("q", backends.PushRequest{Payload: append([]byte("\x00\xff"), binary[:300]...)}, "nul and 0xff")
+	x := kill("other", backends.PushRequest{Payload: []byte("x")}, "other queue")
+	ready := push(t, q, "q", backends.PushRequest{Payload: []byte("ready"), Delay: time.Hour})
+
+	whole, err := q.Dead(ctx, "q", 0)
+	ok(t, err, "dead")
+	if len(whole) != 4 {
+		t.Fatalf("%d dead jobs, want 4", len(whole))
+	}
+	cutJob := func(j backends.Job, n int) backends.PartialJob {
+		p := backends.PartialJob{Job: j, PayloadSize: int64(len(j.Payload))}
+		p.Payload = j.Payload[:min(n, len(j.Payload))]
+		p.LastError = j.LastError[:min(n, len(j.LastError))]
+		return p
+	}
+	same := func(what string, got, want backends.PartialJob) {
+		t.Helper()
+		if got.ID != want.ID || got.Queue != want.Queue || got.Partition != want.Partition || got.Key != want.Key ||
+			got.Attempt != want.Attempt || !got.EnqueuedAt.Equal(want.EnqueuedAt) || !got.AvailableAt.Equal(want.AvailableAt) ||
+			!bytes.Equal(got.Payload, want.Payload) || got.PayloadSize != want.PayloadSize || got.LastError != want.LastError ||
+			got.Payload == nil {
+			t.Fatalf("%s: got job %d partition %d key %q attempt %d enqueued %v available %v payload %q (%d of %d bytes, nil %v) error %q\n"+
+				"want job %d partition %d key %q attempt %d enqueued %v available %v payload %q (%d of %d bytes) error %q",
+				what, got.ID, got.Partition, got.Key, got.Attempt, got.EnqueuedAt, got.AvailableAt, got.Payload, len(got.Payload), got.PayloadSize, got.Payload == nil, got.LastError,
+				want.ID, want.Partition, want.Key, want.Attempt, want.EnqueuedAt, want.AvailableAt, want.Payload, len(want.Payload), want.PayloadSize, want.LastError)
+		}
+	}
+
+	for _, n := range []int{0, 1, 100, 1 << 20} {
+		page, err := dr.DeadPage(ctx, "q", 0, 10, n)
+		ok(t, err, "dead page")
+		if len(page) != len(whole) {
+			t.Fatalf("cut %d: a page of %d jobs, want %d", n, len(page), len(whole))
+		}
+		for i, j := range whole {
+			want := cutJob(j, n)
+			same(fmt.Sprintf("cut %d, job %d of the page", n, i), page[i], want)
+			if page[i].Truncated() != (n < len(j.Payload)) {
+				t.Fatalf("cut %d, job %d: Truncated %v of a %d-byte payload", n, i, page[i].Truncated(), len(j.Payload))
+			}
+			one, err := dr.DeadJob(ctx, "q", j.ID, n)
+			ok(t, err, fmt.Sprintf("dead job %d", j.ID))
+			same(fmt.Sprintf("cut %d, dead job %d", n, j.ID), one, want)
+		}
+	}
+
+	// Pages: consecutive offsets give the dead set in order, once each.
+	var paged []int64
+	for off := 0; off < 10; off += 3 {
+		page, err := dr.DeadPage(ctx, "q", off, 3, 10)
+		ok(t, err, "dead page")
+		if len(page) > 3 {
+			t.Fatalf("offset %d limit 3: %d jobs", off, len(page))
+		}
+		for _, j := range page {
+			paged = append(paged, j.ID)
+		}
+	}
+	for i, j := range whole {
+		if i >= len(paged) || paged[i] != j.ID {
+			t.Fatalf("paged through ids %v, want the dead set's order %v", paged, whole)
+		}
+	}
+	if len(paged) != len(whole) {
+		t.Fatalf("paged through ids %v, want %d jobs", paged, len(whole))
+	}
+	for _, tc := range []struct {
+		what                 string
+		queue                string
+		offset, limit, count int
+	}{
+		{"a limit of 0", "q", 0, 0, 0},
+		{"an offset past the end", "q", 4, 10, 0},
+		{"the last job", "q", 3, 10, 1},
+		{"an absent queue", "nope", 0, 10, 0},
+		{"the other queue", "other", 0, 10, 1},
+	} {
+		page, err := dr.DeadPage(ctx, tc.queue, tc.offset, tc.limit, 10)
+		ok(t, err, "dead page of "+tc.what)
+		if len(page) != tc.count {
+			t.Fatalf("dead page of %s: %d jobs, want %d", tc.what, len(page), tc.count)
+		}
+	}
+
+	for _, tc := range []struct {
+		what  string
+		queue string
+		id    int64
+	}{
+		{"a job of another queue", "q", x.ID},
+		{"a delayed job", "q", ready.ID},
+		{"an id never pushed", "q", ready.ID + 1000},
+		{"an absent queue", "nope", whole[0].ID},
+	} {
+		_, err := dr.DeadJob(ctx, tc.queue, tc.id, 10)
+		wantErr(t, err, backends.ErrNotFound, "dead job: "+tc.what)
+	}
 }

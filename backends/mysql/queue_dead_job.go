@@ -2,6 +2,9 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 
 	"github.com/coordd/coordd/backends"
 )
@@ -31,4 +34,87 @@ func (s *Store) PurgeDeadJob(ctx context.Context, queue string, id int64) error 
 func (s *Store) deadJob(ctx context.Context, verb, query, queue string, id int64) error {
 	n, err := s.queueWriteCount(ctx, query, queue, id)
 	return backends.DeadJobOutcome(verb, queue, id, n, err)
+}
+
+// Dead jobs read for the dashboard (backends.DeadJobReader): the payload
+// and the last error cut by the server at a number of bytes (SUBSTR of
+// the binary value), the payload's whole length beside it, so that a big
+// payload never crosses the network. A page takes its ids from an index
+// alone and reads only the rows of the page.
+const (
+	// partialJobColumns takes the cut twice.
+	partialJobColumns = "j.id, j.`partition`, SUBSTR(j.payload, 1, ?), LENGTH(j.payload),\n" +
+		"  j.unique_key, j.attempt, j.enqueued_at, j.available_at, SUBSTR(CAST(j.last_error AS BINARY), 1, ?)"
+
+	// qJobDeadPage: cut, cut, queue, limit, offset.
+	qJobDeadPage = "SELECT " + partialJobColumns + " FROM `{p}queue_jobs` j\n" +
+		"JOIN (SELECT id FROM `{p}queue_jobs` WHERE queue = ? AND state = 'dead' ORDER BY id LIMIT ? OFFSET ?) d ON d.id = j.id\n" +
+		"ORDER BY j.id"
+
+	// qJobDeadOne: cut, cut, id, queue.
+	qJobDeadOne = "SELECT " + partialJobColumns + " FROM `{p}queue_jobs` j WHERE j.id = ? AND j.queue = ? AND j.state = 'dead'"
+)
+
+// DeadPage lists up to limit dead jobs of queue after the first offset,
+// oldest first, payload and last error cut at cut bytes
+// (backends.DeadJobReader).
+func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]backends.PartialJob, error) {
+	cut = max(cut, 0)
+	jobs := []backends.PartialJob{}
+	_, err := s.read(ctx, func(c conn) error {
+		jobs = jobs[:0]
+		rows, err := c.query(ctx, qJobDeadPage, cut, cut, queue, max(limit, 0), max(offset, 0))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			j, err := scanPartialJob(rows, queue)
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, j)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead jobs of queue %q: %w", queue, err)
+	}
+	return jobs, nil
+}
+
+// DeadJob reads dead job id of queue, payload and last error cut at cut
+// bytes (backends.DeadJobReader).
+func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (backends.PartialJob, error) {
+	cut = max(cut, 0)
+	var j backends.PartialJob
+	found, err := s.read(ctx, func(c conn) error {
+		var err error
+		j, err = scanPartialJob(c.row(ctx, qJobDeadOne, cut, cut, id, queue), queue)
+		return err
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || (err == nil && !found):
+		return backends.PartialJob{}, fmt.Errorf("queue %q has no dead job %d: %w", queue, id, backends.ErrNotFound)
+	case err != nil:
+		return backends.PartialJob{}, fmt.Errorf("read dead job %d of queue %q: %w", id, queue, err)
+	}
+	return j, nil
+}
+
+// scanPartialJob reads a row of partialJobColumns.
+func scanPartialJob(r jobScanner, queue string) (backends.PartialJob, error) {
+	j := backends.PartialJob{Job: backends.Job{Queue: queue}}
+	var key sql.NullString
+	var enq, avail int64
+	var lastErr []byte
+	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &j.PayloadSize, &key, &j.Attempt, &enq, &avail, &lastErr); err != nil {
+		return j, err
+	}
+	j.Key, j.LastError = key.String, string(lastErr)
+	j.EnqueuedAt, j.AvailableAt = fromMicros(enq), fromMicros(avail)
+	if j.Payload == nil {
+		j.Payload = []byte{}
+	}
+	return j, nil
 }

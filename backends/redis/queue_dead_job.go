@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/coordd/coordd/backends"
@@ -71,4 +72,86 @@ func deadJobsDone(res []any) int64 {
 		return 0
 	}
 	return 1
+}
+
+// queuePartialJob is what the dead job readers return for one job: the
+// fields of queueJobFields with the last error and the payload cut at
+// ARGV's cut, then the payload's whole length. Redis has no range read of
+// a hash field, so the script reads the payload and cuts it on the server:
+// the whole payload never crosses the network.
+const queuePartialPrelude = `
+local function partial(out, id, rec, cut)
+  local j = decode(rec)
+  local size = redis.call('HSTRLEN', K_PAYLOADS, id)
+  local pay = ''
+  if cut > 0 and size > 0 then pay = string.sub(redis.call('HGET', K_PAYLOADS, id) or '', 1, cut) end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
+    tonumber(id), j.part, j.attempt, j.enq, j.avail, j.key, string.sub(j.err or '', 1, cut), pay, size
+end
+`
+
+// queuePartialFields is the number of fields queuePartialPrelude's
+// partial returns per job.
+const queuePartialFields = queueJobFields + 1
+
+// queueDeadPageScript lists a page of dead jobs (DeadPage). It writes
+// nothing.
+//
+// KEYS: the fixed keys.
+// ARGV: offset, limit, cut.
+// It returns the fields of queuePartialFields for each, in the dead list's
+// order (Dead's).
+var queueDeadPageScript = queueScript(queuePartialPrelude + `
+local off, lim, cut = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+if lim <= 0 then return out end
+for _, id in ipairs(redis.call('LRANGE', K_DEAD, off, off + lim - 1)) do
+  local rec = redis.call('HGET', K_JOBS, id)
+  if rec then partial(out, id, rec, cut) end
+end
+return out
+`)
+
+// queueDeadOneScript reads one dead job (DeadJob). It writes nothing.
+//
+// KEYS: the fixed keys.
+// ARGV: the job id, cut.
+// It returns the fields of queuePartialFields, or {} when the job is not
+// in the queue's dead list.
+var queueDeadOneScript = queueScript(queuePartialPrelude + `
+local id, cut = ARGV[1], tonumber(ARGV[2])
+local out = {}
+local rec = redis.call('HGET', K_JOBS, id)
+if not rec or not redis.call('LPOS', K_DEAD, id) then return out end
+partial(out, id, rec, cut)
+return out
+`)
+
+// DeadPage lists up to limit dead jobs of queue after the first offset,
+// in the order they died, payload and last error cut at cut bytes
+// (backends.DeadJobReader).
+func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]backends.PartialJob, error) {
+	res, err := s.queueEval(ctx, queueDeadPageScript, s.queueInfo(queue).fixed, max(offset, 0), max(limit, 0), max(cut, 0))
+	if err != nil {
+		return nil, fmt.Errorf("list dead jobs of queue %q: %w", queue, err)
+	}
+	jobs := make([]backends.PartialJob, 0, len(res)/queuePartialFields)
+	for i := 0; i+queuePartialFields <= len(res); i += queuePartialFields {
+		jobs = append(jobs, backends.PartialJob{Job: queueJobAt(queue, res, i), PayloadSize: queueInt(res[i+queueJobFields])})
+	}
+	return jobs, nil
+}
+
+// DeadJob reads dead job id of queue, payload and last error cut at cut
+// bytes (backends.DeadJobReader).
+func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (backends.PartialJob, error) {
+	res, err := s.queueEval(ctx, queueDeadOneScript, s.queueInfo(queue).fixed, strconv.FormatInt(id, 10), max(cut, 0))
+	switch {
+	case err != nil:
+		return backends.PartialJob{}, fmt.Errorf("read dead job %d of queue %q: %w", id, queue, err)
+	case len(res) < queuePartialFields:
+		return backends.PartialJob{}, fmt.Errorf("queue %q has no dead job %d: %w", queue, id, backends.ErrNotFound)
+	}
+	return backends.PartialJob{Job: queueJobAt(queue, res, 0), PayloadSize: queueInt(res[queueJobFields])}, nil
 }

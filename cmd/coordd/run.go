@@ -26,6 +26,7 @@ var runCmd = &command{
 	usage: `Usage: coordd run [-f PATH] [--host-id ID] [--log-json] [--log-level LEVEL]
                   [--shutdown-grace D] [--resync D] [--listen ADDR]
                   [--dashboard=false] [--dashboard-actions --dashboard-token-file PATH]
+                  [--dashboard-host NAME]...
 
 Runs coordd on this server. Run it on every server with the same spec. It
 watches the spec (SIGHUP forces a reload; a broken spec keeps the last good one
@@ -41,6 +42,9 @@ it shows payloads and command output, so keep the address private). Without
 it nothing listens. --dashboard-actions with --dashboard-token-file adds
 buttons (run a task now, requeue or purge dead jobs) for whoever logs in
 with a token of that file; every action goes to the log (docs/dashboard.md).
+The dashboard answers only to requests that name it by an IP address,
+localhost or the --listen name; --dashboard-host NAME adds a name (a DNS name
+or a reverse proxy's), so that another site cannot read it by DNS rebinding.
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fs := newFlags(c, env)
@@ -54,6 +58,15 @@ with a token of that file; every action goes to the log (docs/dashboard.md).
 		dash := fs.Bool("dashboard", true, "serve the web dashboard at / on --listen")
 		dashActions := fs.Bool("dashboard-actions", false, "let operators who log in with a token of --dashboard-token-file act from the dashboard")
 		dashTokens := fs.String("dashboard-token-file", "", "read the dashboard's access tokens from `PATH`: one ID:SECRET a line, not readable by other users")
+		var dashHosts []string
+		fs.Func("dashboard-host", "let the dashboard answer to the host `NAME` too (repeat it or separate names with commas); it answers to IP addresses, localhost and the --listen name", func(v string) error {
+			for _, n := range strings.Split(v, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					dashHosts = append(dashHosts, n)
+				}
+			}
+			return nil
+		})
 		pos, _, err := parseArgs(fs, args)
 		if err != nil {
 			return flagExit(err)
@@ -70,12 +83,12 @@ with a token of that file; every action goes to the log (docs/dashboard.md).
 		var dashOpts *dashboard.Options
 		switch {
 		case *dash:
-			dashOpts = &dashboard.Options{Actions: *dashActions, TokenFile: *dashTokens}
-		case *dashActions || *dashTokens != "":
-			fmt.Fprintln(env.stderr, "coordd run: --dashboard-actions and --dashboard-token-file need the dashboard (--dashboard=false turns it off)")
+			dashOpts = &dashboard.Options{Actions: *dashActions, TokenFile: *dashTokens, Hosts: dashHosts}
+		case *dashActions || *dashTokens != "" || len(dashHosts) > 0:
+			fmt.Fprintln(env.stderr, "coordd run: --dashboard-actions, --dashboard-token-file and --dashboard-host need the dashboard (--dashboard=false turns it off)")
 			return 1
 		}
-		if *listen == "" && (*dashActions || *dashTokens != "") {
+		if *listen == "" && (*dashActions || *dashTokens != "" || len(dashHosts) > 0) {
 			fmt.Fprintln(env.stderr, "coordd run: the dashboard flags need --listen ADDR: the dashboard is served there")
 			return 1
 		}
