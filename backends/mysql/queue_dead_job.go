@@ -63,7 +63,7 @@ func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut i
 	jobs := []backends.PartialJob{}
 	_, err := s.read(ctx, func(c conn) error {
 		jobs = jobs[:0]
-		rows, err := c.query(ctx, qJobDeadPage, cut, cut, queue, max(limit, 0), max(offset, 0))
+		rows, err := c.Query(ctx, qJobDeadPage, cut, cut, queue, max(limit, 0), max(offset, 0))
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (b
 	var j backends.PartialJob
 	found, err := s.read(ctx, func(c conn) error {
 		var err error
-		j, err = scanPartialJob(c.row(ctx, qJobDeadOne, cut, cut, id, queue), queue)
+		j, err = scanPartialJob(c.QueryRow(ctx, qJobDeadOne, cut, cut, id, queue), queue)
 		return err
 	})
 	switch {

@@ -54,7 +54,7 @@ ORDER BY j.id`
 func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]backends.PartialJob, error) {
 	jobs := []backends.PartialJob{}
 	_, err := s.read(ctx, func(c conn) error {
-		rows, err := c.query(ctx, qJobDeadPage, queue, max(cut, 0), max(limit, 0), max(offset, 0))
+		rows, err := c.Query(ctx, qJobDeadPage, queue, max(cut, 0), max(limit, 0), max(offset, 0))
 		if err != nil {
 			return err
 		}
@@ -80,7 +80,7 @@ func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (b
 	var j backends.PartialJob
 	found, err := s.read(ctx, func(c conn) error {
 		var err error
-		j, err = scanPartialJob(c.row(ctx, qJobDeadOne, queue, max(cut, 0), id), queue)
+		j, err = scanPartialJob(c.QueryRow(ctx, qJobDeadOne, queue, max(cut, 0), id), queue)
 		return err
 	})
 	switch {
