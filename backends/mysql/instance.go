@@ -178,7 +178,7 @@ func (s *Store) instEnterWait(ctx context.Context, name, key string, req backend
 	}
 	var seq int64
 	err := s.write(ctx, func(c conn) (err error) {
-		seq, err = sqlstore.EnterInstanceLine(ctx, c, s.dialect, name, key, req, us)
+		seq, err = sqlstore.EnterInstanceLine(ctx, c, s.dialect, name, key, req, us, true)
 		return err
 	})
 	if err != nil {

@@ -59,7 +59,7 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 	var mode string
 	var seq int64
 	err = s.write(ctx, func(c conn) (err error) {
-		seq, mode, err = sqlstore.EnterLine(ctx, c, s.dialect, name, req, us)
+		seq, mode, err = sqlstore.EnterLine(ctx, c, s.dialect, name, req, us, true)
 		return err
 	})
 	if err != nil {

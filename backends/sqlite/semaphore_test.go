@@ -10,11 +10,10 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// TestRefusedAcquireLeavesTheFencingCounter: an acquire's first statement
-// bumps the semaphore's fencing counter, which is also its row lock; a
-// refusal (no slot, or a keyed semaphore acquired without a key) rolls the
-// bump back, so the next grant gets the previous grant's number plus one
-// however many acquires were refused in between.
+// TestRefusedAcquireLeavesTheFencingCounter: only a grant bumps the
+// semaphore's fencing counter; a refusal (no slot, or a keyed semaphore
+// acquired without a key) leaves it, so the next grant gets the previous
+// grant's number plus one however many acquires were refused in between.
 func TestRefusedAcquireLeavesTheFencingCounter(t *testing.T) {
 	s := migrated(t, filepath.Join(t.TempDir(), "coordd.db"))
 	ctx := t.Context()

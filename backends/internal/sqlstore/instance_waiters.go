@@ -11,12 +11,15 @@ import (
 // rules of a semaphore's line (waiters_line.go); max_waiting bounds each
 // instance's line.
 var (
-	// qInstWaitRenew renews owner's live waiter record, keeping its place,
-	// and returns its ticket (ReturningInt). Arguments: lease µs, name,
-	// key, owner.
-	qInstWaitRenew = Query{
-		SQL: `UPDATE {p}semaphore_instance_waiters SET expires_at = {now} + ?
-WHERE name = ? AND ikey = ? AND owner = ? AND expires_at > {now} RETURNING seq`,
+	// qInstWaitRenew renews owner's live waiter record, keeping its place.
+	// Arguments: lease µs, name, key, owner.
+	qInstWaitRenew = Query{SQL: `UPDATE {p}semaphore_instance_waiters SET expires_at = {now} + ?
+WHERE name = ? AND ikey = ? AND owner = ? AND expires_at > {now}`}
+
+	// qInstWaitRenewSeq is qInstWaitRenew returning the owner's ticket
+	// (ReturningInt).
+	qInstWaitRenewSeq = Query{
+		SQL: qInstWaitRenew.SQL + ` RETURNING seq`,
 		MySQL: `UPDATE {p}semaphore_instance_waiters SET expires_at = {now} + ?, seq = LAST_INSERT_ID(seq)
 WHERE name = ? AND ikey = ? AND owner = ? AND expires_at > {now}`,
 	}
@@ -51,14 +54,15 @@ FROM {p}semaphores s WHERE s.name = ?`}
 // EnterInstanceLine queues req.Owner in the line of the instance of name
 // for key (creating the instance), or renews its live record, in a write
 // transaction that locks the semaphore and sweeps its expired instance
-// rows first; it returns the owner's ticket. ErrTooManyWaiters: the
-// instance's live waiters reach the semaphore's max_waiting.
-func EnterInstanceLine(ctx context.Context, c Conn, d *Dialect, name, key string, req backends.AcquireRequest, lease int64) (seq int64, err error) {
+// rows first; with ticket it returns the owner's ticket (as EnterLine).
+// ErrTooManyWaiters: the instance's live waiters reach the semaphore's
+// max_waiting.
+func EnterInstanceLine(ctx context.Context, c Conn, d *Dialect, name, key string, req backends.AcquireRequest, lease int64, ticket bool) (seq int64, err error) {
 	sem, err := LockInstances(ctx, c, d, name)
 	if err != nil {
 		return 0, err
 	}
-	seq, renewed, err := ReturningInt(ctx, c, d, qInstWaitRenew, lease, name, key, req.Owner)
+	seq, renewed, err := renew(ctx, c, d, ticket, qInstWaitRenew, qInstWaitRenewSeq, lease, name, key, req.Owner)
 	if err != nil || renewed {
 		return seq, err
 	}

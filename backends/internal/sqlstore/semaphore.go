@@ -273,7 +273,7 @@ func (s *Core) DeleteSemaphore(ctx context.Context, name string) error {
 	d := s.DB.Dialect()
 	held := 0
 	err := s.DB.Write(ctx, func(c Conn) error {
-		if _, _, err := LockSemaphore(ctx, c, d, name); err != nil {
+		if err := lockSemaphoreRow(ctx, c, d, name); err != nil {
 			return err
 		}
 		var err error

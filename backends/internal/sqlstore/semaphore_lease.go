@@ -17,13 +17,9 @@ var _ backends.Semaphores = (*Core)(nil)
 // acquire, extend and the common release (one round trip each) and shares
 // the rest.
 var (
-	// qSemGrantLock bumps the semaphore's fencing counter and returns the
-	// new number with the limit and whether the semaphore is keyed. It is
-	// TryAcquire's first statement and its row lock: a refusal rolls the
-	// transaction back, bump included, so only a grant moves the counter,
-	// and the grant gets the number its lock made. No row: the semaphore
-	// is absent. Standard flavor only (RETURNING).
-	qSemGrantLock = Query{SQL: `UPDATE {p}semaphores SET fencing = fencing + 1 WHERE name = ? RETURNING lim, fencing, keyed`}
+	// qSemRowLock locks the semaphore's row where the store has row locks
+	// (lockSemaphoreRow).
+	qSemRowLock = Query{SQL: `SELECT lim FROM {p}semaphores WHERE name = ?{lock}`}
 
 	// lineAhead counts the live waiters ahead of an owner (the argument)
 	// in the line of semaphore s: those with a lower ticket, or every live
@@ -34,17 +30,24 @@ var (
     AND w.seq < coalesce((SELECT x.seq FROM {p}semaphore_waiters x
       WHERE x.name = s.name AND x.owner = ? AND x.expires_at > {now}), ` + noTicket + `))`
 
-	// qSemAcquireState reads, against one instant, what TryAcquire decides
-	// on besides the limit: the live holders, the lowest free slot row
-	// (NULL: none), how many live waiters are ahead of the owner in line
-	// and whether the owner has a waiter record. Arguments: owner, owner,
+	// qSemAcquireState reads, against one instant, everything TryAcquire
+	// decides on: the limit, the live holders, the lowest free slot row
+	// (NULL: none), how many live waiters are ahead of the owner in line,
+	// whether the owner has a waiter record and whether the semaphore is
+	// keyed. No row: the semaphore is absent. Arguments: owner, owner,
 	// name.
-	qSemAcquireState = slotQuery(`SELECT
+	qSemAcquireState = slotQuery(`SELECT s.lim,
   (SELECT count(*) FROM {p}semaphore_slots WHERE name = s.name AND {live}),
   (SELECT min(slot) FROM {p}semaphore_slots WHERE name = s.name AND {free}),
   ` + lineAhead + `,
-  EXISTS (SELECT 1 FROM {p}semaphore_waiters WHERE name = s.name AND owner = ?)
+  EXISTS (SELECT 1 FROM {p}semaphore_waiters WHERE name = s.name AND owner = ?),
+  s.keyed
 FROM {p}semaphores s WHERE s.name = ?`)
+
+	// qSemNextFencing bumps the semaphore's fencing counter and returns
+	// the new number: under the row lock, every grant gets a strictly
+	// higher one. Standard flavor only (RETURNING).
+	qSemNextFencing = Query{SQL: `UPDATE {p}semaphores SET fencing = fencing + 1 WHERE name = ? RETURNING fencing`}
 
 	// qSemTake gives a free slot row to a new holder, leased from the
 	// store's now, and returns the expiry; no row when the row is no
@@ -53,13 +56,6 @@ FROM {p}semaphores s WHERE s.name = ?`)
 	qSemTake = slotQuery(`UPDATE {p}semaphore_slots
 SET {held}owner = ?, host = ?, pid = ?, fencing = ?, acquired_at = {now}, expires_at = {now} + ?
 WHERE name = ? AND slot = ? AND {free} RETURNING expires_at`)
-
-	// qSemRowLock locks the semaphore's row for Extend where the store
-	// has row locks: an extend then waits for an acquire that is counting
-	// holders, and an acquire for an extend, so a lease renewed just as it
-	// expired is never counted as free by an acquire that then takes
-	// another row.
-	qSemRowLock = Query{SQL: `SELECT lim FROM {p}semaphores WHERE name = ?{lock}`}
 
 	// qSemExtend renews a lease, only for its owner and only while it has
 	// not expired. Arguments: lease µs, name, owner.
@@ -120,10 +116,26 @@ func Refusal(live, limit, ahead int64, free bool) error {
 	return nil
 }
 
-// TryAcquire takes the lowest free slot row, unless Refusal says no. The
-// grant deletes the owner's waiter record in the same transaction: the
-// line moves on at once. An instance reference acquires a slot of the
-// instance (instance.go).
+// lockSemaphoreRow locks the semaphore's row, so that the statements
+// after it read what the previous holder of the lock committed. On a
+// store without row locks ({lock} is empty: SQLite, whose write
+// transaction holds the whole file) it sends nothing.
+func lockSemaphoreRow(ctx context.Context, c Conn, d *Dialect, name string) error {
+	if d.Lock == "" {
+		return nil
+	}
+	var lim int
+	if err := c.QueryRow(ctx, d.Text(qSemRowLock), name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return nil
+}
+
+// TryAcquire takes the lowest free slot row, unless Refusal says no, in a
+// write transaction that locks the semaphore's row before it counts. The
+// grant bumps the fencing counter and deletes the owner's waiter record in
+// the same transaction: the line moves on at once. An instance reference
+// acquires a slot of the instance (instance.go).
 func (s *Core) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if parent, key, ok := backends.SplitInstance(name); ok {
 		return s.acquireInstance(ctx, parent, key, req)
@@ -135,9 +147,13 @@ func (s *Core) TryAcquire(ctx context.Context, name string, req backends.Acquire
 	d := s.DB.Dialect()
 	var g backends.Grant
 	err = s.DB.Write(ctx, func(c Conn) error {
-		var limit int64
-		var keyed bool
-		err := c.QueryRow(ctx, d.Text(qSemGrantLock), name).Scan(&limit, &g.Fencing, &keyed)
+		if err := lockSemaphoreRow(ctx, c, d, name); err != nil {
+			return err
+		}
+		var limit, live, ahead int64
+		var slot sql.NullInt64
+		var waiting, keyed bool
+		err := c.QueryRow(ctx, d.Text(qSemAcquireState), req.Owner, req.Owner, name).Scan(&limit, &live, &slot, &ahead, &waiting, &keyed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrNotFound
 		}
@@ -147,19 +163,16 @@ func (s *Core) TryAcquire(ctx context.Context, name string, req backends.Acquire
 		if keyed {
 			return backends.ErrKeyRequired
 		}
-		var live, ahead int64
-		var slot sql.NullInt64
-		var waiting bool
-		if err := c.QueryRow(ctx, d.Text(qSemAcquireState), req.Owner, req.Owner, name).Scan(&live, &slot, &ahead, &waiting); err != nil {
+		if err := Refusal(live, limit, ahead, slot.Valid); err != nil {
 			return err
 		}
-		if err := Refusal(live, limit, ahead, slot.Valid); err != nil {
-			return err // the rollback undoes the bump
+		if err := c.QueryRow(ctx, d.Text(qSemNextFencing), name).Scan(&g.Fencing); err != nil {
+			return err
 		}
 		var exp int64
 		err = c.QueryRow(ctx, d.Text(qSemTake), req.Owner, req.Host, req.PID, g.Fencing, lease, name, slot.Int64).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {
-			return ErrRetry // an extend renewed the row since the count
+			return ErrRetry // never overwrite a row that is no longer free: decide again
 		}
 		if err != nil {
 			return err
@@ -188,11 +201,11 @@ func (s *Core) Extend(ctx context.Context, name, owner string, lease time.Durati
 	d := s.DB.Dialect()
 	var exp int64
 	err = s.DB.Write(ctx, func(c Conn) error {
-		if d.Lock != "" {
-			var lim int
-			if err := c.QueryRow(ctx, d.Text(qSemRowLock), name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
+		// An extend waits for an acquire that is counting holders, and an
+		// acquire for an extend: a lease renewed just as it expired is
+		// never counted free by an acquire that then takes another row.
+		if err := lockSemaphoreRow(ctx, c, d, name); err != nil {
+			return err
 		}
 		err := c.QueryRow(ctx, d.Text(qSemExtend), us, name, owner).Scan(&exp)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -28,11 +28,14 @@ var (
 	qWaitDeleteExpired = Query{SQL: `DELETE FROM {p}semaphore_waiters WHERE name = ? AND expires_at <= {now}`}
 
 	// qWaitRenew renews owner's live record, which keeps its place in
-	// line, and returns its ticket (ReturningInt). Arguments: lease µs,
-	// name, owner.
-	qWaitRenew = Query{
-		SQL: `UPDATE {p}semaphore_waiters SET expires_at = {now} + ?
-WHERE name = ? AND owner = ? AND expires_at > {now} RETURNING seq`,
+	// line. Arguments: lease µs, name, owner.
+	qWaitRenew = Query{SQL: `UPDATE {p}semaphore_waiters SET expires_at = {now} + ?
+WHERE name = ? AND owner = ? AND expires_at > {now}`}
+
+	// qWaitRenewSeq is qWaitRenew returning the owner's ticket
+	// (ReturningInt).
+	qWaitRenewSeq = Query{
+		SQL: qWaitRenew.SQL + ` RETURNING seq`,
 		MySQL: `UPDATE {p}semaphore_waiters SET expires_at = {now} + ?, seq = LAST_INSERT_ID(seq)
 WHERE name = ? AND owner = ? AND expires_at > {now}`,
 	}
@@ -74,11 +77,12 @@ const (
 )
 
 // EnterLine queues req.Owner in semaphore name's line, or renews its live
-// record (it keeps its place), in a write transaction, and returns its
-// ticket and the semaphore's mode. ErrNotFound: the semaphore is absent;
-// ErrKeyRequired: it is keyed; ErrTooManyWaiters: max_waiting live waiters
-// wait already.
-func EnterLine(ctx context.Context, c Conn, d *Dialect, name string, req backends.AcquireRequest, lease int64) (seq int64, mode string, err error) {
+// record (it keeps its place), in a write transaction, and returns the
+// semaphore's mode and, with ticket, the owner's ticket (a renewal reads
+// it back in the same statement, which costs a Standard store a RETURNING
+// and MySQL nothing). ErrNotFound: the semaphore is absent; ErrKeyRequired:
+// it is keyed; ErrTooManyWaiters: max_waiting live waiters wait already.
+func EnterLine(ctx context.Context, c Conn, d *Dialect, name string, req backends.AcquireRequest, lease int64, ticket bool) (seq int64, mode string, err error) {
 	r, found, err := LockSemaphore(ctx, c, d, name)
 	switch {
 	case err != nil:
@@ -91,7 +95,7 @@ func EnterLine(ctx context.Context, c Conn, d *Dialect, name string, req backend
 	if _, err := c.Exec(ctx, d.Text(qWaitDeleteExpired), name); err != nil {
 		return 0, "", err
 	}
-	seq, renewed, err := ReturningInt(ctx, c, d, qWaitRenew, lease, name, req.Owner)
+	seq, renewed, err := renew(ctx, c, d, ticket, qWaitRenew, qWaitRenewSeq, lease, name, req.Owner)
 	if err != nil || renewed {
 		return seq, r.Mode, err
 	}
@@ -105,6 +109,16 @@ func EnterLine(ctx context.Context, c Conn, d *Dialect, name string, req backend
 	seq++
 	_, err = c.Exec(ctx, d.Text(qWaitInsert), name, req.Owner, seq, lease, req.Host, req.PID)
 	return seq, r.Mode, err
+}
+
+// renew sends a waiter's renewal: q, or with ticket qSeq, which returns
+// the waiter's ticket.
+func renew(ctx context.Context, c Conn, d *Dialect, ticket bool, q, qSeq Query, args ...any) (seq int64, ok bool, err error) {
+	if ticket {
+		return ReturningInt(ctx, c, d, qSeq, args...)
+	}
+	n, err := Affected(c.Exec(ctx, d.Text(q), args...))
+	return 0, n > 0, err
 }
 
 // CheckEnterWait checks a waiter's request and returns its lease in
@@ -148,10 +162,10 @@ func (s *Core) EnterWaitAs(ctx context.Context, name string, req backends.Acquir
 	d := s.DB.Dialect()
 	err = s.DB.Write(ctx, func(c Conn) error {
 		if parent, key, ok := backends.SplitInstance(name); ok {
-			_, err := EnterInstanceLine(ctx, c, d, parent, key, req, us)
+			_, err := EnterInstanceLine(ctx, c, d, parent, key, req, us, false)
 			return err
 		}
-		_, _, err := EnterLine(ctx, c, d, name, req, us)
+		_, _, err := EnterLine(ctx, c, d, name, req, us, false)
 		return err
 	})
 	if err != nil {
