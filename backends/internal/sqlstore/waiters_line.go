@@ -127,9 +127,9 @@ func CheckEnterWait(name string, req backends.AcquireRequest) (int64, error) {
 	if err := backends.CheckAcquire(req); err != nil {
 		return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
+	if _, key, ok := backends.SplitInstance(name); ok {
 		if err := backends.CheckInstanceKey(key); err != nil {
-			return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(backends.Instance(parent, key)), err)
+			return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
 		}
 	}
 	if req.Owner == "" {
