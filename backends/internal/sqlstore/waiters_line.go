@@ -246,23 +246,20 @@ func (s *Core) WaitSemaphore(ctx context.Context, name, owner string, maxWait ti
 		return nil
 	}
 	text := s.DB.Dialect().Text(q)
-	poll := func(c Conn) (may bool, err error) {
-		err = c.QueryRow(ctx, text, args...).Scan(&may)
+	var may bool
+	poll := func(c Conn) error {
+		err := c.QueryRow(ctx, text, args...).Scan(&may)
 		if errors.Is(err, sql.ErrNoRows) {
-			return true, nil // absent: TryAcquire says so
+			may, err = true, nil // absent: TryAcquire says so
 		}
-		return may, err
+		return err
 	}
 	deadline := time.Now().Add(maxWait)
 	timer := time.NewTimer(waitPollMax)
 	timer.Stop() // Go 1.23+: a stopped timer holds no stale tick
 	defer timer.Stop()
 	for backoff := waitPollMin; ; backoff = min(2*backoff, waitPollMax) {
-		var may bool
-		err := s.DB.Direct(ctx, func(c Conn) (err error) {
-			may, err = poll(c)
-			return err
-		})
+		err := s.DB.Direct(ctx, poll)
 		switch {
 		case err != nil:
 			return s.waitErr(ctx, name, err)
