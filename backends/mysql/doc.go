@@ -4,8 +4,9 @@
 //
 // It implements every capability of package backends: Backend, Migrator,
 // StateStore (inventory, apply log, apply lock), SemaphoreAdmin and
-// Semaphores in mode lease (semaphore.go) and mode session (session.go),
-// Waiters (waiters.go), WakeRepairer, Leader (leader.go), CronAdmin/Crons
+// Semaphores in mode lease (semaphore.go, instance.go) and mode session
+// (session*.go), Waiters (waiters.go, sem_park.go), WakeRepairer, Leader
+// (leader.go), CronAdmin/Crons
 // (cron.go, cron_runtime.go) and QueueAdmin/Queues (queue.go,
 // queue_runtime.go, queue_park.go).
 //
@@ -55,7 +56,12 @@
 // one per request, plus one per transaction of the statement pool for its
 // BEGIN and COMMIT.
 //
-// # Semaphores, mode lease (seed 001's lock rows)
+// # Semaphores, mode lease (lock rows)
+//
+// What every SQL store does alike (configs, the repair of slot rows,
+// release that retires slots, keyed instances, the waiter line) is the
+// shared SQL store's (backends/internal/sqlstore) in MySQL's syntax; this
+// package keeps the one-round-trip acquire, release and extend below.
 //
 // One row per slot (semaphore_slots: state FREE or LOCK, owner token, host,
 // pid, fencing, acquired_at, expires_at) and one per semaphore (semaphores:
@@ -78,9 +84,10 @@
 // A record also names the waiter's host and pid and when it entered the
 // line (EnterWaitAs), for ListWaiters (waiters_list.go).
 //
-// # Semaphores, mode session (seed 000's GET_LOCK slots)
+// # Semaphores, mode session (GET_LOCK slots)
 //
-// See session.go: slot i is a named lock held by the holder's dedicated
+// See session.go (and session_acquire.go, session_wait.go,
+// session_release.go, session_repair.go by phase): slot i is a named lock held by the holder's dedicated
 // connection; the wait lock (wake poll) and the SLEEP/KILL wake-up with the
 // check lock (wake kill) for limits above 1; a plain blocking GET_LOCK for
 // limit 1; the holder record and fencing bump in one UPDATE; a ping as

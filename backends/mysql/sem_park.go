@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Waiters of lease-mode semaphores: the line, and seed 000's SLEEP/KILL
+// Waiters of lease-mode semaphores: the line, and the SLEEP/KILL
 // wake-up (park.go) instead of polling.
 //
 // The line is semaphore_waiters: EnterWait gives each waiter a ticket (seq)

@@ -457,36 +457,7 @@ func leaseMicros(d time.Duration) (int64, error) {
 // to stay far below max_allowed_packet.
 const inChunk = 1000
 
-// placeholders returns "?, ?, ..." with n markers; the list is part of the
-// query text, the values stay bound parameters.
-func placeholders(n int) string {
-	if n <= 0 {
-		return "NULL"
-	}
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
 // tuples returns n copies of tuple joined by ", " (multi-row VALUES).
 func tuples(tuple string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
-}
-
-// chunks splits names into slices of at most inChunk.
-func chunks[T any](xs []T, n int) [][]T {
-	var out [][]T
-	for len(xs) > 0 {
-		k := min(n, len(xs))
-		out = append(out, xs[:k])
-		xs = xs[k:]
-	}
-	return out
-}
-
-// anys converts a slice of strings to bound arguments.
-func anys[T any](xs []T, pre ...any) []any {
-	out := append(make([]any, 0, len(pre)+len(xs)), pre...)
-	for _, x := range xs {
-		out = append(out, x)
-	}
-	return out
 }

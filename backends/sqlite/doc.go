@@ -28,7 +28,9 @@
 //
 // # The guard on acquire
 //
-// A semaphore has max(limit, live holders) slot rows. TryAcquire counts the
+// Semaphores, their keyed instances and their waiter lines are the shared
+// SQL store's code (backends/internal/sqlstore, its Standard flavor); what
+// follows is how it behaves on one file. A semaphore has max(limit, live holders) slot rows. TryAcquire counts the
 // live holders inside its IMMEDIATE transaction and refuses when they are at
 // or above the stored limit; only then does it take the lowest free or
 // expired slot. That count, not the number of slot rows, is what keeps a

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -287,15 +286,4 @@ func leaseMicros(d time.Duration) (int64, error) {
 		return 0, fmt.Errorf("lease %v: must be at least 1µs", d)
 	}
 	return d.Microseconds(), nil
-}
-
-// namesJSON binds a list of names as one JSON array parameter, expanded in
-// SQL by json_each: one statement for any number of names, and the names
-// stay data.
-func namesJSON(names []string) (string, error) {
-	if names == nil {
-		names = []string{}
-	}
-	b, err := json.Marshal(names)
-	return string(b), err
 }

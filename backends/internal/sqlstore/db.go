@@ -39,6 +39,9 @@ type DB interface {
 	// Direct runs fn on the pool without the schema check and without a
 	// transaction: for the clock and the schema's own tables.
 	Direct(ctx context.Context, fn func(Conn) error) error
+	// HasSchema reports whether the store was migrated at least once: a
+	// caller that then polls with Direct checks it once.
+	HasSchema(ctx context.Context) (bool, error)
 }
 
 // Affected returns the rows a write matched. MySQL is opened so that an
