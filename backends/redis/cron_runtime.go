@@ -3,10 +3,7 @@ package redis
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -18,10 +15,6 @@ import (
 )
 
 var _ backends.Crons = (*Store)(nil)
-
-// cronMaxOutput is the most of a run's output that FinishOccurrence keeps:
-// the tail, where the error usually is.
-const cronMaxOutput = 64 << 10
 
 // An occurrence is identified within its task by "<scheduled_at µs>:
 // <attempt>", its id. Its record is a JSON object in the task's occ hash,
@@ -150,11 +143,12 @@ end
 //	[12] exclusive ("1": refused while a run of the task is live)
 //
 // Returns one reply per claim: {0, fencing, scheduled_at µs, started µs,
-// expires µs} when claimed, or {code}: 1 the task is absent, 2 next_exec
-// is no longer scheduled_at, 3 the attempt exists, 4 the previous attempt
-// has not ended unsuccessfully, 5 no free time for a manual run, 6 a run
-// of the task is live (exclusive), 7 the task is paused (by an operator,
-// or by paused: true in its definition; every mode but m).
+// expires µs} when claimed, or {code}, a backends.ClaimRefusal: 1 the
+// task is absent, 2 next_exec is no longer scheduled_at, 3 the attempt
+// exists, 4 the previous attempt has not ended unsuccessfully, 5 no free
+// time for a manual run, 6 a run of the task is live (exclusive), 7 the
+// task is paused (by an operator, or by paused: true in its definition;
+// every mode but m).
 var cronClaimScript = goredis.NewScript(cronLuaNow + cronLuaTrim + cronLuaFinal + cronLuaPaused + `
 local function claim(k, a)
   local name = a[1]
@@ -508,13 +502,6 @@ func cronLimitArg(n int) int {
 	return max(n, 0)
 }
 
-// newCronRunID returns 16 random bytes in hex.
-func newCronRunID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
-}
-
 // DueTasks lists tasks whose next_exec is at or before the server's now,
 // earliest first, up to limit (non-positive: all), and the earliest
 // next_exec of the others (zero when none), from one read-only script.
@@ -551,8 +538,12 @@ func (s *Store) DueTasks(ctx context.Context, limit int) ([]backends.DueTask, ti
 
 // ClaimOccurrence implements backends.Crons.ClaimOccurrence in one script.
 func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (backends.Occurrence, error) {
-	if err := s.writable(); err != nil {
-		return backends.Occurrence{}, fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+	err := s.writable()
+	if err == nil {
+		err = backends.CheckClaim(req)
+	}
+	if err != nil {
+		return backends.Occurrence{}, backends.ClaimError(req, err)
 	}
 	res, err := s.claimCrons(ctx, []backends.ClaimRequest{req})
 	if err != nil {
@@ -567,54 +558,21 @@ func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimReque
 	if err := s.writable(); err != nil {
 		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
 	}
-	out := make([]backends.ClaimResult, len(reqs))
-	var batch []backends.ClaimRequest
-	var at []int // index in reqs of each batch request
-	for i, req := range reqs {
-		if req.Manual {
-			out[i].Err = fmt.Errorf("claim cron %q attempt %d: manual runs are claimed one at a time: %w", req.Task, req.Attempt, backends.ErrUnsupported)
-			continue
-		}
-		batch, at = append(batch, req), append(at, i)
-	}
-	if len(batch) == 0 {
-		return out, nil
-	}
-	res, err := s.claimCrons(ctx, batch)
-	if err != nil {
-		return nil, err
-	}
-	for j, r := range res {
-		out[at[j]] = r
-	}
-	return out, nil
+	return backends.ClaimBatch(reqs, func(batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
+		return s.claimCrons(ctx, batch)
+	})
 }
 
-// claimCrons runs cronClaimScript for reqs; a request that fails its
-// checks gets its error without being sent.
+// claimCrons runs cronClaimScript for checked requests (backends.CheckClaim).
 func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
-	out := make([]backends.ClaimResult, len(reqs))
 	keys := []string{s.keys.cronNext(), s.keys.cronDefs(), s.keys.cronFencing(), s.keys.cronLeases(), s.keys.cronRetries(), s.keys.cronLimits(),
 		s.keys.cronPaused()}
-	var args []any
-	var sent []int // index in reqs of each claim in the script
+	args := make([]any, 0, 12*len(reqs))
 	runIDs := make([]string, len(reqs))
 	for i, req := range reqs {
-		var err error
 		var lease int64
-		switch {
-		case req.Task == "":
-			err = errors.New("empty task name")
-		case req.Owner == "":
-			err = errors.New("empty owner")
-		case req.Attempt < 1:
-			err = fmt.Errorf("attempt %d: must be at least 1", req.Attempt)
-		case req.Skip == "":
-			lease, err = microsOfLease(req.Lease)
-		}
-		if err != nil {
-			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
-			continue
+		if req.Skip == "" {
+			lease = req.Lease.Microseconds()
 		}
 		mode, sched := "s", usArg(req.ScheduledAt.UnixMicro())
 		switch {
@@ -623,28 +581,24 @@ func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([
 		case req.Manual:
 			mode, sched = "m", ""
 		}
-		runIDs[i] = newCronRunID()
+		runIDs[i] = backends.NewCronRunID()
 		keys = append(keys, s.keys.cronTask(req.Task, "occ"), s.keys.cronTask(req.Task, "out"), s.keys.cronTask(req.Task, "hist"),
 			s.keys.cronTask(req.Task, "done"), s.keys.cronTask(req.Task, "run"))
 		args = append(args, req.Task, mode, sched, cronNextArg(req.Next), req.Attempt, runIDs[i], req.Owner, req.Host,
 			flag(req.Manual), lease, req.Skip, flag(req.Exclusive))
-		sent = append(sent, i)
-	}
-	if len(sent) == 0 {
-		return out, nil
 	}
 	res, err := cronClaimScript.Run(ctx, s.rdb, keys, args...).Slice()
-	if err == nil && len(res) != len(sent) {
-		err = fmt.Errorf("script returned %d replies for %d claims", len(res), len(sent))
+	if err == nil && len(res) != len(reqs) {
+		err = fmt.Errorf("script returned %d replies for %d claims", len(res), len(reqs))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(sent), err)
+		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
 	}
-	for j, i := range sent {
-		req := reqs[i]
-		occ, err := claimReply(req, res[j])
+	out := make([]backends.ClaimResult, len(reqs))
+	for i, req := range reqs {
+		occ, err := claimReply(req, res[i])
 		if err != nil {
-			out[i].Err = fmt.Errorf("claim cron %q attempt %d: %w", req.Task, req.Attempt, err)
+			out[i].Err = backends.ClaimError(req, err)
 			continue
 		}
 		occ.RunID = runIDs[i]
@@ -667,25 +621,9 @@ func claimReply(req backends.ClaimRequest, reply any) (backends.Occurrence, erro
 	if len(res) == 0 {
 		return backends.Occurrence{}, fmt.Errorf("claim script returned %v", reply)
 	}
-	code, _ := res[0].(int64)
-	switch code {
-	case 0:
-	case 1:
-		return backends.Occurrence{}, backends.ErrNotFound
-	case 2:
-		return backends.Occurrence{}, fmt.Errorf("next_exec is no longer %s: %w", req.ScheduledAt.UTC().Format(time.RFC3339Nano), backends.ErrConflict)
-	case 3:
-		return backends.Occurrence{}, fmt.Errorf("occurrence already claimed: %w", backends.ErrConflict)
-	case 4:
-		return backends.Occurrence{}, fmt.Errorf("attempt %d has not ended unsuccessfully: %w", req.Attempt-1, backends.ErrConflict)
-	case 5:
-		return backends.Occurrence{}, fmt.Errorf("no free time for a manual run: %w", backends.ErrConflict)
-	case 6:
-		return backends.Occurrence{}, fmt.Errorf("a run of the task is still live: %w", backends.ErrHeld)
-	case 7:
-		return backends.Occurrence{}, backends.ErrPaused
-	default:
-		return backends.Occurrence{}, fmt.Errorf("claim script returned code %d", code)
+	// The script's codes are backends.ClaimRefusal values.
+	if code, _ := res[0].(int64); code != 0 {
+		return backends.Occurrence{}, backends.ClaimRefusal(code).Err(req)
 	}
 	if len(res) != 5 {
 		return backends.Occurrence{}, fmt.Errorf("claim script returned %d values", len(res))
@@ -709,14 +647,12 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 	var args []any
 	var sent []int
 	for i, e := range exts {
-		us, err := microsOfLease(e.Lease)
-		if err != nil {
-			out[i].Err = fmt.Errorf("extend cron %q: %w", e.Occurrence.Task, err)
+		if out[i].Err = backends.CheckExtension(e); out[i].Err != nil {
 			continue
 		}
 		o := e.Occurrence
 		keys = append(keys, s.keys.cronTask(o.Task, "occ"), s.keys.cronTask(o.Task, "run"))
-		args = append(args, cronID(o.ScheduledAt, o.Attempt), o.Owner, us)
+		args = append(args, cronID(o.ScheduledAt, o.Attempt), o.Owner, e.Lease.Microseconds())
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
@@ -731,8 +667,7 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 	}
 	for j, i := range sent {
 		if res[j] == 0 {
-			o := exts[i].Occurrence
-			out[i].Err = fmt.Errorf("extend cron %q attempt %d: %w", o.Task, o.Attempt, backends.ErrLost)
+			out[i].Err = backends.OccurrenceError("extend", exts[i].Occurrence, backends.ErrLost)
 			continue
 		}
 		out[i].ExpiresAt = timeOfMicros(res[j])
@@ -741,33 +676,15 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 }
 
 // ExtendOccurrence renews occ.Owner's run lease to the server's now +
-// lease, while it is live (ErrLost otherwise).
+// lease (backends.ExtendOne).
 func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	res, err := s.ExtendOccurrences(ctx, []backends.Extension{{Occurrence: occ, Lease: lease}})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("extend cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
-	}
-	return res[0].ExpiresAt, res[0].Err
+	return backends.ExtendOne(ctx, s, occ, lease)
 }
 
-// cronFinal reports whether status ends a run.
-func cronFinal(status string) bool {
-	switch status {
-	case backends.RunSucceeded, backends.RunFailed, backends.RunTimedOut, backends.RunLost, backends.RunSkipped:
-		return true
-	}
-	return false
-}
-
-// FinishOccurrence records res if occ.Owner still runs occ (ErrLost
-// otherwise), keeping the last 64 KiB of output, and trims the task's
-// finished occurrences to its history_limit, in one script.
+// FinishOccurrence records res if occ.Owner still runs occ
+// (backends.FinishOne).
 func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	errs, err := s.FinishOccurrences(ctx, []backends.Finish{{Occurrence: occ, Result: res}})
-	if err != nil {
-		return fmt.Errorf("finish cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
-	}
-	return errs[0]
+	return backends.FinishOne(ctx, s, occ, res)
 }
 
 // FinishOccurrences implements backends.Crons.FinishOccurrences in one
@@ -781,15 +698,11 @@ func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) (
 	var args []any
 	var sent []int
 	for i, f := range fins {
-		occ, res := f.Occurrence, f.Result
-		if !cronFinal(res.Status) {
-			out[i] = fmt.Errorf("finish cron %q: status %q does not end a run", occ.Task, res.Status)
+		if out[i] = backends.CheckFinish(f); out[i] != nil {
 			continue
 		}
-		o := res.Output
-		if len(o) > cronMaxOutput {
-			o = o[len(o)-cronMaxOutput:]
-		}
+		occ, res := f.Occurrence, f.Result
+		o := backends.OutputTail(res.Output)
 		keys = append(keys, s.keys.cronTask(occ.Task, "occ"), s.keys.cronTask(occ.Task, "out"), s.keys.cronTask(occ.Task, "hist"),
 			s.keys.cronTask(occ.Task, "done"), s.keys.cronTask(occ.Task, "run"))
 		args = append(args, occ.Task, cronID(occ.ScheduledAt, occ.Attempt), occ.Owner, res.Status, res.ExitCode, res.Error, o)
@@ -807,8 +720,7 @@ func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) (
 	}
 	for j, i := range sent {
 		if res[j] == 0 {
-			o := fins[i].Occurrence
-			out[i] = fmt.Errorf("finish cron %q attempt %d: %w", o.Task, o.Attempt, backends.ErrLost)
+			out[i] = backends.OccurrenceError("finish", fins[i].Occurrence, backends.ErrLost)
 		}
 	}
 	return out, nil
@@ -850,10 +762,10 @@ func (s *Store) ReapOccurrence(ctx context.Context, occ backends.Occurrence) err
 	}
 	n, err := cronReapScript.Run(ctx, s.rdb, s.cronKeys(occ.Task), occ.Task, cronID(occ.ScheduledAt, occ.Attempt)).Int64()
 	if err == nil && n == 0 {
-		err = fmt.Errorf("not running with an expired lease: %w", backends.ErrConflict)
+		err = backends.ErrNotExpired
 	}
 	if err != nil {
-		return fmt.Errorf("reap cron %q attempt %d: %w", occ.Task, occ.Attempt, err)
+		return backends.OccurrenceError("reap", occ, err)
 	}
 	return nil
 }
