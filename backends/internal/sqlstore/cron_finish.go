@@ -35,11 +35,13 @@ SET status = 'lost', finished_at = {now}, error = 'run lease expired: host lost'
 WHERE task = ? AND scheduled_at = ? AND attempt = ? AND status = 'running' AND expires_at <= {now}`}
 
 	// qCronTrim deletes a task's finished occurrences beyond the newest
-	// history_limit; running ones are never deleted. Arguments: task,
-	// task, task.
-	qCronTrim = Query{SQL: `DELETE FROM {p}cron_occurrences WHERE task = ? AND status <> 'running' AND (scheduled_at, attempt) NOT IN (
+	// history_limit; running ones are never deleted. The subquery lists
+	// only the rows to delete (usually one, or none), each then found by
+	// its key; SQLite takes an OFFSET only after a LIMIT, hence the
+	// largest one. Arguments: task, task, task.
+	qCronTrim = Query{SQL: `DELETE FROM {p}cron_occurrences WHERE task = ? AND status <> 'running' AND (scheduled_at, attempt) IN (
   SELECT scheduled_at, attempt FROM {p}cron_occurrences WHERE task = ? AND status <> 'running'
-  ORDER BY started_at DESC, attempt DESC, fencing DESC LIMIT ` + CronHistoryLimit + `)`}
+  ORDER BY started_at DESC, attempt DESC, fencing DESC LIMIT 9223372036854775807 OFFSET ` + CronHistoryLimit + `)`}
 )
 
 // trim deletes task's finished occurrences beyond its history_limit.
