@@ -139,6 +139,13 @@ func testCronsPause(t *testing.T, h Harness) {
 		res, err := c.ClaimOccurrences(t.Context(), []backends.ClaimRequest{retry(occ, 2, newOwner("a2"), lease)})
 		ok(t, err, "batch retry")
 		wantErr(t, res[0].Err, backends.ErrPaused, "batch retry of a paused task")
+		// The pause is what every store reads first: a retry that would be
+		// refused for another reason too (attempt 2 never ran) is ErrPaused.
+		_, err = c.ClaimOccurrence(t.Context(), retry(occ, 3, newOwner("a3"), lease))
+		wantErr(t, err, backends.ErrPaused, "retry of a paused task whose previous attempt never ran")
+		res, err = c.ClaimOccurrences(t.Context(), []backends.ClaimRequest{retry(occ, 3, newOwner("a3"), lease)})
+		ok(t, err, "batch retry")
+		wantErr(t, res[0].Err, backends.ErrPaused, "batch retry of a paused task whose previous attempt never ran")
 		_, err = p.ResumeCron(t.Context(), "flaky")
 		ok(t, err, "resume")
 		c.claim(retry(occ, 2, newOwner("a2"), lease))

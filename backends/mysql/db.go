@@ -33,7 +33,19 @@ func newDialect(p string) *sqlstore.Dialect {
 		Table:         func(name string) string { return p + name },
 		IsDuplicate:   isDup,
 		IsNoSuchTable: isNoSuchTable,
+		JSONTrue:      jsonTrue,
+		JSONInt:       jsonInt,
 	}
+}
+
+// jsonTrue is {jsontrue col key}; <=> is never NULL.
+func jsonTrue(col, key string) string {
+	return `(JSON_UNQUOTE(JSON_EXTRACT(` + col + `, '$.` + key + `')) <=> 'true')`
+}
+
+// jsonInt is {jsonint col key}.
+func jsonInt(col, key string) string {
+	return `(CASE WHEN JSON_TYPE(JSON_EXTRACT(` + col + `, '$.` + key + `')) = 'INTEGER' THEN CAST(JSON_EXTRACT(` + col + `, '$.` + key + `') AS SIGNED) END)`
 }
 
 // isNoSuchTable reports a statement naming a table the store lacks.

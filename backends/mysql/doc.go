@@ -6,8 +6,9 @@
 // StateStore (inventory, apply log, apply lock), SemaphoreAdmin and
 // Semaphores in mode lease (semaphore.go, instance.go) and mode session
 // (session*.go), Waiters (waiters.go, sem_park.go), WakeRepairer, Leader
-// (leader.go), CronAdmin/Crons
-// (cron.go, cron_runtime.go) and QueueAdmin/Queues (queue.go,
+// (leader.go), CronAdmin/Crons (the shared store's, with its own claim,
+// renewal, finish and reap scripts: cron_claim.go, cron_runtime.go) and
+// QueueAdmin/Queues (queue.go,
 // queue_runtime.go, queue_park.go).
 //
 // # Tables and the prefix
@@ -48,13 +49,13 @@
 // variables, so that a transaction that needs a locking read, a guarded
 // write and a counter bump costs one round trip and one commit: the
 // lease-mode acquire (qSemAcquire), the fast release (qSemReleaseFast), the
-// cron claim and finish (cron_runtime.go). Only dedicated connections allow
-// several statements per request. A script that fails midway may leave its
-// transaction open, so its connection is discarded. Single statements
-// return values in the OK packet with LAST_INSERT_ID(expr) instead of a
-// read-back (a renewal's new expiry, a fencing number). RoundTrips counts
-// one per request, plus one per transaction of the statement pool for its
-// BEGIN and COMMIT.
+// cron claim and finish (cron_claim.go, cron_runtime.go). Only dedicated
+// connections allow several statements per request. A script that fails
+// midway may leave its transaction open, so its connection is discarded.
+// Single statements return values in the OK packet with
+// LAST_INSERT_ID(expr) instead of a read-back (a renewal's new expiry, a
+// fencing number). RoundTrips counts one per request, plus one per
+// transaction of the statement pool for its BEGIN and COMMIT.
 //
 // # Semaphores, mode lease (lock rows)
 //

@@ -17,6 +17,17 @@ var dialect = &sqlstore.Dialect{
 	List:          jsonList,
 	IsDuplicate:   isConstraint,
 	IsNoSuchTable: func(err error) bool { return err != nil && strings.Contains(err.Error(), "no such table") },
+	JSONTrue:      jsonTrue,
+	JSONInt:       jsonInt,
+}
+
+// jsonTrue is {jsontrue col key}: json_type names true apart from 1, and IS
+// is never NULL.
+func jsonTrue(col, key string) string { return `(json_type(` + col + `, '$.` + key + `') IS 'true')` }
+
+// jsonInt is {jsonint col key}.
+func jsonInt(col, key string) string {
+	return `(CASE WHEN json_type(` + col + `, '$.` + key + `') = 'integer' THEN json_extract(` + col + `, '$.` + key + `') END)`
 }
 
 // jsonList binds a list as one JSON array parameter, expanded in SQL by

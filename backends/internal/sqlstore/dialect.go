@@ -35,6 +35,11 @@ const (
 //	         one of them (Dialect.In)
 //	`name`   an identifier the database reserves (partition), quoted as
 //	         the dialect quotes identifiers
+//	{jsontrue col key}  true when member key of the JSON object in column
+//	         col is true, false otherwise, never NULL (Dialect.JSONTrue)
+//	{jsonint col key}   the integer member key of the JSON object in
+//	         column col, NULL when absent or not an integer
+//	         (Dialect.JSONInt)
 //
 // Values are always bound parameters; only validated identifiers are
 // spliced into the text.
@@ -73,6 +78,20 @@ type Dialect struct {
 	// IsNoSuchTable reports an error naming a table the store lacks (a
 	// store migrated by an older binary).
 	IsNoSuchTable func(error) bool
+	// JSONTrue is what {jsontrue col key} stands for: SQL that is true
+	// when member key of the JSON object in column col is true, and false
+	// (never NULL) when it is anything else or absent. The JSON functions
+	// are the database's own, even within a flavor. Neither may use a ?
+	// operator: Render numbers every ? outside quotes.
+	JSONTrue func(col, key string) string
+	// JSONInt is what {jsonint col key} stands for: SQL for the integer
+	// member key of the JSON object in column col, NULL when it is absent
+	// or not an integer.
+	JSONInt func(col, key string) string
+	// StorableText turns a text the store writes as given (a run's error,
+	// a skip reason) into one its text columns accept, where the database
+	// refuses some strings (invalid UTF-8, NUL). Nil: stored as is.
+	StorableText func(string) string
 
 	texts sync.Map // template -> rendered text
 }
@@ -105,6 +124,9 @@ func (d *Dialect) Render(t string) string {
 	out := tableToken.ReplaceAllStringFunc(t, func(m string) string { return d.Table(m[len("{p}"):]) })
 	out = strings.ReplaceAll(out, "{now}", d.Now)
 	out = strings.ReplaceAll(out, "{lock}", d.Lock)
+	if strings.Contains(out, "{json") {
+		out = d.renderJSON(out)
+	}
 	if d.Numbered || d.DoubleQuoted {
 		out = d.rewrite(out)
 	}
@@ -112,6 +134,24 @@ func (d *Dialect) Render(t string) string {
 		d.texts.Store(t, out)
 	}
 	return out
+}
+
+// jsonToken matches {jsontrue col key} and {jsonint col key}.
+var jsonToken = regexp.MustCompile(`\{json(true|int) ([A-Za-z0-9_.]+) ([A-Za-z0-9_]+)\}`)
+
+// renderJSON replaces the JSON tokens; one the dialect cannot render stays,
+// and the database refuses the statement.
+func (d *Dialect) renderJSON(t string) string {
+	return jsonToken.ReplaceAllStringFunc(t, func(m string) string {
+		p := jsonToken.FindStringSubmatch(m)
+		switch {
+		case p[1] == "true" && d.JSONTrue != nil:
+			return d.JSONTrue(p[2], p[3])
+		case p[1] == "int" && d.JSONInt != nil:
+			return d.JSONInt(p[2], p[3])
+		}
+		return m
+	})
 }
 
 // rewrite numbers each ? outside quotes and comments as $1, $2, ... in
