@@ -294,13 +294,13 @@ func TestStuckReloadDoesNotBlockShutdown(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	_, done := startInProcess(t, specPath, func(d *daemon.Daemon) {
-		daemon.SetLoadSpec(d, func(p string, o spec.LoadOptions) (*spec.Spec, error) {
+		daemon.SetLoadSpec(d, func(ctx context.Context, p string, o spec.LoadOptions) (*spec.Spec, error) {
 			select {
 			case entered <- struct{}{}:
 			default:
 			}
 			<-release
-			return spec.Load(p, o)
+			return spec.LoadContext(ctx, p, o)
 		})
 	})
 	signalSelf(t, syscall.SIGHUP)

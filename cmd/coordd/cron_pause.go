@@ -31,7 +31,7 @@ type cronPauseJSON struct {
 // openPauser opens the backend of task name (declared in the local spec)
 // with its cron views.
 func openPauser(ctx context.Context, env *cliEnv, what, path, name string) (cronView, backends.CronPauser, *spec.Spec, bool) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, nil, nil, false
 	}

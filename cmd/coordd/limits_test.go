@@ -191,7 +191,7 @@ func checkNoRawControls(t *testing.T, what, out string) {
 func writeHostileRecords(t *testing.T, specPath string) {
 	t.Helper()
 	ctx := t.Context()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -33,7 +33,7 @@ Exit status: 0 valid, 1 invalid.
 		if !noPositional(env, c.name, pos) {
 			return 1
 		}
-		s, ok := loadSpec(env, *path, *skipEnv)
+		s, ok := loadSpec(ctx, env, *path, *skipEnv)
 		if !ok {
 			return 1
 		}
