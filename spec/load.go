@@ -33,6 +33,11 @@ type LoadOptions struct {
 	// ReadTimeout bounds the reading of the spec's files (and of the
 	// secret files it names) as a whole; 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
+	// ReadFile reads the secret files that ${file:...} and
+	// ${credential:...} name, by absolute path; nil means the spec
+	// reader's bounded read (a regular file of at most MaxSecretFileSize,
+	// within the read timeout).
+	ReadFile func(path string) ([]byte, error)
 }
 
 // Limits on what Load reads. A spec comes from the operators, but a
@@ -259,10 +264,13 @@ var sectionPrefix = map[string]string{
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
 type loader struct {
-	read    *reader                     // for secret files
-	getenv  func(string) (string, bool) // nil with SkipEnv
-	dataDir string
-	errs    errorList
+	read     *reader // for secret files
+	readFile func(string) ([]byte, error)
+	secrets  map[string]secretResult // secret files read, by path
+	skipEnv  bool
+	getenv   func(string) (string, bool)
+	dataDir  string
+	errs     errorList
 	// objects counts the semaphores, cron tasks and queues collected, up
 	// to MaxObjects; past it the rest are dropped with one error.
 	objects int
@@ -292,17 +300,16 @@ type loader struct {
 func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, error) {
 	sort.Slice(ins, func(i, j int) bool { return ins[i].name < ins[j].name })
 	l := &loader{
-		read:    r,
-		getenv:  opts.Getenv,
-		dataDir: opts.DataDir,
-		named:   map[string]map[string]*decl{},
-		known:   map[string]string{},
+		read:     r,
+		readFile: opts.ReadFile,
+		skipEnv:  opts.SkipEnv,
+		getenv:   opts.Getenv,
+		dataDir:  opts.DataDir,
+		named:    map[string]map[string]*decl{},
+		known:    map[string]string{},
 	}
 	if l.getenv == nil {
 		l.getenv = os.LookupEnv
-	}
-	if opts.SkipEnv {
-		l.getenv = nil
 	}
 	if l.dataDir == "" {
 		l.dataDir = DefaultDataDir()
