@@ -286,11 +286,7 @@ func (l *loader) secretFile(path string) (string, error) {
 func checkRedisURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil {
-		var inner error = err
-		if ue, ok := err.(*url.Error); ok {
-			inner = ue.Err
-		}
-		return "is not a valid URL: " + scrubSecret(inner.Error(), v)
+		return "is not a valid URL: " + scrubSecret(URLError(err), v)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return fmt.Sprintf("must be a redis:// or rediss:// URL, got scheme %s", quote(u.Scheme))
