@@ -39,6 +39,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/dashboard"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/reconcile"
@@ -345,7 +346,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 
-	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
+	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", safetext.Line(d.cfg.SpecPath), "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
 	// dup names the signal that ended ctx, whose copy on sigs is not a
 	// second signal (signalCause).

@@ -46,7 +46,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Error formats the problem as "FILE:LINE:COL: ADDRESS: MSG".
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d:%d: ", e.Pos.File, e.Pos.Line, e.Pos.Col)
+	b.WriteString(e.Pos.String())
+	b.WriteString(": ")
 	if e.Address != "" {
 		b.WriteString(e.Address)
 		b.WriteString(": ")

@@ -239,8 +239,7 @@ func (f *srcFile) posOf(n *yaml.Node) Pos {
 
 // pos formats n's position as FILE:LINE:COL for messages.
 func (f *srcFile) pos(n *yaml.Node) string {
-	p := f.posOf(n)
-	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+	return f.posOf(n).String()
 }
 
 // decl is one declaration (a named object, a backend or cluster) found in
