@@ -39,6 +39,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/dashboard"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/reconcile"
@@ -96,6 +97,9 @@ type Daemon struct {
 	lastReloadAt  time.Time
 	lastReloadErr error
 	lastGoodAt    time.Time // the last successful (re)load
+	// reloadingSince is when the reload in progress began; zero when none
+	// runs. A reload past its read deadline shows in /healthz.
+	reloadingSince time.Time
 	// stopping is set once shutdown begins; /healthz then reports 503.
 	stopping bool
 
@@ -127,9 +131,10 @@ type Daemon struct {
 	hashes hashState
 	// beatFailing: the last heartbeat failed (only hostLoop uses it).
 	beatFailing bool
-	// loadSpec loads the spec on a reload; nil means spec.Load. A test
-	// makes it block, standing for a reload stuck in the file system.
-	loadSpec func(string, spec.LoadOptions) (*spec.Spec, error)
+	// loadSpec loads the spec on a reload; nil means spec.LoadContext. A
+	// test makes it block, standing for a reload stuck where no deadline
+	// reaches.
+	loadSpec func(context.Context, string, spec.LoadOptions) (*spec.Spec, error)
 	// guard watches for another daemon with this host id (hostguard.go;
 	// only hostLoop uses it).
 	guard hostGuard
@@ -168,7 +173,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = defaultPruneEvery
 	}
-	s, err := spec.Load(cfg.SpecPath, cfg.LoadOptions)
+	// Bounded by LoadOptions.ReadTimeout, and by ctx: a signal during
+	// startup stops a load stuck in the file system.
+	s, err := spec.LoadContext(ctx, cfg.SpecPath, cfg.LoadOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +346,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 
-	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
+	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", safetext.Line(d.cfg.SpecPath), "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
 	// dup names the signal that ended ctx, whose copy on sigs is not a
 	// second signal (signalCause).
@@ -417,13 +424,19 @@ func (d *Daemon) reloadLoop(ctx context.Context, reqs <-chan struct{}) {
 }
 
 // reload loads the spec again. On any error the last good spec stays.
+// The load is bounded by LoadOptions.ReadTimeout; a reload that runs past
+// twice that (reloadStuck) makes /healthz fail until it ends.
 func (d *Daemon) reload(ctx context.Context) {
 	load := d.loadSpec
 	if load == nil {
-		load = spec.Load
+		load = spec.LoadContext
 	}
-	s, err := load(d.cfg.SpecPath, d.cfg.LoadOptions)
 	d.mu.Lock()
+	d.reloadingSince = time.Now()
+	d.mu.Unlock()
+	s, err := load(ctx, d.cfg.SpecPath, d.cfg.LoadOptions)
+	d.mu.Lock()
+	d.reloadingSince = time.Time{}
 	if d.stopping {
 		d.mu.Unlock()
 		return
@@ -489,6 +502,17 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.sched.Wake()
 	d.poke()
 	d.kickHosts()
+}
+
+// reloadStuck is how long a reload may run before /healthz reports it:
+// twice the read deadline, which the file system part cannot pass, so
+// only a reload stuck where no deadline reaches shows.
+func (d *Daemon) reloadStuck() time.Duration {
+	t := d.cfg.LoadOptions.ReadTimeout
+	if t <= 0 {
+		t = spec.DefaultReadTimeout
+	}
+	return 2 * t
 }
 
 // changedConnections names, sorted, the backends whose connection

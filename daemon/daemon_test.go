@@ -294,13 +294,13 @@ func TestStuckReloadDoesNotBlockShutdown(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	_, done := startInProcess(t, specPath, func(d *daemon.Daemon) {
-		daemon.SetLoadSpec(d, func(p string, o spec.LoadOptions) (*spec.Spec, error) {
+		daemon.SetLoadSpec(d, func(ctx context.Context, p string, o spec.LoadOptions) (*spec.Spec, error) {
 			select {
 			case entered <- struct{}{}:
 			default:
 			}
 			<-release
-			return spec.Load(p, o)
+			return spec.LoadContext(ctx, p, o)
 		})
 	})
 	signalSelf(t, syscall.SIGHUP)
@@ -386,6 +386,54 @@ semaphores:
 		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
 	})
 	write(newDSN, newURL)
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
+	out := logs.String()
+	if n := strings.Count(out, warning); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, out)
+	}
+	if strings.Contains(out, dbPW) || strings.Contains(out, cachePW) {
+		t.Errorf("the log shows a password:\n%s", out)
+	}
+}
+
+// TestReloadWarnsOnFileSecretChange: a password read from a file
+// (${file:...}, or a systemd credential) that changes between two reloads
+// warns that a restart is needed, as a password in the spec or in a
+// variable does, without printing it.
+func TestReloadWarnsOnFileSecretChange(t *testing.T) {
+	t.Setenv("COORDD_DATA_DIR", t.TempDir())
+	secrets := t.TempDir()
+	t.Setenv(spec.CredentialsDirVar, secrets)
+	dbPWFile, cachePWFile := filepath.Join(secrets, "db-pw"), filepath.Join(secrets, "cache-pw")
+	// Empty passwords first: the test servers have none.
+	writeFile(t, dbPWFile, "\n")
+	writeFile(t, cachePWFile, "")
+	redisURL, prefix := testenv.RedisURL(t)
+	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
+	writeFile(t, specPath, fmt.Sprintf(`backends:
+  local: {type: sqlite}
+  db: {type: mysql, dsn: %q, table_prefix: "fpw_"}
+  cache: {type: redis, url: %q, key_prefix: %q}
+cluster: {backend: local}
+semaphores:
+  s: {backend: db, limit: 1}
+`, withDSNPassword(testenv.MySQLDSN(t), "${file:"+dbPWFile+"}"), strings.Replace(withURLPassword(t, redisURL, ""), ":@", ":${credential:cache-pw}@", 1), prefix))
+	logs, done := startInProcess(t, specPath, nil)
+	defer func() {
+		signalSelf(t, syscall.SIGTERM)
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	const warning = "backend connections changed; restart coordd to use them"
+	const dbPW, cachePW = "f1le-db-pw", "cr3dential-cache-pw"
+	writeFile(t, dbPWFile, dbPW+"\n")
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for db", func() bool {
+		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
+	})
+	writeFile(t, cachePWFile, cachePW)
 	signalSelf(t, syscall.SIGHUP)
 	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
 	out := logs.String()

@@ -10,7 +10,7 @@
 //     Metrics (CronStarted, CronFinished, Reconciled, RoundTrip): counters
 //     and histograms;
 //   - state read at scrape time from a Source: leadership, the last spec
-//     reload, and the semaphores, queues and cron tasks (paused or not),
+//     reload and one in progress, and the semaphores, queues and cron tasks (paused or not),
 //     which a collector observes on their backends (one ObserveSemaphores,
 //     one ObserveQueues and one ObserveCrons call per backend, all
 //     backends at once), bounded by ObserveTimeout so that a slow backend
@@ -69,6 +69,14 @@ type HostSource interface {
 	// HostRegistry returns the cluster backend's name and registry (nil:
 	// none).
 	HostRegistry() (backend string, r backends.HostRegistry)
+}
+
+// ReloadSource is implemented by a Source that can tell a spec reload in
+// progress, for coordd_config_reload_in_progress_seconds.
+type ReloadSource interface {
+	// ReloadRunning is how long the reload in progress has run; 0 when
+	// none runs.
+	ReloadRunning() time.Duration
 }
 
 // Objects are the semaphores and queues that one backend holds.
@@ -190,6 +198,8 @@ var (
 		"1 if the last spec (re)load succeeded, else 0 (the last good spec keeps running).", nil, nil)
 	descReloadAt = prometheus.NewDesc("coordd_config_last_reload_success_timestamp_seconds",
 		"Unix time of the last successful spec (re)load.", nil, nil)
+	descReloading = prometheus.NewDesc("coordd_config_reload_in_progress_seconds",
+		"How long the spec reload in progress has run, 0 when none runs. A reload ends at its read deadline (10s by default); one that runs past twice that is stuck, and /healthz fails meanwhile.", nil, nil)
 	descObserveOK = prometheus.NewDesc("coordd_backend_observe_successful",
 		"1 if this scrape observed the backend's semaphores, queues and cron tasks, 0 on an error or timeout.", []string{"backend"}, nil)
 	descSemLimit = prometheus.NewDesc("coordd_semaphore_limit",
@@ -226,7 +236,7 @@ var (
 type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
+	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
 		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused,
 		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
@@ -253,6 +263,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descReloadOK, b2f(ok))
 	if !at.IsZero() {
 		ch <- gauge(descReloadAt, float64(at.UnixNano())/1e9)
+	}
+	if rs, ok := src.(ReloadSource); ok {
+		ch <- gauge(descReloading, rs.ReloadRunning().Seconds())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), ObserveTimeout)

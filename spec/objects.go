@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -221,7 +222,11 @@ func (l *loader) expandField(fs *fieldSet, name string, secret bool) (v string, 
 }
 
 func (l *loader) expand(f *srcFile, addr string, n *yaml.Node, raw string) (v string, checkable, ok bool) {
-	r := expandEnv(raw, l.getenv)
+	var res resolver
+	if !l.skipEnv {
+		res = l
+	}
+	r := expandEnv(raw, f.dir, res)
 	l.noteEnv(r.names)
 	if r.malformed != "" {
 		l.errAt(f, n, addr, "%s", r.malformed)
@@ -230,21 +235,58 @@ func (l *loader) expand(f *srcFile, addr string, n *yaml.Node, raw string) (v st
 	for _, m := range r.missing {
 		l.errAt(f, n, addr, "environment variable %s is not set (use ${%s:-default} for a fallback)", m, m)
 	}
-	if len(r.missing) > 0 {
+	for _, m := range r.failed {
+		l.errAt(f, n, addr, "%s", m)
+	}
+	if len(r.missing) > 0 || len(r.failed) > 0 {
 		return "", false, false
 	}
-	return r.value, l.getenv != nil || r.refs == 0, true
+	return r.value, !l.skipEnv || r.refs == 0, true
+}
+
+// lookupEnv looks a variable up (the loader is the resolver of
+// expandEnv).
+func (l *loader) lookupEnv(name string) (string, bool) { return l.getenv(name) }
+
+// secretResult is a secret file's value, or why it has none.
+type secretResult struct {
+	v   string
+	err error
+}
+
+// secretFile reads a secret file once per load, through LoadOptions.ReadFile or
+// the spec reader's rules (a regular file outside the kernel's file
+// systems, at most MaxSecretFileSize, within the load's deadline). Errors
+// leave out the path, which the message names already, and the content.
+func (l *loader) secretFile(path string) (string, error) {
+	if r, ok := l.secrets[path]; ok {
+		return r.v, r.err
+	}
+	var data []byte
+	var err error
+	if l.readFile != nil {
+		data, err = l.readFile(path)
+	} else {
+		data, err = l.read.readFile(path, MaxSecretFileSize)
+	}
+	var r secretResult
+	if err != nil {
+		r.err = errors.New(strings.Replace(pathErr(err), "spec too large", "too large", 1))
+	} else {
+		r.v, r.err = secretText(data)
+	}
+	if l.secrets == nil {
+		l.secrets = map[string]secretResult{}
+	}
+	l.secrets[path] = r
+	return r.v, r.err
 }
 
 // checkRedisURL returns what is wrong with a redis URL, never quoting it.
 func checkRedisURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil {
-		var inner error = err
-		if ue, ok := err.(*url.Error); ok {
-			inner = ue.Err
-		}
-		return "is not a valid URL: " + scrubSecret(inner.Error(), v)
+		return "is not a valid URL: " + scrubSecret(URLError(err), v)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return fmt.Sprintf("must be a redis:// or rediss:// URL, got scheme %s", quote(u.Scheme))

@@ -8,7 +8,10 @@
 package spec
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/coordd/coordd/internal/safetext"
 )
 
 // Kind is one of the three kinds of managed object.
@@ -36,6 +39,15 @@ type Pos struct {
 	File string `json:"file"`
 	Line int    `json:"line"`
 	Col  int    `json:"col"`
+}
+
+// String formats the position as FILE:LINE:COL for messages and logs,
+// the file name escaped and quoted when it holds a control character, a
+// quote or a backslash (safetext.Line): a spec file named with a newline
+// and a terminal escape must not forge a line of validate's output or of
+// the daemon's log.
+func (p Pos) String() string {
+	return fmt.Sprintf("%s:%d:%d", safetext.Line(p.File), p.Line, p.Col)
 }
 
 // Backend types.

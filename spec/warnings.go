@@ -17,7 +17,7 @@ type Warning struct {
 
 // String formats the warning as "FILE:LINE:COL: ADDRESS: MSG".
 func (w Warning) String() string {
-	return fmt.Sprintf("%s:%d:%d: %s: %s", w.File, w.Line, w.Col, w.Address, w.Msg)
+	return fmt.Sprintf("%s: %s: %s", w.Pos, w.Address, w.Msg)
 }
 
 // noMaxHold is the warning for a semaphore without max_hold (seed 001: a

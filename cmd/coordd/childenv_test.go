@@ -119,7 +119,7 @@ func TestChildEnvLacksBackendSecrets(t *testing.T) {
 func waitScheduledRun(t *testing.T, specPath string, logs *proctest.SyncBuffer) backends.Run {
 	t.Helper()
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(ctx, &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

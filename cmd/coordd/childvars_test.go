@@ -260,7 +260,7 @@ cron:
 func waitScheduled(t *testing.T, specPath, task string, logs *proctest.SyncBuffer) backends.Run {
 	t.Helper()
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -427,7 +427,7 @@ type pusher struct {
 
 func startPusher(t *testing.T, specPath string) *pusher {
 	t.Helper()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -97,7 +97,7 @@ type queueTarget struct {
 // applied config, which is what the runtime enforces; a local difference is
 // reported.
 func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly bool) (*queueTarget, error) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, errReported
 	}
@@ -482,7 +482,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 	if err != nil {
 		return flagExit(err)
 	}
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}

@@ -38,7 +38,7 @@ func queueCountsAgree(t *testing.T, typ string) {
 		t.Fatalf("apply: %s", errs)
 	}
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, p, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, p, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -79,7 +79,7 @@ type semTarget struct {
 // runtime enforces the applied config, not the local file, so two hosts with
 // different checkouts still share one limit; a difference is reported.
 func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarget, error) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, errReported
 	}
@@ -432,7 +432,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			return 1
 		}
 	}
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}

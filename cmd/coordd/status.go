@@ -43,7 +43,7 @@ task and queue. It changes nothing.
 			fmt.Fprintf(env.stderr, "coordd status: %v\n", err)
 			return 1
 		}
-		s, ok := loadSpec(env, *path, false)
+		s, ok := loadSpec(ctx, env, *path, false)
 		if !ok {
 			return 1
 		}

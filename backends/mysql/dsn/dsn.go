@@ -75,6 +75,33 @@ const (
 var ErrUnsafeCharset = errors.New("the connection charset must be one of " + safeList +
 	" (under multibyte charsets such as gbk, client-side escaping lets a value run as SQL)")
 
+// ErrUnknownNetwork is returned for a DSN whose network, the word before
+// "(address)", is not tcp, tcp4, tcp6 or unix. The message does not quote
+// it: without the "@" after user:password, the driver takes them for the
+// network's name, and a dial error would print the password.
+var ErrUnknownNetwork = errors.New(`the network before "(address)" must be tcp, tcp4, tcp6 or unix ` +
+	`(a DSN is [user[:password]@][net[(address)]]/dbname: is the "@" after the password missing?)`)
+
+// networks are the networks a DSN may name; "" is tcp.
+var networks = map[string]bool{"": true, "tcp": true, "tcp4": true, "tcp6": true, "unix": true}
+
+// network is the network the driver reads in dsn (without parameters),
+// splitting it as the driver does: the last "/" ends the address, the
+// last "@" before it ends user:password, and the network runs from there
+// to the first "(".
+func network(dsn string) string {
+	slash := strings.LastIndexByte(dsn, '/')
+	if slash <= 0 {
+		return ""
+	}
+	left := dsn[:slash]
+	left = left[strings.LastIndexByte(left, '@')+1:]
+	if open := strings.IndexByte(left, '('); open >= 0 {
+		left = left[:open]
+	}
+	return left
+}
+
 // ErrSessionVariable is returned for a parameter the driver would send as
 // a session variable (SET name = value) whose name is not a plain name or
 // whose value is not one literal: the driver splices both into SQL text.
@@ -190,6 +217,9 @@ func Parse(dsn string) (*driver.Config, Pool, error) {
 				return nil, pool, fmt.Errorf("parameter %s: %w", k, err)
 			}
 		}
+	}
+	if !networks[network(base)] {
+		return nil, pool, ErrUnknownNetwork
 	}
 	if len(kept) > 0 {
 		base += "?" + strings.Join(kept, "&")

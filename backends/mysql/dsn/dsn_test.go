@@ -20,6 +20,13 @@ func TestParse(t *testing.T) {
 			params: map[string]string{"sql_mode": "ANSI"},
 		},
 		{in: "u@tcp(db)/x?maxOpenConns=0", wantErr: "maxOpenConns"},
+		// Networks: user:password without its "@" would be dialed as one.
+		{in: "u:p@unix(/run/mysqld/mysqld.sock)/coordd", pool: DefaultPool},
+		{in: "u:p@tcp6([::1]:3306)/coordd", pool: DefaultPool},
+		{in: "u:p@/coordd", pool: DefaultPool},
+		{in: "secaudit:PlainSecret123tcp(db:3306)/coordd", wantErr: `is the "@" after the password missing?`},
+		{in: "secaudit:PlainSecret123/coordd", wantErr: `is the "@" after the password missing?`},
+		{in: "u:p@udp(db:3306)/coordd", wantErr: "must be tcp, tcp4, tcp6 or unix"},
 		{in: "u@tcp(db)/x?maxIdleConns=-1", wantErr: "maxIdleConns"},
 		{in: "u@tcp(db)/x?connMaxLifetime=5", wantErr: "connMaxLifetime"},
 		{in: "u@tcp(db)/x?connMaxIdleTime=-1s", wantErr: "connMaxIdleTime"},
