@@ -37,6 +37,13 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypeRedis:
+		if b.Sentinel != nil {
+			s, err := redis.OpenSentinel(ctx, b.Name, b.Sentinel, b.KeyPrefix, opts)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
 		s, err := redis.Open(ctx, b.Name, b.URL, b.KeyPrefix, opts)
 		if err != nil {
 			return nil, err
