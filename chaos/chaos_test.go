@@ -48,3 +48,24 @@ func TestChaos(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelFailoverUnderLoad runs the harness on Redis behind three
+// Sentinels: a primary and a replica swapped by SENTINEL FAILOVER at
+// least twice while holders, workers and the cron task run through the
+// failover client, besides the daemon and client faults. No acknowledged
+// job may be lost, no occurrence run twice, no holder over the limit.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("COORDD_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("COORDD_CHAOS_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (replay with COORDD_CHAOS_SEED=%d)", seed, seed)
+	r := Run(t, Config{Backend: "redis-sentinel", Duration: 30 * time.Second, Seed: seed, MinDaemonKills: 2, MinBackendRestarts: 2})
+	for _, v := range r.Violations {
+		t.Error(v)
+	}
+	t.Logf("\n%s", Table([]Result{r}))
+}
