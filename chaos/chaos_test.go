@@ -33,7 +33,9 @@ func TestChaos(t *testing.T) {
 	var results []Result
 	for _, b := range strings.Split(list, ",") {
 		t.Run(b, func(t *testing.T) {
-			r := Run(t, Config{Backend: b, Duration: d, Seed: seed, MinDaemonKills: 5, MinBackendRestarts: 1})
+			// COORDD_CHAOS_FAILOVER=1 adds the stale-replica failover on
+			// redis; it fails until coordd detects such a failover.
+			r := Run(t, Config{Backend: b, Duration: d, Seed: seed, MinDaemonKills: 5, MinBackendRestarts: 1, Failover: os.Getenv("COORDD_CHAOS_FAILOVER") == "1"})
 			results = append(results, r)
 			for _, v := range r.Violations {
 				t.Error(v)

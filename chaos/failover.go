@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,9 +55,15 @@ func (s *sentinels) master(ctx context.Context) (string, error) {
 	return a[1], nil
 }
 
-// failover asks the Sentinels to promote the replica (SENTINEL FAILOVER:
-// no server dies, the replica is in sync) and waits until they name it
-// primary. It fails the run when that takes more than a minute.
+// failover switches primary and replica as docs/operations.md tells
+// operators to for a planned switch: writes paused on the primary (so the
+// replica is in sync and the primary acknowledges nothing it could lose),
+// SENTINEL FAILOVER, the old primary made a replica of the new one as soon
+// as the Sentinels name it (the Sentinels' own demotion waits for the
+// pause to end), then the pause lifted: the writes that waited meet a
+// replica and fail (READONLY), unacknowledged. Without the pause, the old
+// primary acknowledges writes between the promotion and its demotion, and
+// loses them. It fails the run when the switch takes more than a minute.
 func (s *sentinels) failover(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -64,6 +71,16 @@ func (s *sentinels) failover(t testing.TB) {
 	if err != nil {
 		t.Fatalf("chaos: sentinel master: %v", err)
 	}
+	old := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + before, MaxRetries: -1})
+	defer old.Close()
+	if err := old.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+		t.Fatalf("chaos: pause writes on the primary: %v", err)
+	}
+	defer func() {
+		if err := old.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Errorf("chaos: unpause the old primary: %v", err)
+		}
+	}()
 	c := goredis.NewSentinelClient(&goredis.Options{Addr: s.watch[0].Addr(), MaxRetries: -1})
 	defer c.Close()
 	// Refused while the Sentinel does not yet know the old primary as a
@@ -77,12 +94,27 @@ func (s *sentinels) failover(t testing.TB) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	var now string
 	for {
-		if now, err := s.master(ctx); err == nil && now != before {
-			return
+		if now, err = s.master(ctx); err == nil && now != before {
+			break
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("chaos: the Sentinels still name port %s primary after a failover", before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The pause ends once the old primary follows the new one.
+	if err := old.Do(ctx, "REPLICAOF", "127.0.0.1", now).Err(); err != nil {
+		t.Fatalf("chaos: demote the old primary: %v", err)
+	}
+	for {
+		info, err := old.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("chaos: the old primary on port %s did not become a replica: %v", before, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
