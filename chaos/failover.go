@@ -154,5 +154,4 @@ func (f *staleFailover) run(w *world) {
 		w.t.Fatalf("chaos: demote the old primary: %v", err)
 	}
 	f.primary, f.replica = f.replica, f.primary
-	w.srv = f.primary
 }

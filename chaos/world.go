@@ -331,7 +331,10 @@ func (w *world) writeSpec() {
 		r := testenv.StartRedis(w.t, redisArgs...)
 		w.srv = r
 		if w.cfg.Failover {
+			// The failover is this run's outage: a restart would bring
+			// a promoted replica back as a replica.
 			w.startStaleReplica(r)
+			w.srv = nil
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", r.Port)
 		header = fmt.Sprintf("backends:\n  cache: {type: redis, url: \"redis://%s/0\", key_prefix: \"chaos:\"}\ncluster: {backend: cache, leader_lease: %s}\n", w.startNetwork(addr), leaderLease)
@@ -488,10 +491,7 @@ func (w *world) schedule() []planned {
 	case w.sentinels != nil:
 		outage = SentinelFailover
 	case w.stale != nil:
-		weights = append(weights, struct {
-			k FaultKind
-			w int
-		}{RedisFailover, 8})
+		outage = RedisFailover
 	}
 	weights = append(weights, struct {
 		k FaultKind
@@ -558,9 +558,6 @@ func (w *world) schedule() []planned {
 		}
 	}
 	raise(outage, max(1, w.cfg.MinBackendRestarts))
-	if w.stale != nil {
-		raise(RedisFailover, 1)
-	}
 	raise(DaemonKill, w.cfg.MinDaemonKills)
 	return plan
 }
