@@ -446,7 +446,11 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 			continue
 		}
 		next := t.sched.Next(d.NextExec)
-		if (next.IsZero() || next.After(now)) && (t.def.CatchUp != spec.CatchUpNone || now.Sub(d.NextExec) <= noneLate) {
+		// A task whose times wait for a run of another process takes the
+		// one-task path, which reads the live runs before any claim: while
+		// it waits, a pass costs it one read, not a refused claim.
+		_, waiting := s.waitingFor[d.Name]
+		if !waiting && (next.IsZero() || next.After(now)) && (t.def.CatchUp != spec.CatchUpNone || now.Sub(d.NextExec) <= noneLate) {
 			items = append(items, claimItem{t: t, due: d, req: backends.ClaimRequest{
 				Task: t.name, ScheduledAt: d.NextExec, Next: next, Attempt: 1, Lease: t.def.RunLease,
 				Exclusive: t.def.Overlap != spec.OverlapAllow,
@@ -718,9 +722,9 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 // overlapDecision decides, under overlap forbid, the due times of a task
 // whose live runs are all this scheduler's own; running are those whose
 // command has not ended (it supervises them, so they are known to run;
-// none: every time waits). It returns how many of the
-// earliest times are skipped, and how soon the first of the others must
-// be decided again (zero: none left); now is backend time.
+// none: every time waits). It returns how many of the earliest times are
+// skipped, and how soon the first of the others must be decided again
+// (zero: none left); now is backend time.
 //
 // A time t is skipped when a run r has been running for at least
 // t - r.ScheduledAt: r would have overlapped t even had it started at its
