@@ -258,6 +258,15 @@ func testCronsBatch(t *testing.T, h Harness) {
 		if got := c.nextExec("solo"); !got.Equal(at) {
 			t.Fatalf("next_exec %v after a refused claim, want %v", got, at)
 		}
+		// A manual run (coordd cron run) under overlap forbid is refused
+		// the same way, writing nothing.
+		m := manual("solo", newOwner("m"), 30*time.Second)
+		m.Exclusive = true
+		_, err = c.ClaimOccurrence(ctx, m)
+		wantErr(t, err, backends.ErrHeld, "exclusive manual claim while a run is live")
+		if runs := c.history("solo"); len(runs) != 1 {
+			t.Fatalf("history %+v after a refused manual claim, want the live run alone", runs)
+		}
 		// A skip is recorded whatever runs.
 		skip := exclusive("solo", at, at.Add(time.Second), newOwner("s"), 0)
 		skip.Skip = "overlap: previous run still running"
