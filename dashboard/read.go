@@ -60,6 +60,9 @@ type backendRow struct {
 	Now        time.Time
 	Skew       time.Duration
 	Err        string
+	// Hold says that the backend holds its semaphores after a data loss,
+	// and until when ("" when it does not).
+	Hold string
 }
 
 type planView struct {
@@ -138,6 +141,11 @@ func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (
 		} else {
 			row.Now = now
 			row.Skew = now.Sub(sent.Add(time.Since(sent) / 2)).Round(time.Millisecond)
+		}
+		if lg, ok := b.(backends.LossGuard); ok && row.Err == "" {
+			if ls, err := lg.ObserveLoss(ctx); err == nil && ls.Holding() {
+				row.Hold = (&backends.LossHoldError{Backend: n, Cause: ls.Cause, Until: ls.HoldUntil, Left: ls.HoldUntil.Sub(ls.Now)}).Error()
+			}
 		}
 		c.Backends = append(c.Backends, row)
 	}
