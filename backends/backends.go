@@ -102,6 +102,11 @@ type Options struct {
 	ReadOnly bool
 	// Version is the binary's version, recorded by migrations.
 	Version string
+	// Durable: the operator states that the backend loses no write it
+	// acknowledged, across a restart or a failover (Redis with appendfsync
+	// always and no replicas to fail over to). A restart then holds no
+	// semaphore (LossGuard).
+	Durable bool
 }
 
 // Backend is implemented by every backend.

@@ -29,6 +29,11 @@ type LossState struct {
 	// history than the one that answered (Redis: a restart, or a replica
 	// promoted), and nobody has handled that yet; MarkLoss does.
 	Changed bool `json:"changed,omitempty"`
+	// TracksChanges: the backend tells a restart or failover that kept the
+	// marker (Redis), and Hold is the hold such a change starts: the
+	// longest lease MarkLoss last recorded (negative: none recorded yet).
+	TracksChanges bool          `json:"-"`
+	Hold          time.Duration `json:"-"`
 	// Wrote: this MarkLoss call wrote the marker (it was missing), or
 	// handled a change.
 	Wrote bool `json:"-"`

@@ -219,6 +219,9 @@ func lostText(l reconcile.LostBackend) string {
 	if !l.Recorded {
 		return fmt.Sprintf("backend %s lost its data; the next apply records it and holds its semaphores back for %s", l.Backend, span(l.Left))
 	}
+	if l.Cause == backends.LossCauseChanged {
+		return fmt.Sprintf("backend %s restarted or failed over and may have lost its last writes; its semaphores grant no slot until %s (%s more)", l.Backend, stamp(l.HoldUntil), span(l.Left))
+	}
 	return fmt.Sprintf("backend %s lost its data; its semaphores are held back until %s (%s more)", l.Backend, stamp(l.HoldUntil), span(l.Left))
 }
 

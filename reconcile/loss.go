@@ -269,6 +269,9 @@ func lossNote(c *Change, loss map[string]*lossInfo) string {
 	case !li.state.Marked:
 		return fmt.Sprintf("backend %s lost its data (its marker is missing): apply records the loss, and the semaphore comes back %s later (the longest lease), once holders from before the loss have stopped",
 			c.desired.backend, dur(li.longest))
+	case li.state.Holding() && li.state.Cause == backends.LossCauseChanged:
+		return fmt.Sprintf("backend %s restarted or failed over and may have lost its last writes: the semaphore changes at %s (backend time, in %s), once holders from before have stopped",
+			c.desired.backend, li.state.HoldUntil.Format(time.RFC3339), li.state.HoldUntil.Sub(li.state.Now).Round(time.Second))
 	case li.state.Holding():
 		return fmt.Sprintf("backend %s lost its data: the semaphore comes back at %s (backend time, in %s), once holders from before the loss have stopped",
 			c.desired.backend, li.state.HoldUntil.Format(time.RFC3339), li.state.HoldUntil.Sub(li.state.Now).Round(time.Second))
@@ -280,6 +283,8 @@ func lossNote(c *Change, loss map[string]*lossInfo) string {
 // its data (one cheap read each) and records a loss the moment it sees one:
 // a marker missing while objects existed there, or a server that changed
 // under its marker (a restart, a promoted replica: LossState.Changed). It
+// also records the longest lease in a marker that holds a shorter one than
+// the spec's (LossState.Hold: the hold a later change starts). It
 // needs no apply lock: MarkLoss writes only what is missing, atomically,
 // and the apply that comes next finds the hold in the marker. The daemon's
 // leader runs it every few seconds, and `sem run` and the daemon's cron
@@ -303,7 +308,7 @@ func (e *Engine) NoticeLoss(ctx context.Context) (map[string]backends.LossState,
 			errs = append(errs, fmt.Errorf("backend %q: %w", name, err))
 			continue
 		}
-		if s.Marked && !s.Changed {
+		if s.Marked && !s.Changed && (!s.TracksChanges || s.Hold >= e.specLongest(name)) {
 			e.Loss.remember(name)
 			states[name] = s
 			continue
@@ -334,6 +339,19 @@ func (e *Engine) NoticeLoss(ctx context.Context) (map[string]backends.LossState,
 		}
 	}
 	return states, recorded, errors.Join(errs...)
+}
+
+// specLongest is the longest lease of the spec's semaphores on backend.
+func (e *Engine) specLongest(backend string) time.Duration {
+	var d time.Duration
+	if e.Spec != nil {
+		for _, sem := range e.Spec.Semaphores {
+			if sem.Backend == backend {
+				d = max(d, sem.Lease)
+			}
+		}
+	}
+	return d
 }
 
 // LossExplainsMissing reports whether a semaphore found missing from

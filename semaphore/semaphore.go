@@ -298,9 +298,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		waiterLease = 30 * time.Second
 	}
 	registered := false
-	var unrecorded time.Time // when the semaphore was first found missing with no marker
+	var loss lossWait
 	var outage time.Duration // the next pause while the backend cannot be reached
-	lastHold := ""
 	defer func() {
 		if registered {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -322,28 +321,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			if c.rideOut(ctx, err, opts, deadline, &outage) {
 				continue
 			}
-			hold := c.lossHold(ctx, err)
-			switch {
-			case hold == nil:
+			if werr := loss.wait(ctx, c, err, opts, deadline); werr == err {
 				return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
-			case hold.Until.IsZero() && opts.NoWait:
-				return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
-			case hold.Until.IsZero() && unrecorded.IsZero():
-				unrecorded = time.Now()
-			case hold.Until.IsZero() && time.Since(unrecorded) > LossNoticeWait:
-				return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
-			case opts.NoWait:
-				return nil, &notAcquired{cause: hold}
-			}
-			if msg := hold.Error(); msg != lastHold && opts.OnLossHold != nil {
-				lastHold = msg
-				opts.OnLossHold(*hold)
-			}
-			if err := sleepHold(ctx, hold, deadline); err != nil {
-				if errors.Is(err, ErrNotAcquired) {
-					return nil, &notAcquired{cause: hold, wait: opts.Wait}
-				}
-				return nil, err
+			} else if werr != nil {
+				return nil, werr
 			}
 			continue
 		}
@@ -384,6 +365,44 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		}
 		outage = 0
 	}
+}
+
+// lossWait is what Acquire keeps across its tries about data-loss holds.
+type lossWait struct {
+	unrecorded time.Time // when the semaphore was first found missing with no marker
+	told       string    // the last hold given to OnLossHold
+}
+
+// wait waits out the data-loss hold that explains err, from TryAcquire
+// (see the package comment), and returns nil for Acquire to try again; or
+// it returns the error Acquire gives up with: err itself when no hold
+// explains it, ErrNotAcquired for the hold (NoWait, or the wait elapsed),
+// or ctx's error.
+func (w *lossWait) wait(ctx context.Context, c *Client, err error, opts AcquireOptions, deadline <-chan time.Time) error {
+	hold := c.lossHold(ctx, err)
+	switch {
+	case hold == nil:
+		return err
+	case hold.Until.IsZero() && opts.NoWait:
+		return err
+	case hold.Until.IsZero() && w.unrecorded.IsZero():
+		w.unrecorded = time.Now()
+	case hold.Until.IsZero() && time.Since(w.unrecorded) > LossNoticeWait:
+		return err
+	case opts.NoWait:
+		return &notAcquired{cause: hold}
+	}
+	if msg := hold.Error(); msg != w.told && opts.OnLossHold != nil {
+		w.told = msg
+		opts.OnLossHold(*hold)
+	}
+	if err := sleepHold(ctx, hold, deadline); err != nil {
+		if errors.Is(err, ErrNotAcquired) {
+			return &notAcquired{cause: hold, wait: opts.Wait}
+		}
+		return err
+	}
+	return nil
 }
 
 // lossHold is the data-loss hold that explains err, from TryAcquire, or
@@ -433,8 +452,10 @@ func (c *Client) rideOut(ctx context.Context, err error, opts AcquireOptions, de
 }
 
 // unreachable reports whether err says that the backend could not be
-// reached, dropped the connection or is still starting up (Redis LOADING),
-// rather than refusing the request.
+// reached, dropped the connection, is still starting up (Redis LOADING) or
+// is a replica now (Redis READONLY, MASTERDOWN: a failover under way; the
+// client drops such a connection and dials the address again), rather
+// than refusing the request.
 func unreachable(err error) bool {
 	if ne, ok := errors.AsType[net.Error](err); ok && ne != nil {
 		return true
@@ -444,7 +465,13 @@ func unreachable(err error) bool {
 			return true
 		}
 	}
-	return strings.Contains(err.Error(), "LOADING ")
+	msg := err.Error()
+	for _, code := range []string{"LOADING ", "READONLY ", "MASTERDOWN "} {
+		if strings.Contains(msg, code) {
+			return true
+		}
+	}
+	return false
 }
 
 // sleepHold waits while hold runs: until it ends (then a little more, for

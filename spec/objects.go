@@ -50,11 +50,11 @@ var backendTypes = []string{TypeSQLite, TypeMySQL, TypeRedis, TypeMemcached}
 var backendFields = map[string][]string{
 	TypeSQLite:    {"type", "path"},
 	TypeMySQL:     {"type", "dsn", "table_prefix"},
-	TypeRedis:     {"type", "url", "key_prefix"},
+	TypeRedis:     {"type", "url", "key_prefix", "durable"},
 	TypeMemcached: {"type", "servers", "key_prefix"},
 }
 
-var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "key_prefix", "servers"}
+var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "key_prefix", "durable", "servers"}
 
 var tablePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
 
@@ -150,6 +150,7 @@ func (l *loader) decodeBackends(s *Spec) {
 			if v, _, ok := l.expandField(fs, "key_prefix", false); ok {
 				b.KeyPrefix = v
 			}
+			b.Durable = fs.boolean("durable")
 		case TypeMemcached:
 			b.Servers = l.servers(fs)
 			b.KeyPrefix = defaultKeyPrefix

@@ -63,6 +63,9 @@ type Backend struct {
 	TablePrefix string `json:"table_prefix,omitempty"`
 	// redis
 	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
+	// redis: durable: true states that no acknowledged write is lost across
+	// a restart or failover, so a restart holds no semaphore.
+	Durable bool `json:"durable,omitempty"`
 	// redis, memcached
 	KeyPrefix string   `json:"key_prefix,omitempty"`
 	Servers   []string `json:"servers,omitempty"`

@@ -37,6 +37,7 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypeRedis:
+		opts.Durable = b.Durable
 		s, err := redis.Open(ctx, b.Name, b.URL, b.KeyPrefix, opts)
 		if err != nil {
 			return nil, err

@@ -31,6 +31,8 @@ type Store struct {
 	// handle (semaphore.go, queue.go).
 	sems   semState
 	queues queueState
+	// loss is the hold after a restart or failover (marker.go).
+	loss lossHold
 }
 
 // Open connects to the Redis server named by url (redis:// or rediss://,
@@ -47,7 +49,11 @@ func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Option
 	// Blocking calls (BLPOP) carry their own timeout, and the context ends
 	// the others.
 	o.ContextTimeoutEnabled = true
-	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: goredis.NewClient(o)}
+	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}}
+	// Every new connection checks the server against the data-loss marker
+	// before it serves anything: a restart or failover is handled there.
+	o.OnConnect = s.checkServer
+	s.rdb = goredis.NewClient(o)
 	s.queues.claims.Limit = queueMaxClaimGroup
 	s.queues.acks.Limit, s.queues.acks.Timeout = queueMaxAckBatch, queueAckTimeout
 	s.rdb.AddHook(tripCounter{&s.trips})
