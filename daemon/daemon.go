@@ -610,10 +610,12 @@ func (d *Daemon) markerLoop(ctx context.Context) {
 					continue
 				}
 				holds[name] = st.HoldUntil
-				d.resyncIn(st.HoldUntil.Sub(st.Now))
-				if st.Holding() { // recorded here, by another host, or by a sem run
-					d.logLoss(reconcile.LostBackend{Backend: name, Recorded: true, Cause: st.Cause, HoldUntil: st.HoldUntil, Left: st.HoldUntil.Sub(st.Now)})
-				}
+				left := max(st.HoldUntil.Sub(st.Now), 0)
+				d.resyncIn(left)
+				// Recorded here, by another host, or by a sem run; perhaps
+				// over already (a check that failed while the backend
+				// restarted): logged once either way.
+				d.logLoss(reconcile.LostBackend{Backend: name, Recorded: true, Cause: st.Cause, HoldUntil: st.HoldUntil, Left: left})
 			}
 		} else if time.Since(remembered) >= d.cfg.ResyncEvery {
 			remembered = time.Now()

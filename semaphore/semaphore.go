@@ -436,7 +436,7 @@ func (c *Client) lossHold(ctx context.Context, err error) *backends.LossHoldErro
 // at once for any other error, and once ctx or the wait ended (the caller
 // then reports err).
 func (c *Client) rideOut(ctx context.Context, err error, opts AcquireOptions, deadline <-chan time.Time, pause *time.Duration) bool {
-	if opts.NoWait || ctx.Err() != nil || !unreachable(err) {
+	if opts.NoWait || ctx.Err() != nil || !Unreachable(err) {
 		return false
 	}
 	*pause = min(max(*pause*2, 100*time.Millisecond), 2*time.Second)
@@ -451,12 +451,12 @@ func (c *Client) rideOut(ctx context.Context, err error, opts AcquireOptions, de
 	return false
 }
 
-// unreachable reports whether err says that the backend could not be
+// Unreachable reports whether err says that the backend could not be
 // reached, dropped the connection, is still starting up (Redis LOADING) or
 // is a replica now (Redis READONLY, MASTERDOWN: a failover under way; the
 // client drops such a connection and dials the address again), rather
 // than refusing the request.
-func unreachable(err error) bool {
+func Unreachable(err error) bool {
 	if ne, ok := errors.AsType[net.Error](err); ok && ne != nil {
 		return true
 	}

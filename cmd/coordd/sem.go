@@ -48,9 +48,12 @@ the rest are dropped, per user id or per file), and the child gets
 COORDD_SEMAPHORE_KEY too. sem status lists a keyed semaphore's live
 instances, or with --key the one instance.
 
-A backend that lost its data (a Redis or memcached restarted empty)
-holds its semaphores for their longest lease: sem run waits for that too,
-saying so on a terminal, or with --no-wait exits 75.
+A backend that lost its data (a Redis or memcached restarted empty), or a
+Redis that restarted or failed over, holds its semaphores for their longest
+lease: sem run waits for that too, saying so on a terminal, or with
+--no-wait exits 75. A waiting sem run also rides out a backend it cannot
+reach for a moment (a restart, a failover): at the start for up to --wait
+(30s without it), and while it waits for as long as the wait.
 
 Exit status of sem run:
   the child's code, or 128+N when signal N killed it
@@ -130,6 +133,38 @@ func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarg
 			name, local.Limit, local.Lease, local.MaxHold, st.Config.Limit, st.Config.Lease, st.Config.MaxHold)
 	}
 	return &semTarget{name: name, key: key, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
+}
+
+// openRideOut bounds how long a waiting sem run without --wait keeps
+// trying to reach a backend it cannot reach when it starts: long enough
+// for a restart or a failover, short enough that a wrong address fails.
+const openRideOut = 30 * time.Second
+
+// openSemRiding is openSem that, unless noWait, rides out a backend it
+// cannot reach (semaphore.Unreachable: a restart, a failover), trying
+// again with pauses up to 2 s, for the wait or openRideOut, until waitCtx
+// ends (a signal). On a terminal it says so once.
+func openSemRiding(ctx, waitCtx context.Context, env *cliEnv, path, name, key string, noWait bool, wait time.Duration) (*semTarget, error) {
+	limit := openRideOut
+	if wait > 0 {
+		limit = wait
+	}
+	start := time.Now()
+	for pause, told := 100*time.Millisecond, false; ; pause = min(pause*2, 2*time.Second) {
+		t, err := openSem(ctx, env, path, name, key)
+		if err == nil || noWait || !semaphore.Unreachable(err) || time.Since(start)+pause > limit {
+			return t, err
+		}
+		if !told && env.stderrTerminal {
+			told = true
+			fmt.Fprintf(env.stderr, "coordd sem run: cannot reach the backend of semaphore %s, trying again for up to %v: %v\n", name, limit, err)
+		}
+		select {
+		case <-time.After(pause):
+		case <-waitCtx.Done():
+			return nil, err
+		}
+	}
 }
 
 // lossExplainsMissing reports whether semaphore backend b, which lacks a
@@ -244,11 +279,21 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		}
 	}()
 
-	t, err := openSem(ctx, env, *path, name, *key)
+	started := time.Now()
+	t, err := openSemRiding(ctx, waitCtx, env, *path, name, *key, *noWait, *wait)
 	if err != nil {
 		close(stopWatch)
+		<-watchDone
+		if waitSig != nil {
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", name, waitSig)
+			return 128 + int(waitSig.(syscall.Signal))
+		}
 		reportErr(env, "coordd sem run", err)
 		return child.ExitCoorddFailed
+	}
+	if *wait > 0 {
+		// The time spent reaching the backend counts against the wait.
+		*wait = max(*wait-time.Since(started), time.Millisecond)
 	}
 	defer t.backend.Close()
 	cl, err := semaphore.New(t.backend, hid)
