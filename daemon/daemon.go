@@ -113,6 +113,10 @@ type Daemon struct {
 	kick    chan struct{} // leader work: apply check, resync
 	// resyncKick asks the leader for a resync now (a data-loss hold ended).
 	resyncKick chan struct{}
+	// lossLogged is the end of the last data-loss hold logged per backend
+	// (logLoss), under lossMu.
+	lossMu     sync.Mutex
+	lossLogged map[string]time.Time
 
 	// checkedHash is the local spec hash that maybeApply last found
 	// applied (or applied, or found superseded), at checkedAt (monotonic):
@@ -252,9 +256,7 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 // and the config applied there. The scheduler puts `semaphore "NAME": ` in
 // front of its errors, which therefore do not name it again.
 func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreConfig, error) {
-	d.mu.Lock()
-	s, e := d.spec, d.engine
-	d.mu.Unlock()
+	s, e := d.current()
 	local := s.Semaphores[name]
 	if local == nil {
 		return nil, backends.SemaphoreConfig{}, errors.New("not declared in the local spec")
@@ -271,11 +273,18 @@ func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreCo
 	if err != nil {
 		return nil, backends.SemaphoreConfig{}, err
 	}
-	if m[name] == nil {
+	cfg := backends.SemaphoreConfig{}
+	if m[name] != nil {
+		cfg = m[name].Config
+	} else if back, err := e.LossExplainsMissing(context.Background(), local.Backend); err != nil || !back {
 		return nil, backends.SemaphoreConfig{}, errors.New("not applied; run coordd apply")
+	} else {
+		// Held after a data loss: the run waits for it in Acquire, and
+		// the local declaration stands in for the applied one.
+		cfg = backends.SemaphoreConfig{Limit: local.Limit, Lease: local.Lease, MaxHold: local.MaxHold}
 	}
 	c, err := semaphore.New(b, d.cfg.HostID)
-	return c, m[name].Config, err
+	return c, cfg, err
 }
 
 // Run runs until ctx ends or a shutdown signal arrives, then shuts down
@@ -590,20 +599,60 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 	}
 }
 
-// markerLoop remembers the data-loss markers of the backends that can
-// lose their data, at start and then every resync period, on every host
-// (see reconcile.Engine.RememberMarkers). With no such backend it returns.
+// lossCheckEvery is how often the leader reads the data-loss marker of
+// each backend that can lose its data (one cheap read each), so that a
+// loss, a restart or a failover is noticed, and its hold started, within
+// seconds rather than at the next resync.
+const lossCheckEvery = 2 * time.Second
+
+// markerLoop watches the data-loss markers of the backends that can lose
+// their data. On the leader it runs reconcile.Engine.NoticeLoss every
+// lossCheckEvery: a loss is recorded at once, and a resync is scheduled
+// for just after each hold it sees, so the semaphores come back then even
+// when another leader recorded the hold. Other hosts only remember the
+// markers (reconcile.Engine.RememberMarkers), at start and every resync
+// period: any of them may lead when a loss happens. With no such backend
+// it returns.
 func (d *Daemon) markerLoop(ctx context.Context) {
 	_, e := d.current()
 	if !e.HasLossGuard() {
 		return
 	}
-	t := time.NewTicker(d.cfg.ResyncEvery)
+	t := time.NewTicker(lossCheckEvery)
 	defer t.Stop()
+	var remembered time.Time
+	holds := map[string]time.Time{} // the hold ends already scheduled
+	failing := false
 	for {
 		_, e := d.current()
-		if err := e.RememberMarkers(ctx); err != nil && ctx.Err() == nil {
+		var err error
+		if _, leading := d.elector.Leading(); leading {
+			var states map[string]backends.LossState
+			states, _, err = e.NoticeLoss(ctx)
+			for name, st := range states {
+				if st.HoldUntil.IsZero() || holds[name].Equal(st.HoldUntil) || st.Now.Sub(st.HoldUntil) > backends.LossRecreateGrace {
+					continue
+				}
+				holds[name] = st.HoldUntil
+				left := max(st.HoldUntil.Sub(st.Now), 0)
+				d.resyncIn(left)
+				// Recorded here, by another host, or by a sem run; perhaps
+				// over already (a check that failed while the backend
+				// restarted): logged once either way.
+				d.logLoss(reconcile.LostBackend{Backend: name, Recorded: true, Cause: st.Cause, HoldUntil: st.HoldUntil, Left: left})
+			}
+		} else if time.Since(remembered) >= d.cfg.ResyncEvery {
+			remembered = time.Now()
+			err = e.RememberMarkers(ctx)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
 			d.log.Warn("reading the data-loss markers", "error", err)
+		case err != nil && ctx.Err() == nil:
+			d.log.Debug("reading the data-loss markers", "error", err)
+		case err == nil:
+			failing = false
 		}
 		select {
 		case <-ctx.Done():
@@ -611,6 +660,41 @@ func (d *Daemon) markerLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// resyncIn asks the leader for a resync once d has passed, plus a moment:
+// a data-loss hold ends then, and the semaphores it held come back.
+func (d *Daemon) resyncIn(left time.Duration) {
+	time.AfterFunc(max(left, 0)+100*time.Millisecond, func() {
+		select {
+		case d.resyncKick <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// logLoss logs a data loss (or a restart or failover that may have lost
+// writes) with its hold, once per hold.
+func (d *Daemon) logLoss(l reconcile.LostBackend) {
+	d.lossMu.Lock()
+	seen := d.lossLogged[l.Backend].Equal(l.HoldUntil)
+	if !seen {
+		if d.lossLogged == nil {
+			d.lossLogged = map[string]time.Time{}
+		}
+		d.lossLogged[l.Backend] = l.HoldUntil
+	}
+	d.lossMu.Unlock()
+	if seen {
+		return
+	}
+	if l.Cause == backends.LossCauseChanged {
+		d.log.Warn("backend restarted or failed over and may have lost its last writes: its semaphores grant no slot until holders from before have stopped",
+			"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
+		return
+	}
+	d.log.Warn("backend lost its data: its semaphores come back once holders from before the loss have stopped",
+		"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
 }
 
 // repairWakeups wakes semaphore waiters that a lost release left asleep, on
@@ -742,12 +826,7 @@ func (d *Daemon) resync(ctx context.Context) {
 func (d *Daemon) resyncAfterHold(p *reconcile.Plan) {
 	for _, l := range p.Lost {
 		if l.Recorded && l.Left > 0 {
-			time.AfterFunc(l.Left+100*time.Millisecond, func() {
-				select {
-				case d.resyncKick <- struct{}{}:
-				default:
-				}
-			})
+			d.resyncIn(l.Left)
 		}
 	}
 }
@@ -767,8 +846,7 @@ func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {
 	}
 	if res != nil {
 		for _, l := range res.LossRecorded {
-			d.log.Warn("backend lost its data: its semaphores come back once holders from before the loss have stopped",
-				"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
+			d.logLoss(l)
 		}
 	}
 }

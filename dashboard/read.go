@@ -63,6 +63,9 @@ type backendRow struct {
 	Now        time.Time
 	Skew       time.Duration
 	Err        string
+	// Hold says that the backend holds its semaphores after a data loss,
+	// and until when ("" when it does not).
+	Hold string
 }
 
 type planView struct {
@@ -142,6 +145,11 @@ func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (
 			row.Now = now
 			row.Skew = now.Sub(sent.Add(time.Since(sent) / 2)).Round(time.Millisecond)
 		}
+		if lg, ok := b.(backends.LossGuard); ok && row.Err == "" {
+			if ls, err := lg.ObserveLoss(ctx); err == nil && ls.Holding() {
+				row.Hold = (&backends.LossHoldError{Backend: n, Cause: ls.Cause, Until: ls.HoldUntil, Left: ls.HoldUntil.Sub(ls.Now)}).Error()
+			}
+		}
 		c.Backends = append(c.Backends, row)
 	}
 	c.Plan = d.plans.get(ctx, s, e)
@@ -213,6 +221,9 @@ func (c *planCache) get(ctx context.Context, s *spec.Spec, e *reconcile.Engine) 
 func lostText(l reconcile.LostBackend) string {
 	if !l.Recorded {
 		return fmt.Sprintf("backend %s lost its data; the next apply records it and holds its semaphores back for %s", l.Backend, span(l.Left))
+	}
+	if l.Cause == backends.LossCauseChanged {
+		return fmt.Sprintf("backend %s restarted or failed over and may have lost its last writes; its semaphores grant no slot until %s (%s more)", l.Backend, stamp(l.HoldUntil), span(l.Left))
 	}
 	return fmt.Sprintf("backend %s lost its data; its semaphores are held back until %s (%s more)", l.Backend, stamp(l.HoldUntil), span(l.Left))
 }

@@ -13,7 +13,8 @@
 //     reload and one in progress, and the semaphores, queues and cron tasks (paused or not),
 //     which a collector observes on their backends (one ObserveSemaphores,
 //     one ObserveQueues and one ObserveCrons call per backend, all
-//     backends at once), bounded by ObserveTimeout so that a slow backend
+//     backends at once), and the data-loss marker of a backend that can
+//     lose its data, bounded by ObserveTimeout so that a slow backend
 //     cannot hang a scrape;
 //   - the host registry (a Source that is also a HostSource): this host's
 //     spec hash against the applied one, as the daemon last read it, and
@@ -222,6 +223,10 @@ var (
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
 		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
+	descLossHold = prometheus.NewDesc("coordd_backend_loss_hold_until_timestamp_seconds",
+		"Unix time (backend clock) at which the backend's data-loss hold ends, while one runs (cause: lost, the data is gone and its semaphores come back then; changed, a restart or failover that may have lost writes, and no slot is granted until then); absent otherwise.", []string{"backend", "cause"}, nil)
+	descLossHoldLeft = prometheus.NewDesc("coordd_backend_loss_hold_seconds",
+		"What is left of the backend's data-loss hold, by the backend's clock; 0 when none runs (backends that can lose their data only).", []string{"backend"}, nil)
 	descHashMatches = prometheus.NewDesc("coordd_spec_hash_matches_applied",
 		"1 if this host's spec hash is the latest applied one, 0 if it differs (a rollout in flight or a stale checkout); absent until the applied hash was read, or before the first apply.", nil, nil)
 	descSpecInfo = prometheus.NewDesc("coordd_spec_info",
@@ -238,7 +243,7 @@ type collector struct{ m *Metrics }
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
 		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused,
-		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
+		descLossHold, descLossHoldLeft, descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
 }
@@ -413,6 +418,25 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			if st := states[n]; st != nil {
 				out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend))
 			}
+		}
+	}
+	if lg, isLoss := o.B.(backends.LossGuard); isLoss {
+		start := time.Now()
+		st, err := lg.ObserveLoss(ctx)
+		c.m.RoundTrip(o.Backend, "observe_loss", time.Since(start))
+		switch {
+		case err != nil:
+			ok = false
+		case st.Holding():
+			cause := st.Cause
+			if cause == "" {
+				cause = backends.LossCauseLost
+			}
+			out = append(out,
+				gauge(descLossHold, float64(st.HoldUntil.UnixNano())/1e9, o.Backend, cause),
+				gauge(descLossHoldLeft, st.HoldUntil.Sub(st.Now).Seconds(), o.Backend))
+		default:
+			out = append(out, gauge(descLossHoldLeft, 0, o.Backend))
 		}
 	}
 	out[0] = gauge(descObserveOK, b2f(ok), o.Backend)

@@ -288,6 +288,15 @@ func TestSingleBackendIsDefault(t *testing.T) {
 	}
 }
 
+// TestRedisDurable: durable: true on a redis backend states that it loses
+// no acknowledged write; it is false unless declared.
+func TestRedisDurable(t *testing.T) {
+	s := mustLoad(t, one("backends:\n  r: {type: redis, url: \"redis://h:6379/0\", durable: true}\n  c: {type: redis, url: \"redis://h:6379/1\"}\ncluster: {backend: r}\n"), LoadOptions{})
+	if !s.Backends["r"].Durable || s.Backends["c"].Durable {
+		t.Errorf("durable: r %v, c %v; want true, false", s.Backends["r"].Durable, s.Backends["c"].Durable)
+	}
+}
+
 func TestSQLitePaths(t *testing.T) {
 	s := mustLoad(t, map[string]string{
 		"/etc/coordd/conf.d/a.yaml": "backends:\n  rel: {type: sqlite, path: data/x.db}\n  abs: {type: sqlite, path: /srv/y.db}\n  def: {type: sqlite}\ncluster: {backend: rel}\n",

@@ -51,11 +51,11 @@ var backendTypes = []string{TypeSQLite, TypeMySQL, TypeRedis, TypeMemcached}
 var backendFields = map[string][]string{
 	TypeSQLite:    {"type", "path"},
 	TypeMySQL:     {"type", "dsn", "table_prefix"},
-	TypeRedis:     {"type", "url", "sentinel", "key_prefix"},
+	TypeRedis:     {"type", "url", "sentinel", "key_prefix", "durable"},
 	TypeMemcached: {"type", "servers", "key_prefix"},
 }
 
-var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "sentinel", "key_prefix", "servers"}
+var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "sentinel", "key_prefix", "durable", "servers"}
 
 // sentinelFields are the fields of a redis backend's sentinel.
 var sentinelFields = []string{"master", "addrs", "db", "username", "password", "sentinel_password"}
@@ -161,6 +161,7 @@ func (l *loader) decodeBackends(s *Spec) {
 			if v, _, ok := l.expandField(fs, "key_prefix", false); ok {
 				b.KeyPrefix = v
 			}
+			b.Durable = fs.boolean("durable")
 		case TypeMemcached:
 			b.Servers = l.servers(fs)
 			b.KeyPrefix = defaultKeyPrefix

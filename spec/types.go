@@ -77,6 +77,9 @@ type Backend struct {
 	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
 	// Sentinel, instead of URL, finds the primary through Redis Sentinel.
 	Sentinel *RedisSentinel `json:"sentinel,omitempty"`
+	// redis: durable: true states that no acknowledged write is lost across
+	// a restart or failover, so a restart holds no semaphore.
+	Durable bool `json:"durable,omitempty"`
 	// redis, memcached
 	KeyPrefix string   `json:"key_prefix,omitempty"`
 	Servers   []string `json:"servers,omitempty"`

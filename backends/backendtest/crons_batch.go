@@ -111,7 +111,7 @@ func testCronsBatch(t *testing.T, h Harness) {
 		if runs := c.history("busy"); len(runs) != 2 {
 			t.Fatalf("busy: history of %d runs after a refused claim, want the 2 manual ones", len(runs))
 		}
-		if o := c.claim(manual("busy", newOwner("after"), time.Hour)); o.Fencing != fencingBusy+1 {
+		if o := c.claim(manual("busy", newOwner("after"), time.Hour)); o.Fencing != fencingBusy+1 && (!h.ClockFencing || o.Fencing <= fencingBusy) {
 			t.Fatalf("busy: fencing %d after the refused claim, want %d", o.Fencing, fencingBusy+1)
 		}
 		run, err := c.Running(ctx, "a")

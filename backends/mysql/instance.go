@@ -57,7 +57,7 @@ const (
 
 	// qInstNextFencing bumps the semaphore's fencing counter, returning the
 	// new number in the OK packet.
-	qInstNextFencing = "UPDATE `{p}semaphores` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?"
+	qInstNextFencing = "UPDATE `{p}semaphores` SET fencing = LAST_INSERT_ID(" + nextFencing + ") WHERE name = ?"
 
 	// qInstTake records a new holder.
 	qInstTake = "INSERT INTO `{p}semaphore_instance_slots` (name, ikey, slot, owner, host, pid, fencing, acquired_at, expires_at)\n" +

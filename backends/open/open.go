@@ -51,6 +51,7 @@ func open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypeRedis:
+		opts.Durable = b.Durable
 		if b.Sentinel != nil {
 			s, err := redis.OpenSentinel(ctx, b.Name, b.Sentinel, b.KeyPrefix, opts)
 			if err != nil {

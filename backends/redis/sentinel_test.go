@@ -17,7 +17,9 @@ import (
 
 // TestSentinelStoreFollowsFailover opens a store through one Sentinel,
 // switches primary and replica, and sees the store's writes reach the new
-// primary.
+// primary, and the store's first connection to it notice the change of
+// server (the marker's check runs on the primary's connections, not on
+// the Sentinels').
 func TestSentinelStoreFollowsFailover(t *testing.T) {
 	ctx := context.Background()
 	p := testenv.StartRedis(t)
@@ -29,6 +31,9 @@ func TestSentinelStoreFollowsFailover(t *testing.T) {
 	}
 	defer s.Close()
 	if _, err := s.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkLoss(ctx, false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sn.Addr()})
@@ -68,6 +73,13 @@ func TestSentinelStoreFollowsFailover(t *testing.T) {
 	}
 	if info, err := rc.Info(ctx, "replication").Result(); err != nil || !strings.Contains(info, "role:master") {
 		t.Fatalf("the replica is not primary: %v\n%s", err, info)
+	}
+	ls, err := s.ObserveLoss(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ls.Holding() || ls.Cause != backends.LossCauseChanged {
+		t.Fatalf("after the failover: %+v, want a hold for a changed server", ls)
 	}
 }
 
