@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
+	"github.com/coordd/coordd/internal/mysqldsn"
 	"go.yaml.in/yaml/v3"
 )
 
