@@ -469,7 +469,7 @@ func TestUserDocsSelfContained(t *testing.T) {
 		}
 		return err
 	})
-	// A design cited by number, or the project's history ("issue 13"),
+	// A design cited by number, or the project's history (an issue number),
 	// means nothing to a reader: the docs say the behaviour instead.
 	history := regexp.MustCompile(`(?i)\b(seeds? ?\d{3}|issues? \d+)\b`)
 	for _, f := range files {
