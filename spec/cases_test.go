@@ -39,6 +39,7 @@ var goodSpecs = []string{
 	"queues:\n  q: {max_payload: 64KiB, unique: pending, timeout: 1m}\n",
 	mcPrefix("app/prod~1:" + strings.Repeat("x", MaxMemcachedKeyPrefix-11)), // printable, at the length limit
 	"backends:\n  db: {type: mysql, dsn: \"u:${PW:-x}@tcp(h:3306)/d\", table_prefix: app_}\nsemaphores:\n  s: {limit: 2, mode: session, wake: kill}\nqueues:\n  q: {claim: skip_locked}\n",
+	"backends:\n  r:\n    type: redis\n    sentinel: {master: mymaster, addrs: [\"s1:26379\", \"s2:26379\"], db: 2, username: app, password: \"${PW:-x}\", sentinel_password: \"${SPW:-y}\"}\ncluster: {backend: r}\n",
 }
 
 // badCase is a spec with one known problem.
@@ -178,6 +179,22 @@ var badCases = []badCase{
 		pos: "a.yaml:2:25", msg: `backends.r.url: must be a redis:// or rediss:// URL, got scheme "http"`},
 	{name: "redis url missing", files: one("backends:\n  r: {type: redis}\n"),
 		pos: "a.yaml:2:3", msg: `backends.r: missing required field "url"`},
+	{name: "redis with url and sentinel", files: one("backends:\n  r: {type: redis, url: \"redis://h:6379/0\", sentinel: {master: m, addrs: [\"s1:26379\"]}}\n"),
+		pos: "a.yaml:2:55", msg: `backends.r.sentinel: cannot be used with "url"`},
+	{name: "sentinel without master", files: one("backends:\n  r:\n    type: redis\n    sentinel: {addrs: [\"s1:26379\"]}\n"),
+		pos: "a.yaml:4:5", msg: `backends.r.sentinel: missing required field "master"`},
+	{name: "sentinel without addrs", files: one("backends:\n  r:\n    type: redis\n    sentinel: {master: mymaster}\n"),
+		pos: "a.yaml:4:5", msg: `backends.r.sentinel: missing required field "addrs"`},
+	{name: "sentinel address without port", files: one("backends:\n  r:\n    type: redis\n    sentinel:\n      master: mymaster\n      addrs: [\"s1:26379\", \"s2\"]\n"),
+		pos: "a.yaml:6:27", msg: `backends.r.sentinel.addrs[1]: must be host:port, got "s2"`},
+	{name: "sentinel unknown field", files: one("backends:\n  r:\n    type: redis\n    sentinel: {master: m, addrs: [\"s:1\"], url: \"redis://x\"}\n"),
+		pos: "a.yaml:4:43", msg: `backends.r.sentinel: unknown field "url"`},
+	{name: "sentinel negative db", files: one("backends:\n  r:\n    type: redis\n    sentinel: {master: m, addrs: [\"s:1\"], db: -1}\n"),
+		pos: "a.yaml:4:47", msg: `backends.r.sentinel.db: must be at least 0, got -1`},
+	{name: "sentinel not a mapping", files: one("backends:\n  r: {type: redis, sentinel: \"s1:26379\"}\n"),
+		pos: "a.yaml:2:30", msg: `backends.r.sentinel: must be a mapping of settings, got string "s1:26379"`},
+	{name: "sentinel password not a string", files: one("backends:\n  r:\n    type: redis\n    sentinel: {master: m, addrs: [\"s:1\"], password: 12345}\n"),
+		pos: "a.yaml:4:53", msg: `backends.r.sentinel.password: must be a string, got integer`},
 	{name: "invalid mysql dsn", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)\"}\n"),
 		pos: "a.yaml:2:26", msg: "backends.db.dsn: is not a valid MySQL DSN: invalid DSN: missing the slash"},
 	{name: "bad mysql pool parameter", files: one("backends:\n  db: {type: mysql, dsn: \"u:hunter2@tcp(h:3306)/d?maxOpenConns=0\"}\n"),

@@ -51,11 +51,14 @@ var backendTypes = []string{TypeSQLite, TypeMySQL, TypeRedis, TypeMemcached}
 var backendFields = map[string][]string{
 	TypeSQLite:    {"type", "path"},
 	TypeMySQL:     {"type", "dsn", "table_prefix"},
-	TypeRedis:     {"type", "url", "key_prefix"},
+	TypeRedis:     {"type", "url", "sentinel", "key_prefix"},
 	TypeMemcached: {"type", "servers", "key_prefix"},
 }
 
-var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "key_prefix", "servers"}
+var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "sentinel", "key_prefix", "servers"}
+
+// sentinelFields are the fields of a redis backend's sentinel.
+var sentinelFields = []string{"master", "addrs", "db", "username", "password", "sentinel_password"}
 
 var tablePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
 
@@ -137,13 +140,20 @@ func (l *loader) decodeBackends(s *Spec) {
 				}
 			}
 		case TypeRedis:
-			if !fs.has("url") {
-				fs.missing("url", ", e.g. \"redis://cache1:6379/0\"")
-			} else if v, checkable, ok := l.expandField(fs, "url", true); ok {
-				b.URL = v
-				if checkable {
-					if msg := checkRedisURL(v); msg != "" {
-						fs.errf("url", "%s", msg)
+			switch {
+			case fs.has("url") && fs.has("sentinel"):
+				fs.errf("sentinel", "cannot be used with %s: give either one server's url or the Sentinels and the master name", quote("url"))
+			case fs.has("sentinel"):
+				b.Sentinel = l.sentinel(fs)
+			case !fs.has("url"):
+				fs.missing("url", ", e.g. \"redis://cache1:6379/0\" (or \"sentinel\" with master and addrs)")
+			default:
+				if v, checkable, ok := l.expandField(fs, "url", true); ok {
+					b.URL = v
+					if checkable {
+						if msg := checkRedisURL(v); msg != "" {
+							fs.errf("url", "%s", msg)
+						}
 					}
 				}
 			}
@@ -309,24 +319,62 @@ func checkRedisURL(v string) string {
 
 // servers reads memcached's host:port list.
 func (l *loader) servers(fs *fieldSet) []string {
-	n, ok := fs.scalar("servers")
+	return l.hostPorts(fs, "servers", ", e.g. [\"mc1:11211\", \"mc2:11211\"]")
+}
+
+// sentinel reads a redis backend's sentinel mapping.
+func (l *loader) sentinel(parent *fieldSet) *RedisSentinel {
+	fs := l.fields(parent.file, parent.addr+".sentinel", parent.keys["sentinel"], parent.node("sentinel"), sentinelFields, nil)
+	if fs == nil {
+		return nil
+	}
+	if n := parent.node("sentinel"); n == nil || isNull(n) {
+		parent.errf("sentinel", "must be a mapping with master and addrs, e.g. {master: mymaster, addrs: [\"sentinel1:26379\"]}")
+		return nil
+	}
+	out := &RedisSentinel{}
+	if !fs.has("master") {
+		fs.missing("master", ", the name the Sentinels monitor, e.g. mymaster")
+	} else if v, checkable, ok := l.expandField(fs, "master", false); ok {
+		out.Master = v
+		if checkable && (v == "" || strings.ContainsAny(v, " \t\r\n")) {
+			fs.errf("master", "must be a name without spaces, got %s", quote(v))
+		}
+	}
+	out.Addrs = l.hostPorts(fs, "addrs", ", e.g. [\"sentinel1:26379\", \"sentinel2:26379\", \"sentinel3:26379\"]")
+	out.DB, _ = fs.intRange("db", 0, 0, 0)
+	if v, _, ok := l.expandField(fs, "username", false); ok {
+		out.Username = v
+	}
+	if v, _, ok := l.expandField(fs, "password", true); ok {
+		out.Password = v
+	}
+	if v, _, ok := l.expandField(fs, "sentinel_password", true); ok {
+		out.SentinelPassword = v
+	}
+	return out
+}
+
+// hostPorts reads a list of host:port.
+func (l *loader) hostPorts(fs *fieldSet, name, example string) []string {
+	n, ok := fs.scalar(name)
 	if !ok {
-		if !fs.has("servers") {
-			fs.missing("servers", ", e.g. [\"mc1:11211\", \"mc2:11211\"]")
+		if !fs.has(name) {
+			fs.missing(name, example)
 		}
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		fs.errf("servers", "must be a list of host:port, got %s", describe(n, false))
+		fs.errf(name, "must be a list of host:port, got %s", describe(n, false))
 		return nil
 	}
 	if len(n.Content) == 0 {
-		fs.errf("servers", "must list at least one host:port")
+		fs.errf(name, "must list at least one host:port")
 		return nil
 	}
 	var out []string
 	for i, e := range n.Content {
-		addr := fmt.Sprintf("%s.servers[%d]", fs.addr, i)
+		addr := fmt.Sprintf("%s.%s[%d]", fs.addr, name, i)
 		if e.Kind == yaml.AliasNode {
 			continue
 		}

@@ -143,6 +143,17 @@ func RedactSecrets(msg string, values ...string) string {
 	return msg
 }
 
+// RedactPasswords is RedactSecrets for values that are passwords
+// themselves (a redis sentinel's), not connection strings holding one.
+func RedactPasswords(msg string, passwords ...string) string {
+	for _, p := range passwords {
+		if p != "" {
+			msg = redactFragments(msg, p)
+		}
+	}
+	return msg
+}
+
 // redactFragments hides in msg every common substring with secret of at
 // least minFragment bytes (the whole secret when it is shorter).
 func redactFragments(msg, secret string) string {

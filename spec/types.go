@@ -75,6 +75,8 @@ type Backend struct {
 	TablePrefix string `json:"table_prefix,omitempty"`
 	// redis
 	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
+	// Sentinel, instead of URL, finds the primary through Redis Sentinel.
+	Sentinel *RedisSentinel `json:"sentinel,omitempty"`
 	// redis, memcached
 	KeyPrefix string   `json:"key_prefix,omitempty"`
 	Servers   []string `json:"servers,omitempty"`
@@ -228,4 +230,18 @@ type Schedule interface {
 	Next(t time.Time) time.Time
 	// String returns the schedule as written.
 	String() string
+}
+
+// RedisSentinel names a Redis primary by the Sentinels that watch it; the
+// client asks them for the primary's address and follows a failover.
+type RedisSentinel struct {
+	Master string   `json:"master"`
+	Addrs  []string `json:"addrs"`
+	DB     int      `json:"db,omitempty"`
+	// Username and Password authenticate to the Redis servers,
+	// SentinelPassword to the Sentinels. Passwords are never printed nor
+	// hashed.
+	Username         string `json:"username,omitempty"`
+	Password         string `json:"-"`
+	SentinelPassword string `json:"-"`
 }

@@ -27,7 +27,11 @@ func Open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 	}
 	s, err := open(ctx, b, opts)
 	if err != nil {
-		return nil, redacted(err, b.DSN, b.URL)
+		err = redacted(err, b.DSN, b.URL)
+		if b.Sentinel != nil {
+			err = redactedPasswords(err, b.Sentinel.Password, b.Sentinel.SentinelPassword)
+		}
+		return nil, err
 	}
 	return s, nil
 }
@@ -47,6 +51,13 @@ func open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypeRedis:
+		if b.Sentinel != nil {
+			s, err := redis.OpenSentinel(ctx, b.Name, b.Sentinel, b.KeyPrefix, opts)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
 		// go-redis returns url.Parse's error, which quotes the URL; the
 		// spec loader refused such a URL already, the Go API may not have.
 		if _, err := url.Parse(b.URL); err != nil {
@@ -84,6 +95,15 @@ func (e *redactedError) Unwrap() error { return e.err }
 func redacted(err error, values ...string) error {
 	msg := err.Error()
 	if r := spec.RedactSecrets(msg, values...); r != msg {
+		return &redactedError{msg: r, err: err}
+	}
+	return err
+}
+
+// redactedPasswords is redacted for passwords given on their own.
+func redactedPasswords(err error, passwords ...string) error {
+	msg := err.Error()
+	if r := spec.RedactPasswords(msg, passwords...); r != msg {
 		return &redactedError{msg: r, err: err}
 	}
 	return err

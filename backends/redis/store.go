@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,13 +48,41 @@ func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Option
 	// Blocking calls (BLPOP) carry their own timeout, and the context ends
 	// the others.
 	o.ContextTimeoutEnabled = true
-	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: goredis.NewClient(o)}
+	return open(ctx, name, o.Addr, goredis.NewClient(o), keyPrefix, opts)
+}
+
+// OpenSentinel connects to the primary that the Sentinels of sn name, and
+// follows it through failovers: the client asks the Sentinels where the
+// primary is whenever it connects, and drops its connections to the old
+// one when a Sentinel announces a switch.
+func OpenSentinel(ctx context.Context, name string, sn *spec.RedisSentinel, keyPrefix string, opts backends.Options) (*Store, error) {
+	if sn == nil || sn.Master == "" || len(sn.Addrs) == 0 {
+		return nil, fmt.Errorf("redis %q: sentinel: a master name and at least one address are needed", name)
+	}
+	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		MasterName:       sn.Master,
+		SentinelAddrs:    sn.Addrs,
+		SentinelPassword: sn.SentinelPassword,
+		Username:         sn.Username,
+		Password:         sn.Password,
+		DB:               sn.DB,
+		// As in Open.
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	return open(ctx, name, fmt.Sprintf("master %s of sentinels %s", sn.Master, strings.Join(sn.Addrs, ",")), c, keyPrefix, opts)
+}
+
+// open wraps a client and checks that its server answers; where names
+// the server in errors.
+func open(ctx context.Context, name, where string, c *goredis.Client, keyPrefix string, opts backends.Options) (*Store, error) {
+	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: c}
 	s.queues.claims.Limit = queueMaxClaimGroup
 	s.queues.acks.Limit, s.queues.acks.Timeout = queueMaxAckBatch, queueAckTimeout
 	s.rdb.AddHook(tripCounter{&s.trips})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		s.rdb.Close()
-		return nil, fmt.Errorf("redis %q: connect to %s: %w", name, o.Addr, err)
+		return nil, fmt.Errorf("redis %q: connect to %s: %w", name, where, err)
 	}
 	return s, nil
 }
