@@ -15,7 +15,7 @@ import (
 // APIs) and again at the top of each backend's TryAcquire, Heartbeat and
 // Push, with these same functions, so that a value one backend stores is
 // stored by all of them and a refused one is refused the same way
-// everywhere (issue 14). They fit MySQL's columns: VARCHAR(255) in utf8mb4
+// everywhere. They fit MySQL's columns: VARCHAR(255) in utf8mb4
 // (255 characters, so at least 255 bytes) for keys, host ids and the owner
 // tokens built from a host id.
 const (

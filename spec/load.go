@@ -42,7 +42,7 @@ type LoadOptions struct {
 
 // Limits on what Load reads. A spec comes from the operators, but a
 // stray FIFO, a symlink to a device or a generated file gone wrong must
-// not hang or exhaust coordd (issue 14). Real specs stay far below them:
+// not hang or exhaust coordd. Real specs stay far below them:
 // 10,000 objects (reconcile's BenchmarkReconcile10k) take about 400 KB
 // written one object a line and 700 KB in block style.
 const (

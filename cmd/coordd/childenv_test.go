@@ -1,9 +1,9 @@
 package main
 
-// Issue 14, item 3: the commands coordd starts do not inherit the variables
-// that the spec's backend connection fields reference (a cron command `env`
-// printed COORDD_DB_PASSWORD into the shared run history), unless
-// cluster.child_env is inherit.
+// The commands coordd starts do not inherit the variables that the spec's
+// backend connection fields reference (else a cron command `env` prints
+// COORDD_DB_PASSWORD into the shared run history), unless cluster.child_env
+// is inherit.
 
 import (
 	"context"

@@ -35,8 +35,8 @@ queues:
 `
 
 // TestQueuePushKeyLimits: the key limits are the same on every backend and
-// checked before any backend is touched; before issue 14 the embedded
-// store took a 300-byte or invalid UTF-8 key that MySQL refuses.
+// checked before any backend is touched, so that the embedded store does
+// not take a 300-byte or invalid UTF-8 key that MySQL refuses.
 func TestQueuePushKeyLimits(t *testing.T) {
 	c := newCLI(t)
 	p := queueFixture(t, c, "{}")

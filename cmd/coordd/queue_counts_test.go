@@ -14,7 +14,7 @@ import (
 	"github.com/coordd/coordd/queue"
 )
 
-// TestQueueCountsAgree (issue 13): with jobs ready, delayed (a delayed
+// TestQueueCountsAgree: with jobs ready, delayed (a delayed
 // push, a retry in its backoff) and in flight, `coordd status` (text and
 // --json), `coordd queue stats` and the metrics collector report the same
 // ready, delayed and in-flight numbers, on every backend that holds

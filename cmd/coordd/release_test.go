@@ -1,6 +1,6 @@
 package main
 
-// Issue 14, item 7: a `sem run` release that fails (the store is down for a
+// A `sem run` release that fails (the store is down for a
 // moment) is logged and retried, so the slot is free once the store is
 // back rather than when its lease (here 1 m) ends.
 
