@@ -199,6 +199,10 @@ type AcquireOptions struct {
 	NoWait bool
 	// Wait bounds the wait; zero waits until ctx ends.
 	Wait time.Duration
+	// WaitSince is when the wait began, when the caller already waited
+	// before Acquire (`sem run` riding out a backend it could not reach):
+	// Wait counts from it. Zero: from the call.
+	WaitSince time.Time
 	// WaiterLease is how long a waiter record outlives a crashed waiter,
 	// which holds its place in line (and the slot it is entitled to) until
 	// then. Default 30s. A waiter renews its record every third of it.
@@ -289,7 +293,11 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	bucket := wakeBucket(name)
 	var deadline <-chan time.Time
 	if opts.Wait > 0 {
-		t := time.NewTimer(opts.Wait)
+		wait := opts.Wait
+		if !opts.WaitSince.IsZero() {
+			wait = max(opts.Wait-time.Since(opts.WaitSince), time.Millisecond)
+		}
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		deadline = t.C
 	}

@@ -291,10 +291,6 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		reportErr(env, "coordd sem run", err)
 		return child.ExitCoorddFailed
 	}
-	if *wait > 0 {
-		// The time spent reaching the backend counts against the wait.
-		*wait = max(*wait-time.Since(started), time.Millisecond)
-	}
 	defer t.backend.Close()
 	cl, err := semaphore.New(t.backend, hid)
 	if err != nil {
@@ -309,7 +305,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		stopTell, hold = tellWaiting(waitCtx, env, t)
 		onHold = hold.say
 	}
-	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, Key: *key, OnLossHold: onHold})
+	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, WaitSince: started, Key: *key, OnLossHold: onHold})
 	stopTell()
 	close(stopWatch)
 	<-watchDone
