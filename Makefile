@@ -10,7 +10,7 @@ PKG       := github.com/coordd/coordd
 FUZZTIME  ?= 60s
 CHAOS_DURATION ?= 5m
 CHAOS_SEED     ?=
-CHAOS_BACKENDS ?= sqlite,mysql,redis,memcached
+CHAOS_BACKENDS ?= sqlite,mysql,redis,memcached,redis-sentinel
 COORDD_DATA_DIR ?= ./.coordd-data
 
 # Version stamping: a tag from `git describe` (when the repo has tags) and the
@@ -66,9 +66,10 @@ chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the 
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
 		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/
 
-fuzz: ## Fuzz spec.Load on file contents, then on directories, 60s each (override: make fuzz FUZZTIME=5m)
+fuzz: ## Fuzz spec.Load on file contents, then on directories, then ${...} references, 60s each (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoadDir$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./spec -run '^$$' -fuzz '^FuzzExpandReferences$$' -fuzztime $(FUZZTIME)
 
 .PHONY: screenshots
 screenshots: ## Regenerate docs/dashboard/*.png: the dashboard's pages in headless Chromium over a filled SQLite store

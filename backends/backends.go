@@ -102,6 +102,11 @@ type Options struct {
 	ReadOnly bool
 	// Version is the binary's version, recorded by migrations.
 	Version string
+	// Durable: the operator states that the backend loses no write it
+	// acknowledged, across a restart or a failover (Redis with appendfsync
+	// always and no replicas to fail over to). A restart then holds no
+	// semaphore (LossGuard).
+	Durable bool
 }
 
 // Backend is implemented by every backend.
@@ -362,47 +367,6 @@ type WakeRepairer interface {
 	// RepairWakeups wakes parked waiters of the named semaphores that have
 	// a free slot, one per free slot, and returns how many it woke.
 	RepairWakeups(ctx context.Context, semaphores []string) (int, error)
-}
-
-// LossState is what a backend that can lose its data knows about it: a
-// marker key it writes once, and the hold on re-creating semaphore tokens
-// that a lost marker starts.
-type LossState struct {
-	// Marked: the marker exists. A backend that holds applied objects but
-	// no marker lost its data (a restart without persistence, a flush).
-	Marked bool `json:"marked"`
-	// HoldUntil is the backend time before which semaphore tokens must not
-	// be re-created (zero: no hold).
-	HoldUntil time.Time `json:"hold_until,omitzero"`
-	// Now is the backend's clock when the state was read.
-	Now time.Time `json:"now"`
-	// RunID identifies the server process that wrote the marker (Redis
-	// run_id); it changes on every restart.
-	RunID string `json:"run_id,omitempty"`
-	// Wrote: this MarkLoss call wrote the marker (it was missing).
-	Wrote bool `json:"-"`
-}
-
-// Holding reports whether semaphore tokens must not be re-created yet.
-func (l LossState) Holding() bool { return l.HoldUntil.After(l.Now) }
-
-// LossGuard is implemented by backends that can lose their data without an
-// error: Redis after a restart without persistence or a FLUSHDB. Holders
-// still running then believe they hold a slot, and tokens re-created at
-// once would admit more than the limit, so reconcile waits, before it
-// re-creates the tokens of a semaphore that existed, until the longest
-// lease any holder may have had has passed (the rule the Redlock page gives
-// for restarted instances): by then every old holder has failed to extend
-// and stopped its command.
-type LossGuard interface {
-	// ObserveLoss reads the marker without changing anything.
-	ObserveLoss(ctx context.Context) (LossState, error)
-	// MarkLoss writes the marker when it is missing. existed says that the
-	// applied inventory lists objects on this backend, so a missing marker
-	// means lost data: the marker then records a hold of the given length
-	// from backend now. Without existed (a first use) there is no hold.
-	// A marker already present is kept, hold and all.
-	MarkLoss(ctx context.Context, existed bool, hold time.Duration) (LossState, error)
 }
 
 // HostRetention is how long a host's record outlives its last heartbeat.

@@ -55,15 +55,10 @@ func SplitInstance(ref string) (name, key string, ok bool) {
 }
 
 // CheckInstanceKey checks the key of an instance: not empty, and within
-// spec.CheckKey's rule (spec.ErrInvalidKey). The semaphore package runs it
-// before any backend is touched, and each backend first thing when an
-// instance is created (TryAcquire, EnterWait).
-func CheckInstanceKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: a keyed semaphore's key must not be empty", spec.ErrInvalidKey)
-	}
-	return spec.CheckKey(key)
-}
+// spec.CheckKey's rule (spec.CheckSemaphoreKey, spec.ErrInvalidKey). The
+// semaphore package runs it before any backend is touched, and each
+// backend first thing when an instance is created (TryAcquire, EnterWait).
+func CheckInstanceKey(key string) error { return spec.CheckSemaphoreKey(key) }
 
 // DescribeRef renders a semaphore name or an instance reference for a
 // message: `"name"` or `"name" key "key"`.

@@ -17,7 +17,7 @@ import (
 )
 
 // burstTasks is how many cron tasks fall due in the same second
-// (COORDD_BENCH_BURST overrides it). Target (issue 15): 1,000 tasks, every
+// (COORDD_BENCH_BURST overrides it). Target: 1,000 tasks, every
 // child started at most 1.5 s after its scheduled time, on sqlite, mysql
 // and redis.
 func burstTasks() int {

@@ -25,7 +25,7 @@ import (
 	"github.com/coordd/coordd/internal/testenv"
 )
 
-// Process-level benchmarks of issue 4 on MariaDB. They start real `coordd
+// Process-level benchmarks on MariaDB. They start real `coordd
 // run` processes against a private mariadbd (testenv.StartMariaDB) that
 // nothing else uses:
 //
@@ -198,7 +198,7 @@ cron:
 // counter, which nothing else increments (the benchmark's own reads are
 // subtracted), gives the total in statements. The window starts 15 s after
 // the leader applied the spec (start-up done) and lasts 60 s, two resyncs.
-// Target (issue 4): <= 1 query/s per host. The sub-benchmarks run the
+// Target: <= 1 query/s per host. The sub-benchmarks run the
 // daemons with the default resync interval and with --resync 60s.
 func BenchmarkIdleDaemonMySQL(b *testing.B) {
 	for _, resync := range []string{"30s", "60s"} {

@@ -22,7 +22,7 @@ import (
 	"github.com/coordd/coordd/semaphore"
 )
 
-// Process-level benchmarks of issue 3. They build cmd/coordd, start real
+// Process-level benchmarks of the runtime. They build cmd/coordd, start real
 // coordd processes on the embedded store (the implicit coordd.db in the
 // test's COORDD_DATA_DIR) and measure from outside. Each iteration does a
 // fixed amount of work, so run them with -benchtime 1x:
@@ -141,7 +141,7 @@ func readStarts(b *testing.B, path string) []start {
 // leader with SIGKILL at a random point of its renewal cycle, then measures
 // from the kill to the first start, by another host, of an occurrence
 // scheduled after the kill (its `date` stamp in the log). The killed daemon
-// is started again before the next trial. Target (issue 3): <= 5 s.
+// is started again before the next trial. Target: <= 5 s.
 func BenchmarkFailover(b *testing.B) {
 	const trials = 5
 	dir := b.TempDir()
@@ -344,8 +344,8 @@ cron:
 // interval), then it is released. The latency is from the call to Release
 // to the child's `date` stamp: the waiter's poll, its acquire and the fork
 // and exec of the child. exec-p50-ms is the cost of the last part alone:
-// this process's own fork/exec of the same `date` to its stamp. Target
-// (issue 3): p99 <= 50 ms.
+// this process's own fork/exec of the same `date` to its stamp. Target:
+// p99 <= 50 ms.
 func BenchmarkSemWakeCrossProcess(b *testing.B) {
 	const samples = 40
 	env, specPath, dbPath := setup(b, "semaphores:\n  s: {limit: 1}\n")

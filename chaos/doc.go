@@ -36,8 +36,27 @@
 // A fault "hits mid-operation" when its target had a command running; a run
 // where none did proves nothing and fails.
 //
+// On the networked backends every process reaches the server through a
+// proxy in the test process (internal/netfault), which tells the processes
+// apart by the socket's owner in /proc; network faults strike one daemon,
+// sem run client or worker at a time: a partition (bytes held both ways,
+// connections open) or one-way loss for 1-7 s, 100 ms +- 50 of latency or
+// a link of 2-8 KB/s for 3-8 s, or resets of every connection for up to
+// 1.5 s. Each kind happens at least once per backend. The witness is also
+// the resource that fencing protects: it keeps the highest token seen per
+// slot, and a holder whose token is not above it, or that still runs when
+// a newer token of its slot arrives, is a violation.
+//
+// The redis-sentinel backend (TestSentinelFailoverUnderLoad, and `make
+// chaos`) runs Redis as a primary, a replica and three Sentinels, with
+// SENTINEL FAILOVER in place of the backend restart. RedisFailover, a
+// replica that missed writes promoted and the proxy moved to it, is off
+// (COORDD_CHAOS_FAILOVER=1 switches it on) until coordd detects a failover
+// that may have lost writes.
+//
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can
-// be replayed), COORDD_CHAOS_BACKENDS (default sqlite,mysql,redis,memcached),
+// be replayed), COORDD_CHAOS_BACKENDS (default sqlite,mysql,redis,memcached;
+// redis-sentinel too), COORDD_CHAOS_FAILOVER,
 // COORDD_CHAOS_REPORT (a file to write the table to).
 package chaos

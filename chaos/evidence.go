@@ -18,6 +18,10 @@ import (
 //	sem.log    in|out CLIENT UNIXTIME
 //	queue.log  start|done PAYLOAD JOB_ID ATTEMPT WORKER UNIXTIME
 //	peaks      one number per entry into the witness: holders alive then
+//	fencing    start|end SLOT TOKEN HIGHEST PID: the fencing token a holder
+//	           (PID, its shell) of the semaphore's slot got, and the
+//	           highest token the protected resource had seen for that slot
+//	           before it (start) or when the holder finished (end)
 
 // CronEvent is one line of cron.log.
 type CronEvent struct {
@@ -56,7 +60,52 @@ const (
 	ClientKill     FaultKind = "client-kill"
 	WorkerKill     FaultKind = "worker-kill"
 	BackendRestart FaultKind = "backend-restart"
+
+	// Network faults, between one host, sem run client or queue worker
+	// and the backend (see internal/netfault). Target is the member's id,
+	// so they strike every incarnation that runs while they last.
+	NetBlackhole FaultKind = "net-blackhole" // a partition: bytes held both ways
+	NetLatency   FaultKind = "net-latency"   // 100 ms +- 50 each way
+	NetSlow      FaultKind = "net-slow"      // a few KB/s each way
+	NetReset     FaultKind = "net-reset"     // open connections reset, new ones too
+	NetOneWay    FaultKind = "net-oneway"    // bytes held in one direction (Detail)
+
+	// RedisFailover promotes a replica that missed writes and moves the
+	// clients' address to it. It needs the detection of a failover that
+	// may have lost writes in backends/redis; until then it is off (see
+	// Config.Failover).
+	RedisFailover FaultKind = "redis-failover"
+	// SentinelFailover asks the Sentinels of the redis-sentinel backend
+	// to promote the replica (SENTINEL FAILOVER).
+	SentinelFailover FaultKind = "sentinel-failover"
 )
+
+// outage reports whether k is a fault of the backend itself, felt by
+// every client at once.
+func (k FaultKind) outage() bool {
+	return k == BackendRestart || k == SentinelFailover || k == RedisFailover
+}
+
+// NetKinds are the network faults, in the order reports list them.
+var NetKinds = []FaultKind{NetBlackhole, NetLatency, NetSlow, NetReset, NetOneWay}
+
+// IsNet reports whether k is a network fault.
+func (k FaultKind) IsNet() bool {
+	for _, n := range NetKinds {
+		if k == n {
+			return true
+		}
+	}
+	return false
+}
+
+// member is the member id of an incarnation's tag: "w1" for "w1-3".
+func memberOf(tag string) string {
+	if i := strings.LastIndexByte(tag, '-'); i > 0 {
+		return tag[:i]
+	}
+	return tag
+}
 
 // Fault is one injected fault. Its effect lasts from At to End: End equals
 // At for a kill, is the SIGCONT of a stop, and the moment the server
@@ -70,6 +119,14 @@ type Fault struct {
 	// command of a cron occurrence, a semaphore holder, a job handler; for
 	// a backend restart, any of them).
 	MidOp bool
+	// Detail says more: a one-way fault's direction, a slow link's rate.
+	Detail string
+}
+
+// cuts reports whether f may have cut owner (a host id, or a client or
+// worker tag) off its backend: a network fault on it.
+func (f Fault) cuts(owner string) bool {
+	return f.Kind.IsNet() && f.Target == memberOf(owner)
 }
 
 func (f Fault) overlaps(from, to time.Time) bool {
@@ -274,9 +331,13 @@ type CronReport struct {
 	// restart, while it ran).
 	Retries            int
 	UnexplainedRetries int
-	// FencingReused counts fencing tokens handed to two starts.
+	// FencingReused counts fencing tokens handed to two starts, and
+	// retries whose token is not above the previous attempt's.
 	FencingReused int
-	Problems      []string
+	// Overlaps counts retries that started while the previous attempt's
+	// command still ran (its end line came later).
+	Overlaps int
+	Problems []string
 }
 
 // CheckCron checks task's starts: every scheduled time of the grid step
@@ -300,6 +361,15 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 	starts := map[key]CronEvent{}
 	fencing := map[int64]int{}
 	var first time.Time
+	ends := map[int64]map[int]time.Time{} // scheduled time -> attempt -> end
+	for _, e := range events {
+		if e.Task == task && e.Kind == "end" {
+			if ends[e.ScheduledAt.UnixNano()] == nil {
+				ends[e.ScheduledAt.UnixNano()] = map[int]time.Time{}
+			}
+			ends[e.ScheduledAt.UnixNano()][e.Attempt] = e.At
+		}
+	}
 	for _, e := range events {
 		if e.Task != task || e.Kind != "start" {
 			continue
@@ -338,15 +408,29 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 		explained := false
 		for _, f := range faults {
 			switch {
-			case ok && f.Kind == BackendRestart && f.overlaps(prev.At.Add(-lease), e.At):
+			case ok && f.Kind.outage() && f.overlaps(prev.At.Add(-lease), e.At):
 				explained = true
 			case ok && f.overlaps(prev.At, e.At) && f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop):
 				explained = true
-			case !ok && f.overlaps(e.At.Add(-lostWithin), e.At) && (f.Kind == BackendRestart || f.Kind == DaemonKill || f.Kind == DaemonStop):
+			case ok && f.cuts(prev.Host) && f.overlaps(prev.At.Add(-lease), e.At):
+				// Its host cut off from the backend (from its claim on)
+				// could not renew the run lease.
+				explained = true
+			case !ok && f.overlaps(e.At.Add(-lostWithin), e.At) && (f.Kind.outage() || f.Kind == DaemonKill || f.Kind == DaemonStop || f.Kind.IsNet()):
 				// The host died after its claim and before the command
 				// wrote its first line.
 				explained = true
 			}
+		}
+		if ok && e.Fencing <= prev.Fencing {
+			r.FencingReused++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d got fencing token %d, not above attempt %d's %d", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Fencing, k.attempt-1, prev.Fencing))
+		}
+		if end, ended := ends[k.sched][k.attempt-1]; ended && end.After(e.At) {
+			// The previous attempt's command was still running: a host
+			// that lost its run lease must stop its command first.
+			r.Overlaps++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d started on %s at %s while attempt %d still ran on %s (it ended %s)", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), k.attempt-1, prev.Host, end.Format("15:04:05.000")))
 		}
 		if !explained {
 			r.UnexplainedRetries++
@@ -377,8 +461,9 @@ type QueueReport struct {
 	Lost   int // pushed, never done
 	// Redeliveries counts starts of a payload after its first; each must be
 	// explained by the previous delivery's lease running out: its worker
-	// killed, a backend restart while it ran, or a push that was retried
-	// after an error (which may have enqueued it twice).
+	// killed or cut off its backend by a network fault, a backend restart
+	// while it ran, or a push that was retried after an error (which may
+	// have enqueued it twice).
 	Redeliveries            int
 	UnexplainedRedeliveries int
 	// DuplicateAttempts counts (job id, attempt) pairs that started twice.
@@ -429,7 +514,8 @@ func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, f
 			prev, cur := ss[i-1], ss[i]
 			explained := ambiguous[p] && prev.JobID != cur.JobID
 			for _, f := range faults {
-				if (f.Kind == BackendRestart && f.overlaps(prev.At.Add(-lease), cur.At)) || (f.Kind == WorkerKill && f.Target == prev.Worker && f.overlaps(prev.At, cur.At)) {
+				if (f.Kind.outage() && f.overlaps(prev.At.Add(-lease), cur.At)) || (f.Kind == WorkerKill && f.Target == prev.Worker && f.overlaps(prev.At, cur.At)) ||
+					(f.cuts(prev.Worker) && f.overlaps(prev.At.Add(-lease), cur.At)) {
 					explained = true
 				}
 			}
@@ -440,4 +526,62 @@ func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, f
 		}
 	}
 	return r
+}
+
+// FenceEvent is one line of the fencing evidence.
+type FenceEvent struct {
+	Kind    string // start or end
+	Slot    int
+	Token   int64
+	Highest int64 // the highest token the resource had seen for the slot
+	Holder  string
+}
+
+// ReadFencing parses the fencing evidence.
+func ReadFencing(path string) ([]FenceEvent, error) {
+	lines, err := readLines(path, 5)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FenceEvent, 0, len(lines))
+	for _, fs := range lines {
+		e := FenceEvent{Kind: fs[0], Holder: fs[4]}
+		var errs [3]error
+		e.Slot, errs[0] = strconv.Atoi(fs[1])
+		e.Token, errs[1] = strconv.ParseInt(fs[2], 10, 64)
+		e.Highest, errs[2] = strconv.ParseInt(fs[3], 10, 64)
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("%s: line %q: %w", path, strings.Join(fs, " "), err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// CheckFencing lists what the protected resource would refuse: a holder
+// of a slot whose token is not above every token the resource saw for
+// that slot before it (a stale holder, or a token given twice), and a
+// holder still running when a newer holder of its slot reached the
+// resource (two holders of one slot at once). A holder counts once.
+func CheckFencing(events []FenceEvent) (stale int, problems []string) {
+	counted := map[string]bool{}
+	for _, e := range events {
+		switch {
+		case counted[e.Holder]:
+			if e.Kind == "end" { // pids are reused in a long run
+				delete(counted, e.Holder)
+			}
+		case e.Kind == "start" && e.Token <= e.Highest:
+			counted[e.Holder] = true
+			stale++
+			problems = append(problems, fmt.Sprintf("a holder of slot %d started with fencing token %d after the resource had seen %d", e.Slot, e.Token, e.Highest))
+		case e.Kind == "end" && e.Highest > e.Token:
+			counted[e.Holder] = true
+			stale++
+			problems = append(problems, fmt.Sprintf("the holder of slot %d with fencing token %d still ran when token %d reached the resource", e.Slot, e.Token, e.Highest))
+		}
+	}
+	return stale, problems
 }

@@ -56,6 +56,14 @@ func TestCheckCron(t *testing.T) {
 			func(r CronReport) bool { return r.Misses == 0 && r.Retries == 1 && len(r.Problems) == 0 }},
 		{"fencing token reused", []CronEvent{start(0, 1, "h1", 7, 0.1), start(2, 1, "h2", 7, 2.1), start(4, 1, "h1", 8, 4.1)}, nil,
 			func(r CronReport) bool { return r.FencingReused == 1 }},
+		{"retry after its host was cut off the backend", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: NetBlackhole, Target: "h1", At: at(0.5), End: at(3)}},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+		{"another host cut off explains nothing", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: NetOneWay, Target: "h3", At: at(0.5), End: at(3)}},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+		{"a retry while the first attempt still ran", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), {Kind: "end", Task: "tick", ScheduledAt: at(0), Attempt: 1, Host: "h1", Fencing: 1, At: at(3.6)}, start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 1)},
+			func(r CronReport) bool { return r.Overlaps == 1 }},
+		{"a retry with a lower fencing token", []CronEvent{start(0, 1, "h1", 5, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 6, 4.1)}, []Fault{kill("h1", 1)},
+			func(r CronReport) bool { return r.FencingReused == 1 }},
 		{"off the grid", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1), start(3, 1, "h1", 3, 3.1), start(4, 1, "h1", 4, 4.1)}, nil,
 			func(r CronReport) bool { return len(r.Problems) == 1 }},
 	}
@@ -89,6 +97,10 @@ func TestCheckQueue(t *testing.T) {
 			func(r QueueReport) bool { return r.Redeliveries == 1 && r.UnexplainedRedeliveries == 1 }},
 		{"redelivered after its worker was killed", redelivered, []string{"j1"}, nil, []Fault{{Kind: WorkerKill, Target: "w1-1", At: at(1.5), End: at(1.5)}},
 			func(r QueueReport) bool { return r.Redeliveries == 1 && len(r.Problems) == 0 }},
+		{"redelivered after its worker was cut off the backend", redelivered, []string{"j1"}, nil, []Fault{{Kind: NetReset, Target: "w1", At: at(0.5), End: at(1.5)}},
+			func(r QueueReport) bool { return r.Redeliveries == 1 && len(r.Problems) == 0 }},
+		{"another worker cut off explains nothing", redelivered, []string{"j1"}, nil, []Fault{{Kind: NetBlackhole, Target: "w2", At: at(0.5), End: at(1.5)}},
+			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
 		{"another worker killed explains nothing", redelivered, []string{"j1"}, nil, []Fault{{Kind: WorkerKill, Target: "w2-1", At: at(1.5), End: at(1.5)}},
 			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
 		{"a retried push explains a second job", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("done", "j1", "1", 1, "w1-1", 1), ev("start", "j1", "2", 1, "w1-1", 2), ev("done", "j1", "2", 1, "w1-1", 3)}, []string{"j1"}, map[string]bool{"j1": true}, nil,
@@ -120,7 +132,7 @@ func TestWitnessCounts(t *testing.T) {
 		var cmds []*exec.Cmd
 		for i := range n {
 			c := exec.Command("/bin/sh", w.path("hold.sh"))
-			c.Env = append(os.Environ(), fmt.Sprintf("COORDD_CHAOS_CLIENT=t%d", i))
+			c.Env = append(os.Environ(), fmt.Sprintf("COORDD_CHAOS_CLIENT=t%d", i), fmt.Sprintf("COORDD_SLOT=%d", i), fmt.Sprintf("COORDD_FENCING_TOKEN=%d", 10+i))
 			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
@@ -157,4 +169,71 @@ func TestWitnessCounts(t *testing.T) {
 	if _, peak, _ := ReadPeaks(w.path("peaks")); peak != 1 {
 		t.Fatalf("a dead holder still counted: peak %d", peak)
 	}
+}
+
+// TestWitnessFencing runs the holder script as holders of one slot would:
+// growing tokens pass, a token the resource saw already, or a lower one,
+// is reported, and so is a holder still running when a newer token of its
+// slot arrived.
+func TestWitnessFencing(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Fatal("flock(1) is needed by the witness: install util-linux")
+	}
+	w := &world{t: t, dir: t.TempDir()}
+	w.writeScripts()
+	hold := func(slot int, token int64) *exec.Cmd {
+		c := exec.Command("/bin/sh", w.path("hold.sh"))
+		c.Env = append(os.Environ(), "COORDD_CHAOS_CLIENT=t", fmt.Sprintf("COORDD_SLOT=%d", slot), fmt.Sprintf("COORDD_FENCING_TOKEN=%d", token))
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	check := func(want int) {
+		t.Helper()
+		ev, err := ReadFencing(w.path("fencing"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, problems := CheckFencing(ev); n != want {
+			t.Fatalf("%d stale holders, want %d: %v", n, want, problems)
+		}
+	}
+	for _, tok := range []int64{1795825944521642, 1795825944521643} {
+		_ = hold(0, tok).Wait()
+	}
+	_ = hold(1, 7).Wait() // another slot has its own sequence
+	check(0)
+	_ = hold(0, 1795825944521643).Wait() // the same token again
+	check(1)
+	_ = hold(0, 5).Wait() // a lower one
+	check(2)
+	// A holder of slot 1 still running when a newer token of slot 1
+	// reaches the resource: its end is a violation. It is frozen inside
+	// while the newer token arrives (tried again if it left too soon).
+	for try := 0; ; try++ {
+		before, _ := ReadFencing(w.path("fencing"))
+		tok := int64(100 + 10*try)
+		old := hold(1, tok)
+		proctest.Eventually(t, 10*time.Second, "the older holder inside", func() bool {
+			ev, _ := ReadFencing(w.path("fencing"))
+			return len(ev) > len(before)
+		})
+		_ = syscall.Kill(old.Process.Pid, syscall.SIGSTOP)
+		ev, _ := ReadFencing(w.path("fencing"))
+		if len(ev) == len(before)+1 {
+			if err := os.WriteFile(filepath.Join(w.path("fence"), "1"), []byte(fmt.Sprintln(tok+1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_ = syscall.Kill(old.Process.Pid, syscall.SIGCONT)
+			_ = old.Wait()
+			break
+		}
+		_ = syscall.Kill(old.Process.Pid, syscall.SIGCONT)
+		_ = old.Wait()
+		if try == 5 {
+			t.Fatal("the holder never stayed inside long enough to be frozen")
+		}
+	}
+	check(3)
 }

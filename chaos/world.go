@@ -49,8 +49,13 @@ type Config struct {
 	Duration time.Duration
 	Seed     uint64
 	// MinDaemonKills and MinBackendRestarts are floors the fault schedule
-	// is raised to.
+	// is raised to. Every other kind the backend allows (each network
+	// fault on a networked backend) happens at least once.
 	MinDaemonKills, MinBackendRestarts int
+	// Failover adds RedisFailover to the faults on redis. It is off until
+	// coordd detects a failover that may have lost writes: a promoted
+	// replica that missed writes repeats fencing numbers without it.
+	Failover bool
 }
 
 // Result is what a run saw and what it concluded.
@@ -62,7 +67,10 @@ type Result struct {
 	SemEntries        int
 	MaxHolders        int
 	Limit             int
-	Queue             QueueReport
+	// StaleFencing counts semaphore holders the protected resource would
+	// have refused (CheckFencing).
+	StaleFencing int
+	Queue        QueueReport
 	// Respawns counts daemons and workers that exited on their own (for
 	// instance a daemon that could not reach its backend at start) and were
 	// started again, as systemd would.
@@ -112,7 +120,12 @@ type world struct {
 	env  *proctest.Env
 	dir  string
 	spec string
-	srv  server // the backend's server, or the embedded store's stall
+	srv  server   // the backend's server, or the embedded store's stall
+	net  *network // the proxy in front of a networked backend's server
+	// sentinels is the redis-sentinel backend's servers; stale the
+	// RedisFailover nemesis's replica.
+	sentinels *sentinels
+	stale     *staleFailover
 
 	daemons, clients, workers []*member
 	faults                    []Fault
@@ -257,8 +270,10 @@ sleep $((ms / 1000)).$(printf %03d $((ms % 1000)))
 // writeScripts writes the commands coordd runs. They, not coordd, write
 // the evidence.
 func (w *world) writeScripts() {
-	if err := os.Mkdir(w.path("holders"), 0o755); err != nil {
-		w.t.Fatal(err)
+	for _, d := range []string{"holders", "fence"} {
+		if err := os.Mkdir(w.path(d), 0o755); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 	cron := fmt.Sprintf(`line="$COORDD_TASK $COORDD_SCHEDULED_AT $COORDD_ATTEMPT $COORDD_TEST_HOST $COORDD_FENCING_TOKEN"
 echo "start $line $(date +%%s.%%N)" >> %[1]s
@@ -268,17 +283,24 @@ echo "start $line $(date +%%s.%%N)" >> %[1]s
 	// pid files of holders still alive (a holder killed with its sem run
 	// leaves a file behind that no longer counts). The count is written
 	// before the holder does anything else.
+	//
+	// The witness is also the resource the fencing token protects: it
+	// keeps the highest token seen per slot, and records each holder's
+	// token against it when the holder starts and when it ends.
 	hold := fmt.Sprintf(`me=$$
 flock %[1]s sh -c 'touch "$1/$2"; n=0
 for f in "$1"/*; do
   s=$(cut -d" " -f3 "/proc/${f##*/}/stat" 2>/dev/null)
   if [ -n "$s" ] && [ "$s" != Z ]; then n=$((n+1)); else rm -f "$f"; fi
 done
-echo $n >> "$3"' _ %[2]s $me %[3]s
+echo $n >> "$3"
+h=$(cat "$4/$5" 2>/dev/null || echo 0)
+echo "start $5 $6 $h $2" >> "$7"
+if [ "$6" -gt "$h" ]; then echo "$6" > "$4/$5"; fi' _ %[2]s $me %[3]s %[6]s "$COORDD_SLOT" "$COORDD_FENCING_TOKEN" %[7]s
 echo "in $COORDD_CHAOS_CLIENT $(date +%%s.%%N)" >> %[4]s
 %[5]secho "out $COORDD_CHAOS_CLIENT $(date +%%s.%%N)" >> %[4]s
-flock %[1]s rm -f %[2]s/$me
-`, w.path("witness.lock"), w.path("holders"), w.path("peaks"), w.path("sem.log"), sleepSnippet)
+flock %[1]s sh -c 'rm -f "$1/$2"; echo "end $4 $5 $(cat "$3/$4") $2" >> "$6"' _ %[2]s $me %[6]s "$COORDD_SLOT" "$COORDD_FENCING_TOKEN" %[7]s
+`, w.path("witness.lock"), w.path("holders"), w.path("peaks"), w.path("sem.log"), sleepSnippet, w.path("fence"), w.path("fencing"))
 	handle := fmt.Sprintf(`read -r p
 line="$p $COORDD_JOB_ID $COORDD_ATTEMPT $COORDD_CHAOS_WORKER"
 echo "start $line $(date +%%s.%%N)" >> %[1]s
@@ -303,21 +325,29 @@ func (w *world) writeSpec() {
 	case "mysql":
 		m := testenv.StartMariaDB(w.t)
 		w.srv = m
-		header = fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db, leader_lease: %s}\n", m.CreateDatabase(w.t), leaderLease)
+		dsn := strings.Replace(m.CreateDatabase(w.t), m.Addr(), w.startNetwork(m.Addr()), 1)
+		header = fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db, leader_lease: %s}\n", dsn, leaderLease)
 	case "redis":
-		// Persistence as docs/operations.md asks for. Redis write(2)s the
-		// append-only file before it answers; everysec only delays the
-		// fsync, so a kill -9 of Redis (not of the machine) loses nothing
-		// that was acknowledged.
-		r := testenv.StartRedis(w.t, "--appendonly", "yes", "--appendfsync", "everysec")
+		r := testenv.StartRedis(w.t, redisArgs...)
 		w.srv = r
-		header = fmt.Sprintf("backends:\n  cache: {type: redis, url: %q, key_prefix: \"chaos:\"}\ncluster: {backend: cache, leader_lease: %s}\n", r.URL(), leaderLease)
+		if w.cfg.Failover {
+			// The failover is this run's outage: a restart would bring
+			// a promoted replica back as a replica.
+			w.startStaleReplica(r)
+			w.srv = nil
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", r.Port)
+		header = fmt.Sprintf("backends:\n  cache: {type: redis, url: \"redis://%s/0\", key_prefix: \"chaos:\"}\ncluster: {backend: cache, leader_lease: %s}\n", w.startNetwork(addr), leaderLease)
+	case "redis-sentinel":
+		// No proxy: the Sentinels hand out the servers' own addresses. A
+		// clean failover stands in for the backend restart.
+		header = fmt.Sprintf("backends:\n  cache: {type: redis, %s, key_prefix: \"chaos:\"}\ncluster: {backend: cache, leader_lease: %s}\n", w.startSentinels(), leaderLease)
 	case "memcached":
 		// memcached keeps nothing across a restart: the restart is a data
 		// loss that the loss marker must turn into a hold.
 		m := testenv.StartMemcached(w.t)
 		w.srv = m
-		header = fmt.Sprintf("backends:\n  local: {type: sqlite}\n  mc: {type: memcached, servers: [%q], key_prefix: \"chaos:\"}\ncluster: {backend: local, leader_lease: %s}\n", m.Addr(), leaderLease)
+		header = fmt.Sprintf("backends:\n  local: {type: sqlite}\n  mc: {type: memcached, servers: [%q], key_prefix: \"chaos:\"}\ncluster: {backend: local, leader_lease: %s}\n", w.startNetwork(m.Addr()), leaderLease)
 		semBackend = ", backend: mc"
 	default:
 		w.t.Fatalf("chaos: unknown backend %q", w.cfg.Backend)
@@ -349,6 +379,10 @@ queues:
 // start starts m's next incarnation; envVar, when set, names the
 // variable that tells the commands it runs the incarnation's tag.
 func (w *world) start(m *member, envVar string, args ...string) {
+	old := 0
+	if m.proc != nil {
+		old = m.proc.Cmd.Process.Pid
+	}
 	m.gen++
 	m.tag = fmt.Sprintf("%s-%d", m.id, m.gen)
 	env := []string{"COORDD_TEST_HOST=" + m.id}
@@ -356,6 +390,7 @@ func (w *world) start(m *member, envVar string, args ...string) {
 		env = append(env, envVar+"="+m.tag)
 	}
 	m.proc = w.env.StartWith(w.t, m.tag, env, args...)
+	w.net.started(m, old)
 	m.started = time.Now()
 	m.killed, m.respawn = false, time.Time{}
 }
@@ -381,6 +416,7 @@ func (w *world) startClient(m *member) {
 // own.
 func (w *world) tend() {
 	now := time.Now()
+	w.healNet(now, false)
 	for _, m := range w.daemons {
 		if m.stopped > 0 && !now.Before(m.contAt) {
 			m.proc.Signal(syscall.SIGCONT)
@@ -449,7 +485,26 @@ func (w *world) schedule() []planned {
 	weights := []struct {
 		k FaultKind
 		w int
-	}{{DaemonKill, 30}, {DaemonStop, 10}, {ClientKill, 20}, {WorkerKill, 20}, {BackendRestart, 12}}
+	}{{DaemonKill, 30}, {DaemonStop, 10}, {ClientKill, 20}, {WorkerKill, 20}}
+	outage := BackendRestart
+	switch {
+	case w.sentinels != nil:
+		outage = SentinelFailover
+	case w.stale != nil:
+		outage = RedisFailover
+	}
+	weights = append(weights, struct {
+		k FaultKind
+		w int
+	}{outage, 12})
+	if w.net != nil {
+		for _, k := range NetKinds {
+			weights = append(weights, struct {
+				k FaultKind
+				w int
+			}{k, 8})
+		}
+	}
 	total := 0
 	for _, x := range weights {
 		total += x.w
@@ -497,7 +552,12 @@ func (w *world) schedule() []planned {
 	for _, k := range []FaultKind{DaemonStop, ClientKill, WorkerKill} {
 		raise(k, 1)
 	}
-	raise(BackendRestart, max(1, w.cfg.MinBackendRestarts))
+	if w.net != nil {
+		for _, k := range NetKinds {
+			raise(k, 1)
+		}
+	}
+	raise(outage, max(1, w.cfg.MinBackendRestarts))
 	raise(DaemonKill, w.cfg.MinDaemonKills)
 	return plan
 }
@@ -553,12 +613,22 @@ func (w *world) inject(k FaultKind) bool {
 		w.srv.Kill()
 		time.Sleep(500*time.Millisecond + time.Duration(w.rng.Int64N(int64(1500*time.Millisecond))))
 		w.srv.Start(w.t)
+	case NetBlackhole, NetLatency, NetSlow, NetReset, NetOneWay:
+		if !w.injectNet(&f, open) {
+			return false
+		}
+	case SentinelFailover:
+		f.Target, f.MidOp = w.cfg.Backend, open.Any()
+		w.sentinels.failover(w.t)
+	case RedisFailover:
+		f.Target, f.MidOp = w.cfg.Backend, open.Any()
+		w.stale.run(w)
 	}
 	if f.End.IsZero() {
 		f.End = time.Now()
 	}
 	w.faults = append(w.faults, f)
-	w.t.Logf("fault %-15s %-8s mid-operation=%-5v %s - %s", f.Kind, f.Target, f.MidOp, f.At.Format("15:04:05.000"), f.End.Format("15:04:05.000"))
+	w.t.Logf("fault %-15s %-8s mid-operation=%-5v %s - %s %s", f.Kind, f.Target, f.MidOp, f.At.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Detail)
 	return true
 }
 
@@ -634,7 +704,8 @@ func (w *world) inFlight() InFlight {
 // heal ends every fault: stopped daemons continue, killed ones start, the
 // backend runs.
 func (w *world) heal() {
-	if !w.srv.Running() {
+	w.healNet(time.Now(), true)
+	if w.srv != nil && !w.srv.Running() {
 		w.srv.Start(w.t)
 	}
 	for _, m := range w.daemons {
@@ -755,8 +826,11 @@ func (w *world) queueSettled() bool {
 func (w *world) verdict(faultEnd time.Time) Result {
 	t := w.t
 	r := Result{Backend: w.cfg.Backend, Scenario: "cron+sem+queue", Seed: w.cfg.Seed, Faults: w.faults, Limit: semLimit, Respawns: w.respawns}
-	if w.cfg.Backend == "memcached" {
+	switch {
+	case w.cfg.Backend == "memcached":
 		r.Scenario = "sem on memcached; cron+queue on sqlite"
+	case w.sentinels != nil:
+		r.Scenario = "cron+sem+queue; primary, replica, 3 sentinels"
 	}
 	cron, err := ReadCron(w.path("cron.log"))
 	if err != nil {
@@ -766,6 +840,12 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	if r.SemEntries, r.MaxHolders, err = ReadPeaks(w.path("peaks")); err != nil {
 		t.Fatal(err)
 	}
+	fence, err := ReadFencing(w.path("fencing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fenceProblems []string
+	r.StaleFencing, fenceProblems = CheckFencing(fence)
 	jobs, err := ReadJobs(w.path("queue.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -774,7 +854,7 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	r.Queue = CheckQueue(jobs, w.pushed, w.ambiguous, w.faults, visibilityTimeout)
 	w.pushMu.Unlock()
 
-	v := append(append([]string{}, r.Cron.Problems...), r.Queue.Problems...)
+	v := append(append(append([]string{}, r.Cron.Problems...), r.Queue.Problems...), fenceProblems...)
 	if r.MaxHolders > r.Limit {
 		v = append(v, fmt.Sprintf("semaphore pool had %d holders alive at once (limit %d)", r.MaxHolders, r.Limit))
 	}
@@ -790,8 +870,21 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	if n, _ := r.Count(DaemonKill); n < w.cfg.MinDaemonKills {
 		v = append(v, fmt.Sprintf("%d daemon kills, below the floor of %d", n, w.cfg.MinDaemonKills))
 	}
-	if n, _ := r.Count(BackendRestart); n < w.cfg.MinBackendRestarts {
+	if n, _ := r.Count(BackendRestart); n < w.cfg.MinBackendRestarts && w.srv != nil {
 		v = append(v, fmt.Sprintf("%d backend restarts, below the floor of %d", n, w.cfg.MinBackendRestarts))
+	}
+	if n, _ := r.Count(SentinelFailover); w.sentinels != nil && n < max(1, w.cfg.MinBackendRestarts) {
+		v = append(v, fmt.Sprintf("%d sentinel failovers, below the floor of %d", n, max(1, w.cfg.MinBackendRestarts)))
+	}
+	if n, _ := r.Count(RedisFailover); w.stale != nil && n == 0 {
+		v = append(v, "no redis-failover fault was injected")
+	}
+	if w.net != nil {
+		for _, k := range NetKinds {
+			if n, _ := r.Count(k); n == 0 {
+				v = append(v, fmt.Sprintf("no %s fault was injected", k))
+			}
+		}
 	}
 	r.Violations = v
 	return r

@@ -39,6 +39,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/dashboard"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/reconcile"
@@ -96,6 +97,9 @@ type Daemon struct {
 	lastReloadAt  time.Time
 	lastReloadErr error
 	lastGoodAt    time.Time // the last successful (re)load
+	// reloadingSince is when the reload in progress began; zero when none
+	// runs. A reload past its read deadline shows in /healthz.
+	reloadingSince time.Time
 	// stopping is set once shutdown begins; /healthz then reports 503.
 	stopping bool
 
@@ -109,6 +113,10 @@ type Daemon struct {
 	kick    chan struct{} // leader work: apply check, resync
 	// resyncKick asks the leader for a resync now (a data-loss hold ended).
 	resyncKick chan struct{}
+	// lossLogged is the end of the last data-loss hold logged per backend
+	// (logLoss), under lossMu.
+	lossMu     sync.Mutex
+	lossLogged map[string]time.Time
 
 	// checkedHash is the local spec hash that maybeApply last found
 	// applied (or applied, or found superseded), at checkedAt (monotonic):
@@ -127,9 +135,10 @@ type Daemon struct {
 	hashes hashState
 	// beatFailing: the last heartbeat failed (only hostLoop uses it).
 	beatFailing bool
-	// loadSpec loads the spec on a reload; nil means spec.Load. A test
-	// makes it block, standing for a reload stuck in the file system.
-	loadSpec func(string, spec.LoadOptions) (*spec.Spec, error)
+	// loadSpec loads the spec on a reload; nil means spec.LoadContext. A
+	// test makes it block, standing for a reload stuck where no deadline
+	// reaches.
+	loadSpec func(context.Context, string, spec.LoadOptions) (*spec.Spec, error)
 	// guard watches for another daemon with this host id (hostguard.go;
 	// only hostLoop uses it).
 	guard hostGuard
@@ -168,7 +177,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = defaultPruneEvery
 	}
-	s, err := spec.Load(cfg.SpecPath, cfg.LoadOptions)
+	// Bounded by LoadOptions.ReadTimeout, and by ctx: a signal during
+	// startup stops a load stuck in the file system.
+	s, err := spec.LoadContext(ctx, cfg.SpecPath, cfg.LoadOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -245,9 +256,7 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 // and the config applied there. The scheduler puts `semaphore "NAME": ` in
 // front of its errors, which therefore do not name it again.
 func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreConfig, error) {
-	d.mu.Lock()
-	s, e := d.spec, d.engine
-	d.mu.Unlock()
+	s, e := d.current()
 	local := s.Semaphores[name]
 	if local == nil {
 		return nil, backends.SemaphoreConfig{}, errors.New("not declared in the local spec")
@@ -264,11 +273,18 @@ func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreCo
 	if err != nil {
 		return nil, backends.SemaphoreConfig{}, err
 	}
-	if m[name] == nil {
+	cfg := backends.SemaphoreConfig{}
+	if m[name] != nil {
+		cfg = m[name].Config
+	} else if back, err := e.LossExplainsMissing(context.Background(), local.Backend); err != nil || !back {
 		return nil, backends.SemaphoreConfig{}, errors.New("not applied; run coordd apply")
+	} else {
+		// Held after a data loss: the run waits for it in Acquire, and
+		// the local declaration stands in for the applied one.
+		cfg = backends.SemaphoreConfig{Limit: local.Limit, Lease: local.Lease, MaxHold: local.MaxHold}
 	}
 	c, err := semaphore.New(b, d.cfg.HostID)
-	return c, m[name].Config, err
+	return c, cfg, err
 }
 
 // Run runs until ctx ends or a shutdown signal arrives, then shuts down
@@ -339,7 +355,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}()
 	}
 
-	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", d.cfg.SpecPath, "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
+	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", safetext.Line(d.cfg.SpecPath), "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
 	var sig os.Signal
 	// dup names the signal that ended ctx, whose copy on sigs is not a
 	// second signal (signalCause).
@@ -417,13 +433,19 @@ func (d *Daemon) reloadLoop(ctx context.Context, reqs <-chan struct{}) {
 }
 
 // reload loads the spec again. On any error the last good spec stays.
+// The load is bounded by LoadOptions.ReadTimeout; a reload that runs past
+// twice that (reloadStuck) makes /healthz fail until it ends.
 func (d *Daemon) reload(ctx context.Context) {
 	load := d.loadSpec
 	if load == nil {
-		load = spec.Load
+		load = spec.LoadContext
 	}
-	s, err := load(d.cfg.SpecPath, d.cfg.LoadOptions)
 	d.mu.Lock()
+	d.reloadingSince = time.Now()
+	d.mu.Unlock()
+	s, err := load(ctx, d.cfg.SpecPath, d.cfg.LoadOptions)
+	d.mu.Lock()
+	d.reloadingSince = time.Time{}
 	if d.stopping {
 		d.mu.Unlock()
 		return
@@ -489,6 +511,17 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.sched.Wake()
 	d.poke()
 	d.kickHosts()
+}
+
+// reloadStuck is how long a reload may run before /healthz reports it:
+// twice the read deadline, which the file system part cannot pass, so
+// only a reload stuck where no deadline reaches shows.
+func (d *Daemon) reloadStuck() time.Duration {
+	t := d.cfg.LoadOptions.ReadTimeout
+	if t <= 0 {
+		t = spec.DefaultReadTimeout
+	}
+	return 2 * t
 }
 
 // changedConnections names, sorted, the backends whose connection
@@ -566,20 +599,60 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 	}
 }
 
-// markerLoop remembers the data-loss markers of the backends that can
-// lose their data, at start and then every resync period, on every host
-// (see reconcile.Engine.RememberMarkers). With no such backend it returns.
+// lossCheckEvery is how often the leader reads the data-loss marker of
+// each backend that can lose its data (one cheap read each), so that a
+// loss, a restart or a failover is noticed, and its hold started, within
+// seconds rather than at the next resync.
+const lossCheckEvery = 2 * time.Second
+
+// markerLoop watches the data-loss markers of the backends that can lose
+// their data. On the leader it runs reconcile.Engine.NoticeLoss every
+// lossCheckEvery: a loss is recorded at once, and a resync is scheduled
+// for just after each hold it sees, so the semaphores come back then even
+// when another leader recorded the hold. Other hosts only remember the
+// markers (reconcile.Engine.RememberMarkers), at start and every resync
+// period: any of them may lead when a loss happens. With no such backend
+// it returns.
 func (d *Daemon) markerLoop(ctx context.Context) {
 	_, e := d.current()
 	if !e.HasLossGuard() {
 		return
 	}
-	t := time.NewTicker(d.cfg.ResyncEvery)
+	t := time.NewTicker(lossCheckEvery)
 	defer t.Stop()
+	var remembered time.Time
+	holds := map[string]time.Time{} // the hold ends already scheduled
+	failing := false
 	for {
 		_, e := d.current()
-		if err := e.RememberMarkers(ctx); err != nil && ctx.Err() == nil {
+		var err error
+		if _, leading := d.elector.Leading(); leading {
+			var states map[string]backends.LossState
+			states, _, err = e.NoticeLoss(ctx)
+			for name, st := range states {
+				if st.HoldUntil.IsZero() || holds[name].Equal(st.HoldUntil) || st.Now.Sub(st.HoldUntil) > backends.LossRecreateGrace {
+					continue
+				}
+				holds[name] = st.HoldUntil
+				left := max(st.HoldUntil.Sub(st.Now), 0)
+				d.resyncIn(left)
+				// Recorded here, by another host, or by a sem run; perhaps
+				// over already (a check that failed while the backend
+				// restarted): logged once either way.
+				d.logLoss(reconcile.LostBackend{Backend: name, Recorded: true, Cause: st.Cause, HoldUntil: st.HoldUntil, Left: left})
+			}
+		} else if time.Since(remembered) >= d.cfg.ResyncEvery {
+			remembered = time.Now()
+			err = e.RememberMarkers(ctx)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
 			d.log.Warn("reading the data-loss markers", "error", err)
+		case err != nil && ctx.Err() == nil:
+			d.log.Debug("reading the data-loss markers", "error", err)
+		case err == nil:
+			failing = false
 		}
 		select {
 		case <-ctx.Done():
@@ -587,6 +660,41 @@ func (d *Daemon) markerLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// resyncIn asks the leader for a resync once d has passed, plus a moment:
+// a data-loss hold ends then, and the semaphores it held come back.
+func (d *Daemon) resyncIn(left time.Duration) {
+	time.AfterFunc(max(left, 0)+100*time.Millisecond, func() {
+		select {
+		case d.resyncKick <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// logLoss logs a data loss (or a restart or failover that may have lost
+// writes) with its hold, once per hold.
+func (d *Daemon) logLoss(l reconcile.LostBackend) {
+	d.lossMu.Lock()
+	seen := d.lossLogged[l.Backend].Equal(l.HoldUntil)
+	if !seen {
+		if d.lossLogged == nil {
+			d.lossLogged = map[string]time.Time{}
+		}
+		d.lossLogged[l.Backend] = l.HoldUntil
+	}
+	d.lossMu.Unlock()
+	if seen {
+		return
+	}
+	if l.Cause == backends.LossCauseChanged {
+		d.log.Warn("backend restarted or failed over and may have lost its last writes: its semaphores grant no slot until holders from before have stopped",
+			"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
+		return
+	}
+	d.log.Warn("backend lost its data: its semaphores come back once holders from before the loss have stopped",
+		"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
 }
 
 // repairWakeups wakes semaphore waiters that a lost release left asleep, on
@@ -718,12 +826,7 @@ func (d *Daemon) resync(ctx context.Context) {
 func (d *Daemon) resyncAfterHold(p *reconcile.Plan) {
 	for _, l := range p.Lost {
 		if l.Recorded && l.Left > 0 {
-			time.AfterFunc(l.Left+100*time.Millisecond, func() {
-				select {
-				case d.resyncKick <- struct{}{}:
-				default:
-				}
-			})
+			d.resyncIn(l.Left)
 		}
 	}
 }
@@ -743,8 +846,7 @@ func (d *Daemon) logApply(what string, res *reconcile.Result, err error) {
 	}
 	if res != nil {
 		for _, l := range res.LossRecorded {
-			d.log.Warn("backend lost its data: its semaphores come back once holders from before the loss have stopped",
-				"backend", l.Backend, "hold_until", l.HoldUntil, "hold", l.Left.Round(time.Millisecond))
+			d.logLoss(l)
 		}
 	}
 }

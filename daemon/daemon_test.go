@@ -68,82 +68,6 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// TestThreeDaemonsEveryOccurrenceOnce runs three daemons sharing one store
-// and an `@every 1s` task, kills the leader with kill -9 half-way, and
-// checks the commands' own log: every occurrence started exactly once, none
-// missed (catch_up: all), and another daemon took over.
-func TestThreeDaemonsEveryOccurrenceOnce(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) { threeDaemons(t, "cluster: {leader_lease: 2s}") })
-	t.Run("mysql", func(t *testing.T) {
-		dsn := testenv.MySQLDSN(t)
-		threeDaemons(t, fmt.Sprintf(`backends:
-  db: {type: mysql, dsn: %q, table_prefix: "t3_"}
-cluster: {backend: db, leader_lease: 2s}`, dsn))
-	})
-	t.Run("redis", func(t *testing.T) {
-		url, prefix := testenv.RedisURL(t)
-		threeDaemons(t, fmt.Sprintf(`backends:
-  cache: {type: redis, url: %q, key_prefix: %q}
-cluster: {backend: cache, leader_lease: 2s}`, url, prefix))
-	})
-}
-
-// threeDaemons is TestThreeDaemonsEveryOccurrenceOnce on the backend that
-// header declares.
-func threeDaemons(t *testing.T, header string) {
-	env := proctest.NewEnv(t)
-	dir := t.TempDir()
-	logPath := filepath.Join(dir, "occurrences.log")
-	specPath := filepath.Join(dir, "coordd.yaml")
-	writeFile(t, specPath, header+fmt.Sprintf(`
-cron:
-  tick:
-    schedule: "@every 1s"
-    catch_up: all
-    command: %q
-`, proctest.LogCommand(logPath)))
-
-	procs := map[string]*proctest.Proc{}
-	for _, h := range []string{"h1", "h2", "h3"} {
-		procs[h] = env.StartWith(t, h, []string{"COORDD_TEST_HOST=" + h}, "run", "-f", specPath, "--host-id", h, "--log-level", "debug", "--shutdown-grace", "5s")
-	}
-	proctest.Eventually(t, 20*time.Second, "three occurrences", func() bool { return len(proctest.ReadLog(t, logPath)) >= 3 })
-	st := status(t, env, specPath)
-	if st.Leader == nil || procs[hostOf(st.Leader.Holder)] == nil {
-		t.Fatalf("no leader among the daemons: %+v", st.Leader)
-	}
-	leader := hostOf(st.Leader.Holder)
-	before := len(proctest.ReadLog(t, logPath))
-	procs[leader].Kill9()
-	killedAt := time.Now()
-	proctest.Eventually(t, 20*time.Second, "occurrences after the leader's death", func() bool {
-		return len(proctest.ReadLog(t, logPath)) >= before+4
-	})
-	t.Logf("leader %s killed; next starts within %s", leader, time.Since(killedAt).Round(100*time.Millisecond))
-	for h, p := range procs {
-		if h != leader {
-			p.Signal(syscall.SIGTERM)
-		}
-	}
-	for h, p := range procs {
-		if h != leader {
-			if code := p.Wait(t, 30*time.Second); code != 0 {
-				t.Errorf("%s exited %d", h, code)
-			}
-		}
-	}
-	lines := proctest.ReadLog(t, logPath)
-	n := proctest.Continuity(t, lines, time.Second)
-	hosts := map[string]int{}
-	for _, l := range lines {
-		hosts[l.Host]++
-	}
-	if len(hosts) < 2 {
-		t.Errorf("one host ran everything (%v): the leader's death was not taken over", hosts)
-	}
-	t.Logf("%d occurrences, by host %v", n, hosts)
-}
-
 // TestReload covers an editor's rename over the file, a broken file (the
 // last good spec stays), SIGHUP, and an atomic swap of a symlinked
 // directory; each good change is applied by the leader.
@@ -294,13 +218,13 @@ func TestStuckReloadDoesNotBlockShutdown(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	_, done := startInProcess(t, specPath, func(d *daemon.Daemon) {
-		daemon.SetLoadSpec(d, func(p string, o spec.LoadOptions) (*spec.Spec, error) {
+		daemon.SetLoadSpec(d, func(ctx context.Context, p string, o spec.LoadOptions) (*spec.Spec, error) {
 			select {
 			case entered <- struct{}{}:
 			default:
 			}
 			<-release
-			return spec.Load(p, o)
+			return spec.LoadContext(ctx, p, o)
 		})
 	})
 	signalSelf(t, syscall.SIGHUP)
@@ -386,6 +310,54 @@ semaphores:
 		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
 	})
 	write(newDSN, newURL)
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
+	out := logs.String()
+	if n := strings.Count(out, warning); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, out)
+	}
+	if strings.Contains(out, dbPW) || strings.Contains(out, cachePW) {
+		t.Errorf("the log shows a password:\n%s", out)
+	}
+}
+
+// TestReloadWarnsOnFileSecretChange: a password read from a file
+// (${file:...}, or a systemd credential) that changes between two reloads
+// warns that a restart is needed, as a password in the spec or in a
+// variable does, without printing it.
+func TestReloadWarnsOnFileSecretChange(t *testing.T) {
+	t.Setenv("COORDD_DATA_DIR", t.TempDir())
+	secrets := t.TempDir()
+	t.Setenv(spec.CredentialsDirVar, secrets)
+	dbPWFile, cachePWFile := filepath.Join(secrets, "db-pw"), filepath.Join(secrets, "cache-pw")
+	// Empty passwords first: the test servers have none.
+	writeFile(t, dbPWFile, "\n")
+	writeFile(t, cachePWFile, "")
+	redisURL, prefix := testenv.RedisURL(t)
+	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
+	writeFile(t, specPath, fmt.Sprintf(`backends:
+  local: {type: sqlite}
+  db: {type: mysql, dsn: %q, table_prefix: "fpw_"}
+  cache: {type: redis, url: %q, key_prefix: %q}
+cluster: {backend: local}
+semaphores:
+  s: {backend: db, limit: 1}
+`, withDSNPassword(testenv.MySQLDSN(t), "${file:"+dbPWFile+"}"), strings.Replace(withURLPassword(t, redisURL, ""), ":@", ":${credential:cache-pw}@", 1), prefix))
+	logs, done := startInProcess(t, specPath, nil)
+	defer func() {
+		signalSelf(t, syscall.SIGTERM)
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	const warning = "backend connections changed; restart coordd to use them"
+	const dbPW, cachePW = "f1le-db-pw", "cr3dential-cache-pw"
+	writeFile(t, dbPWFile, dbPW+"\n")
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for db", func() bool {
+		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
+	})
+	writeFile(t, cachePWFile, cachePW)
 	signalSelf(t, syscall.SIGHUP)
 	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
 	out := logs.String()

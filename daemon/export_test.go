@@ -1,9 +1,13 @@
 package daemon
 
-import "github.com/coordd/coordd/spec"
+import (
+	"context"
+
+	"github.com/coordd/coordd/spec"
+)
 
 // SetLoadSpec makes d's reloads load the spec with load instead of
-// spec.Load; set it before Run.
-func SetLoadSpec(d *Daemon, load func(string, spec.LoadOptions) (*spec.Spec, error)) {
+// spec.LoadContext; set it before Run.
+func SetLoadSpec(d *Daemon, load func(context.Context, string, spec.LoadOptions) (*spec.Spec, error)) {
 	d.loadSpec = load
 }

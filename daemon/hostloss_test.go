@@ -1,8 +1,8 @@
 package daemon_test
 
-// Issue 13, item 3: with on_host_loss retry (the default) and the default
-// max_attempts 1, an occurrence whose server was killed mid-run runs again
-// on another server (spec.md, design.md), where it used to stay lost.
+// With on_host_loss retry (the default) and the default max_attempts 1, an
+// occurrence whose server was killed mid-run runs again on another server
+// (spec.md, design.md), where it used to stay lost.
 
 import (
 	"encoding/json"
@@ -17,21 +17,29 @@ import (
 
 	"github.com/coordd/coordd/internal/proctest"
 	"github.com/coordd/coordd/internal/testenv"
+	"github.com/coordd/coordd/scheduler"
 )
 
 // TestHostLossRetriedWithDefaults runs three daemons sharing one store and
-// a task with the default max_attempts and on_host_loss whose first attempt
-// runs for minutes; it kills the daemon running it (the host the command
-// itself reports) with kill -9 and expects the command to die with it and
-// attempt 2 to run, once, on another host.
+// a task with the default max_attempts, on_host_loss and retry_backoff
+// (30 s) whose first attempt runs for minutes; it kills the daemon running
+// it (the host the command itself reports) with kill -9 and expects the
+// command to die with it and attempt 2 to run, once, on another host. The
+// times are those the docs promise: the run is marked lost once its run
+// lease ran out and at most 20 s (the leader's sweep) later, never before;
+// attempt 2 starts retry_backoff after that (a sweep interval three times
+// longer fails the test).
 func TestHostLossRetriedWithDefaults(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) { hostLossRetried(t, "cluster: {leader_lease: 2s}") })
+	// The backends run at once: each mostly waits.
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); hostLossRetried(t, "cluster: {leader_lease: 2s}") })
 	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
 		hostLossRetried(t, fmt.Sprintf(`backends:
   db: {type: mysql, dsn: %q, table_prefix: "hl_"}
 cluster: {backend: db, leader_lease: 2s}`, testenv.MySQLDSN(t)))
 	})
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
 		url, prefix := testenv.RedisURL(t)
 		hostLossRetried(t, fmt.Sprintf(`backends:
   cache: {type: redis, url: %q, key_prefix: %q}
@@ -89,16 +97,16 @@ func hostLossRetried(t *testing.T, header string) {
 	logPath := filepath.Join(dir, "attempts.log")
 	specPath := filepath.Join(dir, "coordd.yaml")
 	// Due once, at apply (run_on_create); the schedule itself is a year
-	// away. max_attempts and on_host_loss keep their defaults; a short run
-	// lease and backoff keep the test short. Attempt 1 runs for minutes,
-	// attempt 2 ends at once.
+	// away. max_attempts, on_host_loss and retry_backoff keep their
+	// defaults; a short run lease keeps the test short. Attempt 1 runs for
+	// minutes, attempt 2 ends at once.
+	const leaderLease, runLease, retryBackoff = 2 * time.Second, 3 * time.Second, 30 * time.Second
 	writeFile(t, specPath, header+fmt.Sprintf(`
 cron:
   long:
     schedule: "0 0 1 1 *"
     run_on_create: true
     run_lease: 3s
-    retry_backoff: 1s
     command: 'echo "$COORDD_ATTEMPT $COORDD_TEST_HOST $$" >> %s; if [ "$COORDD_ATTEMPT" = 1 ]; then exec sleep 300; fi'
 `, logPath))
 
@@ -116,14 +124,23 @@ cron:
 	proctest.Eventually(t, 10*time.Second, "attempt 1's command to die with its daemon", func() bool {
 		return !alive(first.pid)
 	})
-	proctest.Eventually(t, 90*time.Second, "attempt 2", func() bool { return len(readAttempts(t, logPath)) >= 2 })
+	// The lease runs out at most runLease after the kill; another daemon
+	// leads within leaderLease; its sweep marks the run lost at most
+	// DefaultSweep after the lease ran out; attempt 2 starts retryBackoff
+	// after that. A margin for a loaded machine.
+	const margin = 5 * time.Second
+	bound := runLease + leaderLease + scheduler.DefaultSweep + retryBackoff + margin
+	proctest.Eventually(t, bound, "attempt 2", func() bool { return len(readAttempts(t, logPath)) >= 2 })
 	t.Logf("%s killed; attempt 2 started %s later", first.host, time.Since(killedAt).Round(100*time.Millisecond))
 
 	// The history says why: attempt 1 lost, attempt 2 succeeded.
 	var runs []struct {
-		Attempt int    `json:"attempt"`
-		Status  string `json:"status"`
-		Host    string `json:"host"`
+		Attempt    int       `json:"attempt"`
+		Status     string    `json:"status"`
+		Host       string    `json:"host"`
+		StartedAt  time.Time `json:"started_at"`
+		ExpiresAt  time.Time `json:"expires_at"`
+		FinishedAt time.Time `json:"finished_at"`
 	}
 	proctest.Eventually(t, 30*time.Second, "attempt 2 recorded as succeeded", func() bool {
 		out, code := env.Run(t, "cron", "history", "long", "-f", specPath, "--json")
@@ -159,6 +176,26 @@ cron:
 		byAttempt[r.Attempt] = r.Status
 	}
 	if len(runs) != 2 || byAttempt[1] != "lost" || byAttempt[2] != "succeeded" {
-		t.Errorf("history %+v: want attempt 1 lost, attempt 2 succeeded", runs)
+		t.Fatalf("history %+v: want attempt 1 lost, attempt 2 succeeded", runs)
 	}
+	// The store's own times (backend clock): marked lost after its lease
+	// ran out and within a sweep; retried after retry_backoff, within a
+	// second or two.
+	lost, retry := runs[0], runs[1]
+	if lost.Attempt != 1 {
+		lost, retry = retry, lost
+	}
+	const slack = 3 * time.Second
+	if d := lost.FinishedAt.Sub(lost.ExpiresAt); d < 0 || d > scheduler.DefaultSweep+slack {
+		t.Errorf("attempt 1 marked lost %s after its lease ran out, want 0 to %s", d, scheduler.DefaultSweep)
+	}
+	if d := retry.StartedAt.Sub(lost.FinishedAt); d < retryBackoff || d > retryBackoff+slack {
+		t.Errorf("attempt 2 started %s after attempt 1 was marked lost, want retry_backoff %s", d, retryBackoff)
+	}
+	if d := lost.ExpiresAt.Sub(killedAt); d > runLease+slack {
+		t.Errorf("attempt 1's lease ran out %s after the kill, want at most run_lease %s", d, runLease)
+	}
+	t.Logf("lease ran out %s after the kill; marked lost %s later; attempt 2 %s after that",
+		lost.ExpiresAt.Sub(killedAt).Round(100*time.Millisecond), lost.FinishedAt.Sub(lost.ExpiresAt).Round(100*time.Millisecond),
+		retry.StartedAt.Sub(lost.FinishedAt).Round(100*time.Millisecond))
 }

@@ -35,12 +35,25 @@ func (s source) LastReload() (bool, time.Time) {
 	return s.d.lastReloadOK, s.d.lastGoodAt
 }
 
+// ReloadRunning is how long the reload in progress has run; 0 when none.
+func (s source) ReloadRunning() time.Duration {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.d.reloadingSince.IsZero() {
+		return 0
+	}
+	return max(time.Since(s.d.reloadingSince), time.Nanosecond)
+}
+
 func (s source) Health() error {
+	running := s.ReloadRunning()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	switch {
 	case s.d.stopping:
 		return errors.New("shutting down")
+	case running > s.d.reloadStuck():
+		return fmt.Errorf("spec reload stuck: running for %s (the last good spec keeps running)", running.Round(time.Second))
 	case !s.d.lastReloadOK:
 		msg := "spec reload failed"
 		if err := s.d.lastReloadErr; err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// PauseActions are the Pause and Resume buttons of cron tasks (issue 16),
+// PauseActions are the Pause and Resume buttons of cron tasks,
 // for Options.Extra: `coordd cron pause` and `coordd cron resume` from the
 // dashboard. A pause is recorded with src's host id, the backend's time and
 // the reason typed in the form (required), and names the dashboard and the

@@ -11,7 +11,7 @@ import (
 )
 
 // Store values are written by other hosts, and a hostile or broken one can
-// put anything there (issue 14). html/template escapes them for HTML; the
+// put anything there. html/template escapes them for HTML; the
 // helpers below also keep them from misleading a reader: a value with a
 // control or format character (a bidi override that reorders what is shown,
 // a newline that forges a row) is shown quoted and escaped, the rule

@@ -16,7 +16,7 @@ import (
 
 // The election promises of docs/design.md ("Leader election") and
 // docs/spec.md (cluster.leader_lease) on every cluster backend: the tests
-// beside this file run on the embedded store only (issue 13).
+// beside this file run on the embedded store only.
 
 // leaderStore is a cluster backend: its leader lease and its clock.
 type leaderStore interface {

@@ -10,10 +10,11 @@
 //     Metrics (CronStarted, CronFinished, Reconciled, RoundTrip): counters
 //     and histograms;
 //   - state read at scrape time from a Source: leadership, the last spec
-//     reload, and the semaphores, queues and cron tasks (paused or not),
+//     reload and one in progress, and the semaphores, queues and cron tasks (paused or not),
 //     which a collector observes on their backends (one ObserveSemaphores,
 //     one ObserveQueues and one ObserveCrons call per backend, all
-//     backends at once), bounded by ObserveTimeout so that a slow backend
+//     backends at once), and the data-loss marker of a backend that can
+//     lose its data, bounded by ObserveTimeout so that a slow backend
 //     cannot hang a scrape;
 //   - the host registry (a Source that is also a HostSource): this host's
 //     spec hash against the applied one, as the daemon last read it, and
@@ -69,6 +70,14 @@ type HostSource interface {
 	// HostRegistry returns the cluster backend's name and registry (nil:
 	// none).
 	HostRegistry() (backend string, r backends.HostRegistry)
+}
+
+// ReloadSource is implemented by a Source that can tell a spec reload in
+// progress, for coordd_config_reload_in_progress_seconds.
+type ReloadSource interface {
+	// ReloadRunning is how long the reload in progress has run; 0 when
+	// none runs.
+	ReloadRunning() time.Duration
 }
 
 // Objects are the semaphores and queues that one backend holds.
@@ -190,6 +199,8 @@ var (
 		"1 if the last spec (re)load succeeded, else 0 (the last good spec keeps running).", nil, nil)
 	descReloadAt = prometheus.NewDesc("coordd_config_last_reload_success_timestamp_seconds",
 		"Unix time of the last successful spec (re)load.", nil, nil)
+	descReloading = prometheus.NewDesc("coordd_config_reload_in_progress_seconds",
+		"How long the spec reload in progress has run, 0 when none runs. A reload ends at its read deadline (10s by default); one that runs past twice that is stuck, and /healthz fails meanwhile.", nil, nil)
 	descObserveOK = prometheus.NewDesc("coordd_backend_observe_successful",
 		"1 if this scrape observed the backend's semaphores, queues and cron tasks, 0 on an error or timeout.", []string{"backend"}, nil)
 	descSemLimit = prometheus.NewDesc("coordd_semaphore_limit",
@@ -212,6 +223,10 @@ var (
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
 		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
+	descLossHold = prometheus.NewDesc("coordd_backend_loss_hold_until_timestamp_seconds",
+		"Unix time (backend clock) at which the backend's data-loss hold ends, while one runs (cause: lost, the data is gone and its semaphores come back then; changed, a restart or failover that may have lost writes, and no slot is granted until then); absent otherwise.", []string{"backend", "cause"}, nil)
+	descLossHoldLeft = prometheus.NewDesc("coordd_backend_loss_hold_seconds",
+		"What is left of the backend's data-loss hold, by the backend's clock; 0 when none runs (backends that can lose their data only).", []string{"backend"}, nil)
 	descHashMatches = prometheus.NewDesc("coordd_spec_hash_matches_applied",
 		"1 if this host's spec hash is the latest applied one, 0 if it differs (a rollout in flight or a stale checkout); absent until the applied hash was read, or before the first apply.", nil, nil)
 	descSpecInfo = prometheus.NewDesc("coordd_spec_info",
@@ -226,9 +241,9 @@ var (
 type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descObserveOK,
+	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
 		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused,
-		descHashMatches, descSpecInfo, descHosts, descHostHashes} {
+		descLossHold, descLossHoldLeft, descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
 }
@@ -253,6 +268,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descReloadOK, b2f(ok))
 	if !at.IsZero() {
 		ch <- gauge(descReloadAt, float64(at.UnixNano())/1e9)
+	}
+	if rs, ok := src.(ReloadSource); ok {
+		ch <- gauge(descReloading, rs.ReloadRunning().Seconds())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), ObserveTimeout)
@@ -400,6 +418,25 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			if st := states[n]; st != nil {
 				out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend))
 			}
+		}
+	}
+	if lg, isLoss := o.B.(backends.LossGuard); isLoss {
+		start := time.Now()
+		st, err := lg.ObserveLoss(ctx)
+		c.m.RoundTrip(o.Backend, "observe_loss", time.Since(start))
+		switch {
+		case err != nil:
+			ok = false
+		case st.Holding():
+			cause := st.Cause
+			if cause == "" {
+				cause = backends.LossCauseLost
+			}
+			out = append(out,
+				gauge(descLossHold, float64(st.HoldUntil.UnixNano())/1e9, o.Backend, cause),
+				gauge(descLossHoldLeft, st.HoldUntil.Sub(st.Now).Seconds(), o.Backend))
+		default:
+			out = append(out, gauge(descLossHoldLeft, 0, o.Backend))
 		}
 	}
 	out[0] = gauge(descObserveOK, b2f(ok), o.Backend)

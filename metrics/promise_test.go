@@ -18,8 +18,8 @@ import (
 )
 
 // Promises of docs/operations.md ("Metrics and health") on every backend:
-// the tests beside this file read the embedded store only (issue 13).
-// Queue readings are left to the queue tests of issue 13 (ready counts).
+// the tests beside this file read the embedded store only. Queue readings
+// are left to the queue tests (ready counts, TestQueueCountsAgree).
 
 // store is a backend under test with what its type can do.
 type store interface {

@@ -13,8 +13,9 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Benchmarks of issue 3 on the embedded store. Each iteration does a fixed
-// amount of work, so run them with -benchtime 1x (or Nx to repeat):
+// Benchmarks of the queue runtime on the embedded store
+// (docs/benchmarks.md). Each iteration does a fixed amount of work, so run
+// them with -benchtime 1x (or Nx to repeat):
 //
 //	go test -run '^$' -bench . -benchtime 1x ./queue/
 //
@@ -87,7 +88,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 // BenchmarkQueueEnqueueToStart measures, on an idle queue with one worker
 // (Work, concurrency 1) in the same process, the time from the call to Push
 // to the start of the handler. Between jobs the worker idles for a random
-// 5-25 ms, so every push finds it in its idle wait. Target (issue 3): p50
+// 5-25 ms, so every push finds it in its idle wait. Target: p50
 // <= 5 ms.
 func BenchmarkQueueEnqueueToStart(b *testing.B) {
 	const samples = 300

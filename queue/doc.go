@@ -10,12 +10,13 @@
 //
 // In one process, an idle worker is woken by a Push through the same Client
 // (and by the ack of a job with a key, which may let the next job of its
-// key start) with no lost wake-ups: the worker takes the queue's current wake channel
-// *before* it tries to claim, and Push closes that channel, so a push that
-// lands between an empty claim and the wait still wakes it (the scheme of
-// package semaphore, seed 004). Across processes the backend's WaitQueue
-// takes over; on SQLite it is a bounded backoff poll (at most one query per
-// 100 ms per idle Work call), so an idle worker does not hammer the store.
+// key start) with no lost wake-ups: the worker takes the queue's current
+// wake channel *before* it tries to claim, and Push closes that channel, so
+// a push that lands between an empty claim and the wait still wakes it
+// (package semaphore wakes its waiters on release the same way). Across
+// processes the backend's WaitQueue takes over; on SQLite it is a bounded
+// backoff poll (at most one query per 100 ms per idle Work call), so an
+// idle worker does not hammer the store.
 //
 // # One claimer per Work call
 //

@@ -13,8 +13,8 @@ import (
 
 // TestPushLimitsBeforeTheBackend: a key outside the shared limits is
 // refused with spec.ErrInvalidKey before the backend is touched (no round
-// trip), so no backend can take one that another refuses; before issue 14
-// the embedded store took a 300-byte key.
+// trip), so no backend can take one that another refuses (the embedded store
+// once took a 300-byte key).
 func TestPushLimitsBeforeTheBackend(t *testing.T) {
 	st := newStore(t, queueConfig("q"))
 	c := newClient(t, st)

@@ -60,7 +60,7 @@ func benchEngine(b *testing.B, files map[string][]byte, readOnly bool) *reconcil
 
 // BenchmarkReconcile10k measures, on a generated spec of 10,000 objects on
 // the embedded store: apply from empty, the no-op plan afterwards, and a
-// plan after 100 changes. Targets (issue 2): no-op plan <= 1 s, apply <= 10 s.
+// plan after 100 changes. Targets: no-op plan <= 1 s, apply <= 10 s.
 //
 //	go test -run '^$' -bench Reconcile10k -benchtime 1x ./reconcile/
 func BenchmarkReconcile10k(b *testing.B) {

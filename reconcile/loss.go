@@ -144,7 +144,7 @@ func (e *Engine) markLoss(ctx context.Context, opts Options) ([]LostBackend, err
 		}
 		e.Loss.remember(name)
 		if ls.Wrote && li.existed {
-			recorded = append(recorded, LostBackend{Backend: name, Recorded: true, HoldUntil: ls.HoldUntil, Left: ls.HoldUntil.Sub(ls.Now)})
+			recorded = append(recorded, LostBackend{Backend: name, Recorded: true, Cause: ls.Cause, HoldUntil: ls.HoldUntil, Left: ls.HoldUntil.Sub(ls.Now)})
 		}
 	}
 	return recorded, nil
@@ -190,7 +190,11 @@ type LostBackend struct {
 	Backend string `json:"backend"`
 	// Recorded: the loss is recorded (the marker is back), and HoldUntil
 	// is when semaphore tokens may come back, in backend time.
-	Recorded  bool      `json:"recorded"`
+	Recorded bool `json:"recorded"`
+	// Cause is backends.LossCauseLost (the data is gone) or
+	// backends.LossCauseChanged (a restart or failover that may have lost
+	// the last writes; the semaphores stay, but grant no slot).
+	Cause     string    `json:"cause,omitempty"`
 	HoldUntil time.Time `json:"hold_until,omitzero"`
 	// Left is how long the hold still runs (the longest lease when the
 	// loss is not recorded yet).
@@ -206,7 +210,7 @@ func lostBackends(loss map[string]*lossInfo) []LostBackend {
 		case !li.state.Marked:
 			out = append(out, LostBackend{Backend: name, Left: li.longest})
 		case li.state.Holding():
-			out = append(out, LostBackend{Backend: name, Recorded: true, HoldUntil: li.state.HoldUntil, Left: li.state.HoldUntil.Sub(li.state.Now)})
+			out = append(out, LostBackend{Backend: name, Recorded: true, Cause: li.state.Cause, HoldUntil: li.state.HoldUntil, Left: li.state.HoldUntil.Sub(li.state.Now)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Backend < out[j].Backend })
@@ -265,9 +269,113 @@ func lossNote(c *Change, loss map[string]*lossInfo) string {
 	case !li.state.Marked:
 		return fmt.Sprintf("backend %s lost its data (its marker is missing): apply records the loss, and the semaphore comes back %s later (the longest lease), once holders from before the loss have stopped",
 			c.desired.backend, dur(li.longest))
+	case li.state.Holding() && li.state.Cause == backends.LossCauseChanged:
+		return fmt.Sprintf("backend %s restarted or failed over and may have lost its last writes: the semaphore changes at %s (backend time, in %s), once holders from before have stopped",
+			c.desired.backend, li.state.HoldUntil.Format(time.RFC3339), li.state.HoldUntil.Sub(li.state.Now).Round(time.Second))
 	case li.state.Holding():
 		return fmt.Sprintf("backend %s lost its data: the semaphore comes back at %s (backend time, in %s), once holders from before the loss have stopped",
 			c.desired.backend, li.state.HoldUntil.Format(time.RFC3339), li.state.HoldUntil.Sub(li.state.Now).Round(time.Second))
 	}
 	return ""
+}
+
+// NoticeLoss reads the marker of every backend of the engine that can lose
+// its data (one cheap read each) and records a loss the moment it sees one:
+// a marker missing while objects existed there, or a server that changed
+// under its marker (a restart, a promoted replica: LossState.Changed). It
+// also records the longest lease in a marker that holds a shorter one than
+// the spec's (LossState.Hold: the hold a later change starts). It
+// needs no apply lock: MarkLoss writes only what is missing, atomically,
+// and the apply that comes next finds the hold in the marker. The daemon's
+// leader runs it every few seconds, and `sem run` and the daemon's cron
+// runs when they find a semaphore missing, so that a loss is noticed
+// within seconds rather than at the next resync.
+//
+// It returns the state of each backend (after any mark) and the losses it
+// recorded now.
+func (e *Engine) NoticeLoss(ctx context.Context) (map[string]backends.LossState, []LostBackend, error) {
+	states := map[string]backends.LossState{}
+	var recorded []LostBackend
+	var errs []error
+	var infos map[string]*lossInfo
+	for name, b := range e.Backends {
+		lg, ok := b.(backends.LossGuard)
+		if !ok {
+			continue
+		}
+		s, err := lg.ObserveLoss(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backend %q: %w", name, err))
+			continue
+		}
+		if s.Marked && !s.Changed && (!s.TracksChanges || s.Hold >= e.specLongest(name)) {
+			e.Loss.remember(name)
+			states[name] = s
+			continue
+		}
+		if infos == nil {
+			st, err := e.State.LoadState(ctx)
+			if err != nil {
+				return states, recorded, fmt.Errorf("load applied state: %w", err)
+			}
+			if infos, err = e.lossInfos(ctx, st, nil, false); err != nil {
+				return states, recorded, err
+			}
+		}
+		li := infos[name]
+		if !s.Marked && !li.existed {
+			states[name] = s // a first use, or a loss nothing remembers
+			continue
+		}
+		ms, err := lg.MarkLoss(ctx, li.existed, li.longest)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backend %q: %w", name, err))
+			continue
+		}
+		e.Loss.remember(name)
+		states[name] = ms
+		if ms.Wrote && ms.Holding() {
+			recorded = append(recorded, LostBackend{Backend: name, Recorded: true, Cause: ms.Cause, HoldUntil: ms.HoldUntil, Left: ms.HoldUntil.Sub(ms.Now)})
+		}
+	}
+	return states, recorded, errors.Join(errs...)
+}
+
+// specLongest is the longest lease of the spec's semaphores on backend.
+func (e *Engine) specLongest(backend string) time.Duration {
+	var d time.Duration
+	if e.Spec != nil {
+		for _, sem := range e.Spec.Semaphores {
+			if sem.Backend == backend {
+				d = max(d, sem.Lease)
+			}
+		}
+	}
+	return d
+}
+
+// LossExplainsMissing reports whether a semaphore found missing from
+// backend may be on its way back after a data loss, rather than never
+// applied, once NoticeLoss has recorded any loss there: the backend's
+// marker holds its semaphores (or did until moments ago, and they are
+// being re-created), or it has no marker and also holds the cluster state,
+// so that no inventory can tell a loss from a first use. A caller that
+// waits (semaphore.Acquire) then waits for the hold; otherwise the
+// semaphore is not applied.
+func (e *Engine) LossExplainsMissing(ctx context.Context, backend string) (bool, error) {
+	if _, ok := e.Backends[backend].(backends.LossGuard); !ok {
+		return false, nil
+	}
+	states, _, err := e.NoticeLoss(ctx)
+	st, ok := states[backend]
+	if !ok {
+		return false, err
+	}
+	switch {
+	case st.MissingHold(backend) != nil:
+		return true, nil
+	case !st.Marked:
+		return e.Spec != nil && e.Spec.Cluster.Backend == backend, nil
+	}
+	return false, nil
 }

@@ -86,15 +86,26 @@ semaphores:
 		t.Fatalf("plan after the hold:\n%s", text(p))
 	}
 
-	// A restart that kept the data (a new run_id, the marker still there)
-	// holds nothing.
+	// A restart that kept the marker (it names an earlier process) may
+	// have lost the last writes before it: apply records the new server
+	// and holds the semaphores for the lease, which exist but grant no
+	// slot meanwhile.
 	if err := st.Client().HSet(ctx, prefix+"{global}:marker", "run_id", "an-earlier-process").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.apply(reconcile.Options{})
+	if ls, err := st.ObserveLoss(ctx); err != nil || !ls.Changed || ls.Holding() {
+		t.Fatalf("observed after a restart: %+v %v; want the change seen, no hold yet", ls, err)
+	}
+	f.applyHeld()
 	ls, err := st.ObserveLoss(ctx)
-	if err != nil || ls.Holding() || ls.RunID == "an-earlier-process" {
-		t.Fatalf("after a restart that kept the data: %+v %v; want no hold and the new run_id", ls, err)
+	if err != nil || !ls.Holding() || ls.Cause != backends.LossCauseChanged || ls.Changed || ls.RunID == "an-earlier-process" {
+		t.Fatalf("after a restart that kept the marker: %+v %v; want a hold for the change, the new run_id recorded", ls, err)
+	}
+	if left := ls.HoldUntil.Sub(ls.Now); left > lease || left < lease-time.Second {
+		t.Fatalf("hold after a restart: %v, want the lease %v", left, lease)
+	}
+	if p := f.plan(reconcile.Options{}); len(p.Lost) != 1 || p.Lost[0].Cause != backends.LossCauseChanged {
+		t.Fatalf("plan during the hold of a restart: lost %+v, want the change listed", p.Lost)
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 // The promises of docs/design.md ("Desired, applied, observed", "Safety
 // rules", "Fencing numbers") and docs/operations.md ("Guard rails") held on
 // every backend that supports them, not only on the embedded store that
-// reconcile_test.go uses (issue 13). Backend x is the one under test; the
+// reconcile_test.go uses. Backend x is the one under test; the
 // cluster state lives on x where x can hold it, else on a local file.
 
 var (
@@ -384,8 +384,8 @@ func TestPromiseReplaceGuards(t *testing.T) {
 // time in microseconds. memcached's clock counts whole seconds (and its
 // `stats` time lags), so across backends it holds there once the grant is
 // two seconds old: the test waits for that before each move on memcached.
-// Before issue 13 memcached kept the counter of a deleted semaphore, and a
-// semaphore replaced away and back handed out numbers below those its
+// It fails if memcached keeps the counter of a deleted semaphore: a
+// semaphore replaced away and back would hand out numbers below those its
 // holders had on the other backend.
 func TestPromiseFencingAboveAfterRecreate(t *testing.T) {
 	each(t, objectTypes, func(t *testing.T, x *target) {
@@ -665,8 +665,8 @@ queues:
 
 // TestPromiseApplyOrder: apply "executes the changes in order: semaphores,
 // cron tasks, queues, then deletes in reverse kind order (a cron task that
-// names a semaphore goes before the semaphore)". Until issue 13 design.md
-// said "semaphores, queues, cron tasks", which coordd never did.
+// names a semaphore goes before the semaphore)", the order design.md
+// states.
 func TestPromiseApplyOrder(t *testing.T) {
 	f := newFixture(t)
 	head := "backends:\n  db: {type: sqlite, path: ../data/db.db}\n"

@@ -29,8 +29,7 @@
 //
 //   - all: each runs, in order, one claim each; when more than
 //     catch_up_limit are due, one skipped occurrence is recorded first that
-//     moves next_exec past the excess oldest ones. With overlap forbid a
-//     missed time waits for the previous run instead of being skipped.
+//     moves next_exec past the excess oldest ones.
 //   - once: one skipped occurrence for t1 moves next_exec to tk; tk runs.
 //   - none: as once, but tk is skipped too when it is more than one minute
 //     late (a host that was briefly busy still runs the current time).
@@ -43,8 +42,32 @@
 // times follow catch_up as above, as after a downtime. Resuming from
 // another process is noticed within Poll.
 //
-// overlap forbid records an on-time occurrence as skipped while a run of the
-// task is live. A failed or timed-out attempt with attempts left runs again
+// # Overlap
+//
+// Under overlap forbid, due times are decided before catch-up while a run of
+// the task is live (overlapDecision):
+//
+//   - a run this scheduler does not supervise (another host's, which may
+//     have died or frozen; a `coordd cron run`) may or may not be alive:
+//     the times wait, next_exec unmoved, until it ends or its lease runs
+//     out (the loop sweeps then, reapAt) and it is reaped; then catch_up
+//     applies as after a downtime;
+//   - a run it supervises whose command has not ended is known to run: a
+//     time is skipped once that run has been running for as long as the
+//     time is after the run's own scheduled time (it would have overlapped
+//     it even on time); a later time waits, and the loop looks again when
+//     that point comes. A late run (catch-up, retry) thus makes the next
+//     time wait, not skip;
+//   - a run of its own whose command ended is being recorded: the times
+//     wait for it.
+//
+// Every claim of a forbid task (scheduled, catch-up, retry, manual) is
+// Exclusive, so the backend refuses it while any run is live: the decision
+// above chooses between skipping and waiting, the claim prevents overlap.
+//
+// # Retries and leases
+//
+// A failed or timed-out attempt with attempts left runs again
 // as attempt+1 after retry_backoff. A lost attempt does too under
 // on_host_loss retry, even when it was the last max_attempts allows: a host
 // loss earns one attempt beyond max_attempts (at most max_attempts+1 per

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/coordd/coordd/internal/safetext"
 )
 
 // maxOutput is the tail of a run's output kept as RunResult.Output.
@@ -65,10 +67,14 @@ func (p *prefixer) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// flush writes the pending partial line (caller holds own).
+// flush writes the pending partial line (caller holds own), escaped
+// (safetext.Text): a command's output must not drive the terminal or
+// forge a line of the daemon's log with a carriage return or an escape
+// sequence.
 func (p *prefixer) flush() {
-	line := make([]byte, 0, len(p.prefix)+len(p.part)+1)
-	line = append(append(append(line, p.prefix...), p.part...), '\n')
+	text := safetext.Text(string(p.part))
+	line := make([]byte, 0, len(p.prefix)+len(text)+1)
+	line = append(append(append(line, p.prefix...), text...), '\n')
 	p.part = p.part[:0]
 	p.mu.Lock()
 	_, _ = p.w.Write(line)

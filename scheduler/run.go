@@ -150,6 +150,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 
 	finish := func(res backends.RunResult, code int) (backends.RunResult, int) {
 		markStarted()
+		// The command ended (or never started): the run no longer
+		// overlaps anything, though it stays live until recorded.
+		s.ended(occ.Owner)
 		// The slot goes first, so that the next holder need not wait for
 		// the record; the run lease is renewed meanwhile, and until the
 		// result is recorded (the record may wait for a burst's starts).

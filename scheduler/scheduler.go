@@ -123,6 +123,13 @@ type Scheduler struct {
 	// while there are any, results wait to be recorded (batch.go).
 	starting atomic.Int64
 
+	// own holds, by owner token, the runs this scheduler supervises
+	// (claimed, or being claimed, and not yet recorded), under mu; true
+	// once the run's command ended (its result is being recorded). Those
+	// whose command has not ended are the only runs it knows to be
+	// running (see overlapDecision).
+	own map[string]bool
+
 	// offsets holds, per backend name, its clock minus this host's and
 	// when that was measured; only Run's goroutine uses it.
 	offsets map[string]clockOffset
@@ -131,6 +138,10 @@ type Scheduler struct {
 	// must be reaped then, not at the next Sweep. Only Run's goroutine
 	// uses it.
 	reapAt time.Time
+	// waitingFor holds, per task, the run ID of the run of another
+	// process its due times last waited for (logged once per run). Only
+	// Run's goroutine uses it.
+	waitingFor map[string]string
 }
 
 // reapMargin is how long after a blocking run's lease expiry (backend
@@ -173,7 +184,49 @@ func New(cfg Config) *Scheduler {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel,
-		offsets: map[string]clockOffset{}, batch: map[backends.Crons]*cronBatchers{}}
+		offsets: map[string]clockOffset{}, batch: map[backends.Crons]*cronBatchers{},
+		own: map[string]bool{}, waitingFor: map[string]string{}}
+}
+
+// supervise marks owner's run as this scheduler's own, before its claim is
+// sent; ended marks its command ended; release forgets it once the run is
+// recorded (or its claim failed).
+func (s *Scheduler) supervise(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.own[owner] = false
+}
+
+func (s *Scheduler) ended(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.own[owner]; ok {
+		s.own[owner] = true
+	}
+}
+
+func (s *Scheduler) release(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.own, owner)
+}
+
+// classify returns a run of running that this scheduler does not
+// supervise (ok true), if there is one; otherwise the runs whose command
+// has not ended yet (starting, waiting for the semaphore, or running).
+func (s *Scheduler) classify(running []backends.Occurrence) (foreign backends.Occurrence, ok bool, commands []backends.Occurrence) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range running {
+		done, mine := s.own[o.Owner]
+		switch {
+		case !mine:
+			return o, true, nil
+		case !done:
+			commands = append(commands, o)
+		}
+	}
+	return backends.Occurrence{}, false, commands
 }
 
 // Wake makes the loop re-read the backends at once (the spec changed, a run
@@ -375,6 +428,14 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 	// Tasks with one on-time due time, the burst case, are claimed
 	// together in one call; catch-up goes one task at a time.
 	var items []claimItem
+	// wake: how soon a task that waits for a run of its own must be
+	// looked at again (overlapDecision); zero: no such task.
+	var wake time.Duration
+	dueOne := func(d backends.DueTask) {
+		if w := s.due(ctx, cb, d, now); w > 0 && (wake == 0 || w < wake) {
+			wake = w
+		}
+	}
 	for _, d := range due {
 		if !s.leading() {
 			return sleep, retryIn
@@ -385,22 +446,26 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 			continue
 		}
 		next := t.sched.Next(d.NextExec)
-		if (next.IsZero() || next.After(now)) && (t.def.CatchUp != spec.CatchUpNone || now.Sub(d.NextExec) <= noneLate) {
+		// A task whose times wait for a run of another process takes the
+		// one-task path, which reads the live runs before any claim: while
+		// it waits, a pass costs it one read, not a refused claim.
+		_, waiting := s.waitingFor[d.Name]
+		if !waiting && (next.IsZero() || next.After(now)) && (t.def.CatchUp != spec.CatchUpNone || now.Sub(d.NextExec) <= noneLate) {
 			items = append(items, claimItem{t: t, due: d, req: backends.ClaimRequest{
 				Task: t.name, ScheduledAt: d.NextExec, Next: next, Attempt: 1, Lease: t.def.RunLease,
 				Exclusive: t.def.Overlap != spec.OverlapAllow,
 			}})
 			continue
 		}
-		s.due(ctx, cb, d, now)
+		dueOne(d)
 	}
 	for _, it := range s.claimAndStartMany(ctx, cb, items) {
 		// A run of the task is live (overlap forbid): the one-task path
-		// reads it, records the skip and watches its lease.
+		// reads it and decides whether the time waits or is skipped.
 		if !s.leading() {
 			return sleep, retryIn
 		}
-		s.due(ctx, cb, it.due, now)
+		dueOne(it.due)
 	}
 	switch {
 	case len(due) == batch:
@@ -409,6 +474,9 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 		// next_exec moved (or a task waits for a running one): look again
 		// soon, as nextAt was read before the claims.
 		sleep = busyPoll
+	}
+	if wake > 0 {
+		sleep = min(sleep, wake)
 	}
 	if !nextAt.IsZero() {
 		if now, err = s.estimateNow(ctx, bn, cb); err == nil {
@@ -520,12 +588,18 @@ func (s *Scheduler) retries(ctx context.Context, cb *cronBackend) time.Duration 
 	return sleep
 }
 
-// due handles one due task: catch-up, overlap, claim.
-func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask, now time.Time) {
+// overlapReason is the reason recorded for a time skipped under overlap
+// forbid.
+const overlapReason = "overlap: previous run still running"
+
+// due handles one due task: overlap, catch-up, claim. It returns how soon
+// the task must be looked at again when a time waits for a run this
+// scheduler supervises (zero: no particular time).
+func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask, now time.Time) time.Duration {
 	t, err := parseTask(d.Name, d.Def)
 	if err != nil {
 		s.log.Error("cannot schedule task", "task", d.Name, "error", err)
-		return
+		return 0
 	}
 	// The due times t1 = next_exec < t2 < ... <= now.
 	times := []time.Time{d.NextExec}
@@ -557,62 +631,131 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 		s.log.Info("skipped", "task", t.name, "scheduled_at", times[i], "reason", reason)
 		return true
 	}
+	forbid := t.def.Overlap != spec.OverlapAllow
+	if forbid {
+		running, err := cb.Running(ctx, t.name)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reading the running occurrences failed", "task", t.name, "error", err)
+			}
+			return 0
+		}
+		if len(running) > 0 {
+			s.reapWhenExpired(running, now)
+			o, ok, commands := s.classify(running)
+			if ok {
+				// Its host may have died or frozen: nothing is known to
+				// run, so nothing is skipped. The times wait (next_exec
+				// stays) until the run ends or its lease runs out and it
+				// is reaped; then catch_up decides.
+				if s.waitingFor[t.name] != o.RunID {
+					s.waitingFor[t.name] = o.RunID
+					s.log.Info("due times wait for a run of another process, which may have died", "task", t.name,
+						"next_exec", times[0], "run_host", o.Host, "run_id", o.RunID, "run_scheduled_at", o.ScheduledAt,
+						"lease_expires_at", o.ExpiresAt)
+				}
+				return 0
+			}
+			// Only a command that still runs can overlap; a run whose
+			// command ended is being recorded: the times wait for it (its
+			// end wakes the loop).
+			n, wake := overlapDecision(commands, times, now)
+			if n > 0 {
+				reason := overlapReason
+				if n > 1 {
+					reason = fmt.Sprintf("%s: skipped %d", overlapReason, n)
+				}
+				if !skip(0, n, reason) {
+					return 0
+				}
+			}
+			return wake
+		}
+	}
+	delete(s.waitingFor, t.name)
 	k := len(times)
 	first := 0
 	switch t.def.CatchUp {
 	case spec.CatchUpAll:
 		if limit := max(t.def.CatchUpLimit, 1); k > limit {
 			if !skip(0, k-limit, fmt.Sprintf("catch_up_limit: skipped %d", k-limit)) {
-				return
+				return 0
 			}
 			first = k - limit
 		}
 	case spec.CatchUpNone:
 		if k > 1 {
 			if !skip(0, k-1, fmt.Sprintf("catch_up none: skipped %d missed", k-1)) {
-				return
+				return 0
 			}
 			first = k - 1
 		}
 		if now.Sub(times[k-1]) > noneLate {
 			skip(k-1, k, fmt.Sprintf("catch_up none: more than %s late", noneLate))
-			return
+			return 0
 		}
 	default: // once
 		if k > 1 {
 			if !skip(0, k-1, fmt.Sprintf("catch_up once: skipped %d missed", k-1)) {
-				return
+				return 0
 			}
 			first = k - 1
 		}
 	}
 	for i := first; i < k; i++ {
 		if !s.leading() {
-			return
+			return 0
 		}
-		if t.def.Overlap != spec.OverlapAllow {
-			running, err := cb.Running(ctx, t.name)
-			if err != nil {
-				return
-			}
-			if len(running) > 0 {
-				s.reapWhenExpired(running, now)
-				if i < k-1 {
-					// A missed time of catch_up all waits for the running
-					// one instead of being skipped; the next pass retries.
-					return
-				}
-				skip(i, i+1, "overlap: previous run still running")
-				return
-			}
-		}
+		// With forbid the claim itself checks that no run is live: one
+		// started since Running was read (a manual run) refuses it, and
+		// the next pass decides again.
 		ok := s.claimAndStart(ctx, cb, t, backends.ClaimRequest{
-			Task: t.name, ScheduledAt: times[i], Next: next(i), Attempt: 1, Lease: t.def.RunLease,
+			Task: t.name, ScheduledAt: times[i], Next: next(i), Attempt: 1, Lease: t.def.RunLease, Exclusive: forbid,
 		})
-		if !ok || t.def.Overlap != spec.OverlapAllow {
-			return // with forbid, the next one waits for this one
+		if !ok || forbid {
+			return 0 // with forbid, the next one waits for this one
 		}
 	}
+	return 0
+}
+
+// overlapDecision decides, under overlap forbid, the due times of a task
+// whose live runs are all this scheduler's own; running are those whose
+// command has not ended (it supervises them, so they are known to run;
+// none: every time waits). It returns how many of the earliest times are
+// skipped, and how soon the first of the others must be decided again
+// (zero: none left); now is backend time.
+//
+// A time t is skipped when a run r has been running for at least
+// t - r.ScheduledAt: r would have overlapped t even had it started at its
+// own scheduled time, as a command longer than the period does. A later
+// time waits for r and runs when r ends, as catch_up says: r started late
+// (a catch-up run, a retry after a host loss), and the lateness is not
+// the command's. A manual run is scheduled at its start, so it skips every
+// time that falls due while it runs.
+func overlapDecision(running []backends.Occurrence, times []time.Time, now time.Time) (skipped int, wake time.Duration) {
+	overlaps := func(at time.Time) bool {
+		for _, r := range running {
+			if now.Sub(r.StartedAt) >= at.Sub(r.ScheduledAt) {
+				return true
+			}
+		}
+		return false
+	}
+	for skipped < len(times) && overlaps(times[skipped]) {
+		skipped++
+	}
+	if skipped == len(times) {
+		return skipped, 0
+	}
+	at := times[skipped]
+	for _, r := range running {
+		w := at.Sub(r.ScheduledAt) - now.Sub(r.StartedAt) + reapMargin
+		if wake == 0 || w < wake {
+			wake = w
+		}
+	}
+	return skipped, wake
 }
 
 // claimAndStart claims req and starts the occurrence in its own goroutine.
@@ -621,9 +764,11 @@ func (s *Scheduler) claimAndStart(ctx context.Context, cb *cronBackend, t *task,
 		return false
 	}
 	req.Owner, req.Host = newOwner(), s.cfg.Host
+	s.supervise(req.Owner)
 	sent := time.Now()
 	occ, err := cb.ClaimOccurrence(ctx, req)
 	if err != nil {
+		s.release(req.Owner)
 		s.runs.Done()
 		s.claimFailed(ctx, t, req, err)
 		return false
@@ -652,10 +797,16 @@ func (s *Scheduler) claimAndStartMany(ctx context.Context, cb *cronBackend, item
 	for i, it := range items {
 		reqs[i] = it.req
 		reqs[i].Owner, reqs[i].Host = newOwner(), s.cfg.Host
+		s.supervise(reqs[i].Owner)
 	}
 	sent := time.Now()
 	res, err := cb.ClaimOccurrences(ctx, reqs)
 	if err != nil {
+		// A claim made anyway is not this scheduler's to supervise: it is
+		// reaped when its lease runs out.
+		for _, r := range reqs {
+			s.release(r.Owner)
+		}
 		s.runs.Add(-len(items))
 		if ctx.Err() == nil {
 			s.log.Warn("claim failed", "claims", len(items), "error", err)
@@ -666,6 +817,7 @@ func (s *Scheduler) claimAndStartMany(ctx context.Context, cb *cronBackend, item
 	var held []claimItem
 	for i, r := range res {
 		if r.Err != nil {
+			s.release(reqs[i].Owner)
 			s.runs.Done()
 			if errors.Is(r.Err, backends.ErrHeld) {
 				held = append(held, items[i])
@@ -698,11 +850,17 @@ func refused(err error) bool {
 }
 
 // claimFailed logs a claim that failed for another reason than another
-// host (or pass) having claimed it first, or the task being paused (the
-// backend refuses those in the claim; DueTasks no longer lists it).
+// host (or pass) having claimed it first, the task being paused (the
+// backend refuses those in the claim; DueTasks no longer lists it) or,
+// with overlap forbid, a run of the task being live (the next pass
+// decides again).
 func (s *Scheduler) claimFailed(ctx context.Context, t *task, req backends.ClaimRequest, err error) {
 	if errors.Is(err, backends.ErrPaused) {
 		s.log.Debug("not claimed: the task is paused", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt)
+		return
+	}
+	if errors.Is(err, backends.ErrHeld) {
+		s.log.Debug("not claimed: a run of the task is live", "task", t.name, "scheduled_at", req.ScheduledAt, "attempt", req.Attempt)
 		return
 	}
 	if !errors.Is(err, backends.ErrConflict) && ctx.Err() == nil {
@@ -717,6 +875,7 @@ func (s *Scheduler) start(cb *cronBackend, t *task, occ backends.Occurrence, sen
 	go func() {
 		defer s.runs.Done()
 		defer s.Wake()
+		defer s.release(occ.Owner)
 		pw := &prefixer{mu: &s.outMu, w: s.cfg.Stdout, prefix: []byte("[" + t.name + " " + occ.RunID + "] ")}
 		s.execute(s.runCtx, cb, t, occ, sent, pw, pw, func() { s.starting.Add(-1) })
 		pw.Close()
@@ -772,22 +931,22 @@ func (s *Scheduler) RunManual(ctx context.Context, b backends.Backend, name stri
 	if err != nil {
 		return exitCoorddFailed, err
 	}
-	req := backends.ClaimRequest{Task: name, Attempt: 1, Owner: newOwner(), Host: s.cfg.Host, Lease: t.def.RunLease, Manual: true}
-	if t.def.Overlap != spec.OverlapAllow {
-		running, err := cb.Running(ctx, name)
-		if err != nil {
-			return exitCoorddFailed, err
-		}
-		if len(running) > 0 {
-			req.Skip = "overlap: previous run still running"
-			if _, err := cb.ClaimOccurrence(ctx, req); err != nil {
-				return exitCoorddFailed, err
-			}
-			return exitNotAcquired, nil
-		}
-	}
+	// With overlap forbid the claim is refused while any run of the task
+	// is live, checked in the claim itself: an operator's run does not
+	// wait (exit 75), whether that run is known to run or not.
+	req := backends.ClaimRequest{Task: name, Attempt: 1, Owner: newOwner(), Host: s.cfg.Host, Lease: t.def.RunLease, Manual: true,
+		Exclusive: t.def.Overlap != spec.OverlapAllow}
+	s.supervise(req.Owner)
+	defer s.release(req.Owner)
 	sent := time.Now()
 	occ, err := cb.ClaimOccurrence(ctx, req)
+	if errors.Is(err, backends.ErrHeld) {
+		req.Skip, req.Exclusive = overlapReason, false
+		if _, err := cb.ClaimOccurrence(ctx, req); err != nil {
+			return exitCoorddFailed, err
+		}
+		return exitNotAcquired, nil
+	}
 	if err != nil {
 		return exitCoorddFailed, err
 	}

@@ -23,6 +23,22 @@
 //     the waiter lease (so the record is renewed in time), then 1 again.
 //     On its way out (granted, given up, cancelled) Acquire leaves the line.
 //
+// A backend that can lose its data (backends.LossGuard: Redis, memcached)
+// holds its semaphores for the longest lease after a loss, a restart or a
+// failover (docs/design.md, "When Redis loses its data"). Acquire treats
+// that hold as a wait, not a failure: when the semaphore is missing and the
+// backend's marker says it is held (or was until moments ago, and is being
+// re-created), or the backend refuses a slot during a hold
+// (backends.ErrLossHold), a waiting caller waits for the hold to end and
+// takes its slot then, and a NoWait caller gets ErrNotAcquired. A missing
+// semaphore on a backend whose marker is missing too may be a loss the
+// daemon's leader has not recorded yet: a waiting caller gives it
+// LossNoticeWait before it reports the semaphore missing.
+//
+// A waiting caller also rides out a backend it cannot reach for a moment
+// (a restart, a failover, a dropped connection): it tries again, pausing up
+// to 2 s, until its wait ends. A NoWait caller reports the error.
+//
 // A backend without Waiters (memcached) keeps no line: Acquire polls
 // TryAcquire every 200 ms, and whoever tries first after a release wins.
 //
@@ -53,15 +69,19 @@ package semaphore
 import (
 	"context"
 	"crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -82,8 +102,12 @@ type Client struct {
 	// repairer wakes waiters that a lost release left parked (nil when
 	// the backend parks none).
 	repairer backends.WakeRepairer
-	host     string
-	pid      int
+	// loss reads the marker of a backend that can lose its data (nil:
+	// it cannot); backend is the backend's name.
+	loss    backends.LossGuard
+	backend string
+	host    string
+	pid     int
 	// owners makes owner tokens: a random prefix per Client and a counter
 	// (unique without a read of the system's random source per acquire).
 	ownerPrefix string
@@ -119,9 +143,10 @@ func New(b backends.Backend, host string) (*Client, error) {
 	}
 	w, _ := b.(backends.Waiters)
 	r, _ := b.(backends.WakeRepairer)
+	lg, _ := b.(backends.LossGuard)
 	var p [8]byte
 	_, _ = rand.Read(p[:])
-	return &Client{sems: s, waiters: w, repairer: r, host: host, pid: os.Getpid(),
+	return &Client{sems: s, waiters: w, repairer: r, loss: lg, backend: b.Name(), host: host, pid: os.Getpid(),
 		ownerPrefix: hex.EncodeToString(p[:]) + "-", wakes: map[string]chan struct{}{}}, nil
 }
 
@@ -174,6 +199,10 @@ type AcquireOptions struct {
 	NoWait bool
 	// Wait bounds the wait; zero waits until ctx ends.
 	Wait time.Duration
+	// WaitSince is when the wait began, when the caller already waited
+	// before Acquire (`sem run` riding out a backend it could not reach):
+	// Wait counts from it. Zero: from the call.
+	WaitSince time.Time
 	// WaiterLease is how long a waiter record outlives a crashed waiter,
 	// which holds its place in line (and the slot it is entitled to) until
 	// then. Default 30s. A waiter renews its record every third of it.
@@ -183,7 +212,33 @@ type AcquireOptions struct {
 	// empty for any other (backends.ErrNotKeyed). It obeys spec.CheckKey
 	// (spec.ErrInvalidKey, before any backend is touched).
 	Key string
+	// OnLossHold, when not nil, is called while Acquire waits for a
+	// data-loss hold (see the package comment), each time what it waits
+	// for changes: `sem run` tells a person at a terminal why it waits.
+	OnLossHold func(backends.LossHoldError)
 }
+
+// LossNoticeWait is how long a waiting Acquire waits for the loss of a
+// semaphore's data to be recorded, when the semaphore and the backend's
+// marker are both missing, before it reports the semaphore missing: the
+// daemon's leader checks the marker every few seconds.
+const LossNoticeWait = 15 * time.Second
+
+// notAcquired is ErrNotAcquired for a reason other than a full semaphore
+// (a data-loss hold): errors.Is finds ErrNotAcquired and the reason.
+type notAcquired struct {
+	cause error
+	wait  time.Duration // the wait that elapsed; 0: NoWait
+}
+
+func (e *notAcquired) Error() string {
+	if e.wait > 0 {
+		return fmt.Sprintf("not acquired in %v: %v", e.wait, e.cause)
+	}
+	return "not acquired: " + e.cause.Error()
+}
+
+func (e *notAcquired) Unwrap() []error { return []error{ErrNotAcquired, e.cause} }
 
 // Lease is one held slot.
 type Lease struct {
@@ -238,7 +293,11 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	bucket := wakeBucket(name)
 	var deadline <-chan time.Time
 	if opts.Wait > 0 {
-		t := time.NewTimer(opts.Wait)
+		wait := opts.Wait
+		if !opts.WaitSince.IsZero() {
+			wait = max(opts.Wait-time.Since(opts.WaitSince), time.Millisecond)
+		}
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		deadline = t.C
 	}
@@ -247,6 +306,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		waiterLease = 30 * time.Second
 	}
 	registered := false
+	var loss lossWait
+	var outage time.Duration // the next pause while the backend cannot be reached
 	defer func() {
 		if registered {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -265,7 +326,15 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			}, nil
 		}
 		if !errors.Is(err, backends.ErrNoSlot) {
-			return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
+			if c.rideOut(ctx, err, opts, deadline, &outage) {
+				continue
+			}
+			if werr := loss.wait(ctx, c, err, opts, deadline); werr == err {
+				return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
+			} else if werr != nil {
+				return nil, werr
+			}
+			continue
 		}
 		if opts.NoWait {
 			return nil, ErrNotAcquired
@@ -276,6 +345,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 			if err := c.enterWait(ctx, name, owner, waiterLease); err != nil {
 				if full := waitersFull(err); full != nil {
 					return nil, fmt.Errorf("not acquired: %w", full)
+				}
+				if c.rideOut(ctx, err, opts, deadline, &outage) {
+					continue
 				}
 				return nil, fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
 			}
@@ -293,9 +365,140 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		if errors.Is(err, ErrNotAcquired) {
 			return nil, fmt.Errorf("%w in %v", ErrNotAcquired, opts.Wait)
 		}
+		if err != nil && c.rideOut(ctx, err, opts, deadline, &outage) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
+		outage = 0
+	}
+}
+
+// lossWait is what Acquire keeps across its tries about data-loss holds.
+type lossWait struct {
+	unrecorded time.Time // when the semaphore was first found missing with no marker
+	told       string    // the last hold given to OnLossHold
+}
+
+// wait waits out the data-loss hold that explains err, from TryAcquire
+// (see the package comment), and returns nil for Acquire to try again; or
+// it returns the error Acquire gives up with: err itself when no hold
+// explains it, ErrNotAcquired for the hold (NoWait, or the wait elapsed),
+// or ctx's error.
+func (w *lossWait) wait(ctx context.Context, c *Client, err error, opts AcquireOptions, deadline <-chan time.Time) error {
+	hold := c.lossHold(ctx, err)
+	switch {
+	case hold == nil:
+		return err
+	case hold.Until.IsZero() && opts.NoWait:
+		return err
+	case hold.Until.IsZero() && w.unrecorded.IsZero():
+		w.unrecorded = time.Now()
+	case hold.Until.IsZero() && time.Since(w.unrecorded) > LossNoticeWait:
+		return err
+	case opts.NoWait:
+		return &notAcquired{cause: hold}
+	}
+	if msg := hold.Error(); msg != w.told && opts.OnLossHold != nil {
+		w.told = msg
+		opts.OnLossHold(*hold)
+	}
+	if err := sleepHold(ctx, hold, deadline); err != nil {
+		if errors.Is(err, ErrNotAcquired) {
+			return &notAcquired{cause: hold, wait: opts.Wait}
+		}
+		return err
+	}
+	return nil
+}
+
+// lossHold is the data-loss hold that explains err, from TryAcquire, or
+// nil: a hold the backend reported (backends.ErrLossHold), or a semaphore
+// missing from a backend whose marker says it is held or being re-created
+// after a hold. A missing semaphore whose marker is missing too gives a
+// hold with a zero Until: a loss not recorded yet, or a semaphore never
+// applied, which Acquire tells apart by waiting LossNoticeWait.
+func (c *Client) lossHold(ctx context.Context, err error) *backends.LossHoldError {
+	if h, ok := errors.AsType[*backends.LossHoldError](err); ok {
+		return h
+	}
+	if c.loss == nil || !errors.Is(err, backends.ErrNotFound) {
+		return nil
+	}
+	st, oerr := c.loss.ObserveLoss(ctx)
+	switch {
+	case oerr != nil:
+		return nil
+	case !st.Marked:
+		return &backends.LossHoldError{Backend: c.backend, Cause: backends.LossCauseLost}
+	}
+	return st.MissingHold(c.backend)
+}
+
+// rideOut reports whether Acquire should try again after err, which says
+// the backend could not be reached or dropped the connection (a restart, a
+// failover, a network blip): a waiting caller rides that out within its
+// wait, pausing 100 ms, then twice as long each time up to 2 s (*pause), as
+// it would wait for a busy slot; a NoWait caller does not. It returns false
+// at once for any other error, and once ctx or the wait ended (the caller
+// then reports err).
+func (c *Client) rideOut(ctx context.Context, err error, opts AcquireOptions, deadline <-chan time.Time, pause *time.Duration) bool {
+	if opts.NoWait || ctx.Err() != nil || !Unreachable(err) {
+		return false
+	}
+	*pause = min(max(*pause*2, 100*time.Millisecond), 2*time.Second)
+	t := time.NewTimer(*pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-deadline:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// Unreachable reports whether err says that the backend could not be
+// reached, dropped the connection, is still starting up (Redis LOADING) or
+// is a replica now (Redis READONLY, MASTERDOWN: a failover under way; the
+// client drops such a connection and dials the address again), rather
+// than refusing the request.
+func Unreachable(err error) bool {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne != nil {
+		return true
+	}
+	for _, e := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, driver.ErrBadConn} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	msg := err.Error()
+	for _, code := range []string{"LOADING ", "READONLY ", "MASTERDOWN "} {
+		if strings.Contains(msg, code) {
+			return true
+		}
+	}
+	return false
+}
+
+// sleepHold waits while hold runs: until it ends (then a little more, for
+// the leader to re-create the semaphores), at most 2 s before the caller
+// looks again; ErrNotAcquired at the deadline.
+func sleepHold(ctx context.Context, hold *backends.LossHoldError, deadline <-chan time.Time) error {
+	d := 250 * time.Millisecond
+	if hold.Left > 0 {
+		d = min(hold.Left+20*time.Millisecond, 2*time.Second)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-deadline:
+		return ErrNotAcquired
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -84,5 +85,41 @@ func TestChildEnvBadValue(t *testing.T) {
 	_, errs = loadStrings(t, one("cluster:\n  child_env: true\n"), LoadOptions{})
 	if len(errs) != 1 || posString(errs[0].Pos) != "a.yaml:2:14" {
 		t.Errorf("child_env: true: got %v", errs)
+	}
+}
+
+// TestSentinelSecretsKeptOut checks that a Sentinel backend's passwords
+// reach the backend, are removed from commands' environment, and are
+// neither hashed nor printed.
+func TestSentinelSecretsKeptOut(t *testing.T) {
+	src := "backends:\n  r:\n    type: redis\n    sentinel:\n      master: \"${MASTER:-mymaster}\"\n      addrs: [\"${S1:-s1}:26379\"]\n      password: \"${REDIS_PW}\"\n      sentinel_password: \"${SENTINEL_PW}\"\ncluster: {backend: r}\n"
+	pw := map[string]string{"REDIS_PW": "hunter2", "SENTINEL_PW": "swordfish"}
+	env := func(k string) (string, bool) { v, ok := pw[k]; return v, ok }
+	s := mustLoad(t, one(src), LoadOptions{Getenv: env})
+	sn := s.Backends["r"].Sentinel
+	if sn == nil || sn.Master != "mymaster" || !reflect.DeepEqual(sn.Addrs, []string{"s1:26379"}) || sn.Password != "hunter2" || sn.SentinelPassword != "swordfish" {
+		t.Fatalf("sentinel = %+v", sn)
+	}
+	if got, want := s.ChildEnvUnset(), []string{"MASTER", "REDIS_PW", "S1", "SENTINEL_PW"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ChildEnvUnset() = %q, want %q", got, want)
+	}
+	pw["REDIS_PW"], pw["SENTINEL_PW"] = "rotated", "rotated too"
+	if again := mustLoad(t, one(src), LoadOptions{Getenv: env}); again.Hash() != s.Hash() {
+		t.Error("a password rotation changed the hash")
+	}
+	moved := mustLoad(t, one(strings.Replace(src, "${S1:-s1}", "s9", 1)), LoadOptions{Getenv: env})
+	if moved.Hash() == s.Hash() {
+		t.Error("other Sentinels hash the same")
+	}
+	raw, err := json.Marshal(s.Backends["r"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "hunter2") || strings.Contains(string(raw), "swordfish") {
+		t.Errorf("a password in the backend's JSON: %s", raw)
+	}
+	_, errs := loadStrings(t, one(strings.Replace(src, "\"${REDIS_PW}\"", "12345", 1)), LoadOptions{Getenv: env})
+	if len(errs) != 1 || strings.Contains(errs[0].Error(), "12345") {
+		t.Errorf("a password that is not a string: %v (the value must not be shown)", errs)
 	}
 }

@@ -32,7 +32,9 @@ type Error struct {
 	// belong to no field, such as invalid YAML.
 	Address string
 	Msg     string
-	// Err is a sentinel for the limits above, nil for other problems.
+	// Err is a sentinel for the limits above, for a file that could not
+	// be read in time (ErrReadTimeout, or the caller's context error) or
+	// does not exist (fs.ErrNotExist); nil for other problems.
 	Err error
 	// more is the number of errors the summary entry stands for.
 	more int
@@ -44,7 +46,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Error formats the problem as "FILE:LINE:COL: ADDRESS: MSG".
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d:%d: ", e.Pos.File, e.Pos.Line, e.Pos.Col)
+	b.WriteString(e.Pos.String())
+	b.WriteString(": ")
 	if e.Address != "" {
 		b.WriteString(e.Address)
 		b.WriteString(": ")

@@ -20,11 +20,29 @@ func FuzzLoad(f *testing.F) {
 	for _, c := range badCases {
 		f.Add(c.files["a.yaml"], c.files["b.yaml"])
 	}
+	f.Add("backends:\n  db: {type: mysql, dsn: \"u:${file:/run/pw}@tcp(h)/d\"}\n", "backends:\n  r: {type: redis, url: \"redis://:${credential:pw}@h/0\"}\n")
+	f.Add("backends:\n  db: {type: mysql, dsn: \"u:${file:missing}@tcp(h)/d\", table_prefix: \"${file:-x}\"}\n", "")
 	f.Fuzz(func(t *testing.T, a, b string) {
-		getenv := func(k string) (string, bool) { return "v", k == "SET" }
+		getenv := func(k string) (string, bool) {
+			if k == CredentialsDirVar {
+				return "/creds", true
+			}
+			return "v", k == "SET"
+		}
+		// Secret files come from here, not the disk: "pw" files hold a
+		// secret that a message must never show.
+		read := func(p string) ([]byte, error) {
+			if strings.Contains(p, "pw") {
+				return []byte("Fuzz-Secret-9\n"), nil
+			}
+			return nil, os.ErrNotExist
+		}
 		for _, skip := range []bool{false, true} {
 			s, err := LoadFiles(map[string][]byte{"a.yaml": []byte(a), "b.yaml": []byte(b)},
-				LoadOptions{Getenv: getenv, SkipEnv: skip, DataDir: "/data"})
+				LoadOptions{Getenv: getenv, SkipEnv: skip, DataDir: "/data", ReadFile: read})
+			if err != nil && strings.Contains(err.Error(), "Fuzz-Secret-9") && !strings.Contains(a+b, "Fuzz-Secret-9") {
+				t.Fatalf("an error shows a secret file's content:\n%v", err)
+			}
 			if err == nil {
 				checkInvariants(t, s)
 				continue

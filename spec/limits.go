@@ -15,7 +15,7 @@ import (
 // APIs) and again at the top of each backend's TryAcquire, Heartbeat and
 // Push, with these same functions, so that a value one backend stores is
 // stored by all of them and a refused one is refused the same way
-// everywhere (issue 14). They fit MySQL's columns: VARCHAR(255) in utf8mb4
+// everywhere. They fit MySQL's columns: VARCHAR(255) in utf8mb4
 // (255 characters, so at least 255 bytes) for keys, host ids and the owner
 // tokens built from a host id.
 const (
@@ -37,9 +37,17 @@ const (
 var (
 	// ErrInvalidHostID: a host id breaks the host id rule.
 	ErrInvalidHostID = errors.New("invalid host id")
-	// ErrInvalidKey: a job key breaks the key rule.
-	ErrInvalidKey = errors.New("invalid job key")
+	// ErrInvalidKey: a job key or a keyed semaphore's key breaks the key
+	// rule. The error's message says which of the two it is.
+	ErrInvalidKey = errors.New("invalid key")
 )
+
+// keyError is a refused key: its message names the kind of key, and it
+// matches ErrInvalidKey with errors.Is.
+type keyError struct{ msg string }
+
+func (e *keyError) Error() string { return e.msg }
+func (e *keyError) Unwrap() error { return ErrInvalidKey }
 
 // CheckHostID returns an error wrapping ErrInvalidHostID unless id is a
 // valid host id: 1 to MaxHostIDLen bytes of ASCII letters, digits, "_", "."
@@ -69,18 +77,33 @@ func CheckHostID(id string) error {
 // means no key. Keys come from whoever pushes jobs, so they are data to
 // every backend; the rule keeps them storable everywhere and keeps NUL,
 // newlines and terminal escapes out of the store.
-func CheckKey(key string) error {
+func CheckKey(key string) error { return checkKey("job key", key) }
+
+// CheckSemaphoreKey returns an error wrapping ErrInvalidKey unless key is
+// a valid key of a keyed semaphore: not empty, and within CheckKey's rule.
+func CheckSemaphoreKey(key string) error {
+	if key == "" {
+		return &keyError{msg: "invalid semaphore key: a keyed semaphore's key must not be empty"}
+	}
+	return checkKey("semaphore key", key)
+}
+
+// checkKey checks key against the key rule; what names the kind of key.
+func checkKey(what, key string) error {
+	fail := func(format string, args ...any) error {
+		return &keyError{msg: fmt.Sprintf("invalid %s %s: ", what, quoteShort(key)) + fmt.Sprintf(format, args...)}
+	}
 	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w %s: a key has at most %d bytes, this one has %d", ErrInvalidKey, quoteShort(key), MaxKeyLen, len(key))
+		return fail("a key has at most %d bytes, this one has %d", MaxKeyLen, len(key))
 	}
 	for i, r := range key {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(key[i:]); size == 1 {
-				return fmt.Errorf("%w %s: a key is valid UTF-8, byte %d is not", ErrInvalidKey, quoteShort(key), i)
+				return fail("a key is valid UTF-8, byte %d is not", i)
 			}
 		}
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w %s: a key holds no control characters, byte %d is %U", ErrInvalidKey, quoteShort(key), i, r)
+			return fail("a key holds no control characters, byte %d is %U", i, r)
 		}
 	}
 	return nil

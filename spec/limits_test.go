@@ -87,6 +87,25 @@ func TestCheckKey(t *testing.T) {
 	}
 }
 
+// TestKeyErrorsNameTheKind: a job key and a semaphore key obey one rule,
+// and a refusal says which kind of key it refused.
+func TestKeyErrorsNameTheKind(t *testing.T) {
+	for _, key := range []string{strings.Repeat("k", 300), "a\nb", "\xbf'"} {
+		if err := CheckKey(key); !errors.Is(err, ErrInvalidKey) || !strings.HasPrefix(err.Error(), "invalid job key ") {
+			t.Errorf("CheckKey(%q) = %v, want an invalid job key", key, err)
+		}
+		if err := CheckSemaphoreKey(key); !errors.Is(err, ErrInvalidKey) || !strings.HasPrefix(err.Error(), "invalid semaphore key ") {
+			t.Errorf("CheckSemaphoreKey(%q) = %v, want an invalid semaphore key", key, err)
+		}
+	}
+	if err := CheckSemaphoreKey(""); !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), "invalid semaphore key: a keyed semaphore's key must not be empty") {
+		t.Errorf("CheckSemaphoreKey(\"\") = %v", err)
+	}
+	if err := CheckSemaphoreKey("user:42"); err != nil {
+		t.Errorf("CheckSemaphoreKey(user:42) = %v", err)
+	}
+}
+
 // FuzzCheckKey: what CheckKey accepts is exactly the documented rule, and
 // its messages stay short and free of raw control bytes.
 func FuzzCheckKey(f *testing.F) {

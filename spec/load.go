@@ -2,6 +2,7 @@ package spec
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -29,11 +30,19 @@ type LoadOptions struct {
 	// DataDir holds the implicit embedded store and default sqlite files;
 	// "" means DefaultDataDir().
 	DataDir string
+	// ReadTimeout bounds the reading of the spec's files (and of the
+	// secret files it names) as a whole; 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// ReadFile reads the secret files that ${file:...} and
+	// ${credential:...} name, by absolute path; nil means the spec
+	// reader's bounded read (a regular file of at most MaxSecretFileSize,
+	// within the read timeout).
+	ReadFile func(path string) ([]byte, error)
 }
 
 // Limits on what Load reads. A spec comes from the operators, but a
 // stray FIFO, a symlink to a device or a generated file gone wrong must
-// not hang or exhaust coordd (issue 14). Real specs stay far below them:
+// not hang or exhaust coordd. Real specs stay far below them:
 // 10,000 objects (reconcile's BenchmarkReconcile10k) take about 400 KB
 // written one object a line and 700 KB in block style.
 const (
@@ -49,28 +58,39 @@ const (
 	MaxErrors = 50
 )
 
-// Load reads a spec from a file or from a directory of *.yaml/*.yml files
-// (not recursive, hidden files skipped, merged in name order). On failure
-// the error is an Errors listing every problem found (at most MaxErrors).
-// Only regular files are read, or symlinks to them: see readSpecFile.
+// Load is LoadContext without a context.
 func Load(path string, opts LoadOptions) (*Spec, error) {
-	fail := func(msg string, sentinel error) (*Spec, error) {
-		return nil, Errors{{Pos: Pos{File: path, Line: 1, Col: 1}, Msg: msg, Err: sentinel}}
+	return LoadContext(context.Background(), path, opts)
+}
+
+// LoadContext reads a spec from a file or from a directory of *.yaml/*.yml
+// files (not recursive, hidden files skipped, merged in name order). On
+// failure the error is an Errors listing every problem found (at most
+// MaxErrors). Only regular files are read, or symlinks to them (see
+// readRegular). Reading is bounded in time: a file system call that has
+// not returned when opts.ReadTimeout has passed, or when ctx ends (a
+// signal), fails the load with an error at that file (ErrReadTimeout, or
+// ctx's error), whatever the kernel does with the call.
+func LoadContext(ctx context.Context, path string, opts LoadOptions) (*Spec, error) {
+	r, cancel := newReader(ctx, opts.ReadTimeout)
+	defer cancel()
+	fail := func(msg string, err error) (*Spec, error) {
+		return nil, Errors{{Pos: Pos{File: path, Line: 1, Col: 1}, Msg: msg + pathErr(err), Err: sentinelOf(err)}}
 	}
-	fi, err := os.Stat(path)
+	fi, err := r.stat(path)
 	if err != nil {
-		return fail("cannot read spec: "+pathErr(err), nil)
+		return fail("cannot read spec: ", err)
 	}
 	if !fi.IsDir() {
-		data, err := readSpecFile(path, MaxFileSize)
+		data, err := r.readFile(path, MaxFileSize)
 		if err != nil {
-			return fail("cannot read spec: "+pathErr(err), sentinelOf(err))
+			return fail("cannot read spec: ", err)
 		}
-		return load([]input{{name: path, data: data}}, nil, opts)
+		return load([]input{{name: path, data: data}}, nil, r, opts)
 	}
-	entries, err := os.ReadDir(path)
+	entries, err := r.readDir(path)
 	if err != nil {
-		return fail("cannot read spec directory: "+pathErr(err), nil)
+		return fail("cannot read spec directory: ", err)
 	}
 	var ins []input
 	var readErrs Errors
@@ -81,17 +101,26 @@ func Load(path string, opts LoadOptions) (*Spec, error) {
 			continue
 		}
 		full := filepath.Join(path, name)
-		if st, err := os.Stat(full); err == nil && st.IsDir() {
+		st, err := r.stat(full)
+		if err == nil && st.IsDir() {
 			continue
 		}
 		limit := min(MaxFileSize, MaxTotalSize-total)
-		data, err := readSpecFile(full, limit)
+		var data []byte
+		if err == nil || !isStop(err) {
+			data, err = r.readFile(full, limit)
+		}
 		if err != nil {
 			msg := "cannot read spec: " + pathErr(err)
 			if errors.Is(err, ErrTooLarge) && limit < MaxFileSize {
 				msg += fmt.Sprintf(" (the files of a spec together hold at most %s)", sizeString(MaxTotalSize))
 			}
 			readErrs = append(readErrs, &Error{Pos: Pos{File: full, Line: 1, Col: 1}, Msg: msg, Err: sentinelOf(err)})
+			if isStop(err) {
+				// The deadline passed or the caller gave up: the
+				// files after this one are not read.
+				return nil, readErrs
+			}
 			continue
 		}
 		total += len(data)
@@ -100,42 +129,13 @@ func Load(path string, opts LoadOptions) (*Spec, error) {
 	if len(ins) == 0 && len(readErrs) == 0 {
 		return fail("no *.yaml or *.yml files in directory", nil)
 	}
-	return load(ins, readErrs, opts)
+	return load(ins, readErrs, r, opts)
 }
 
-// readSpecFile reads the file at path, which must be a regular file (or
-// resolve to one) of at most limit bytes. A FIFO's open would block until
-// a writer comes, and a device such as /dev/zero never ends, so the name
-// is checked with stat first (refused without being opened), then opened
-// without blocking, and the open descriptor is checked again with fstat,
-// so that a name swapped in between changes nothing. The read stops at
-// limit+1 bytes whatever the size said.
-func readSpecFile(path string, limit int) ([]byte, error) {
-	if fi, err := os.Stat(path); err != nil {
-		return nil, err
-	} else if err := checkSpecFile(path, fi, limit); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSpecFile(path, fi, limit); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > limit {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: larger than %s", ErrTooLarge, sizeString(limit))}
-	}
-	return data, nil
+// isStop reports whether err ended a load: its deadline passed, or its
+// caller's context ended.
+func isStop(err error) bool {
+	return errors.Is(err, ErrReadTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // checkSpecFile refuses what readSpecFile must not read.
@@ -176,9 +176,9 @@ func sizeString(n int) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// sentinelOf is the limit sentinel err wraps, or nil.
+// sentinelOf is the sentinel err wraps, or nil.
 func sentinelOf(err error) error {
-	for _, s := range []error{ErrNotRegular, ErrTooLarge} {
+	for _, s := range []error{ErrNotRegular, ErrTooLarge, ErrReadTimeout, context.Canceled, context.DeadlineExceeded, fs.ErrNotExist} {
 		if errors.Is(err, s) {
 			return s
 		}
@@ -197,10 +197,17 @@ func LoadFiles(files map[string][]byte, opts LoadOptions) (*Spec, error) {
 	for name, data := range files {
 		ins = append(ins, input{name: name, data: data})
 	}
-	return load(ins, nil, opts)
+	r, cancel := newReader(context.Background(), opts.ReadTimeout)
+	defer cancel()
+	return load(ins, nil, r, opts)
 }
 
+// pathErr is err's message without the path, which the error's position
+// names already.
 func pathErr(err error) string {
+	if err == nil {
+		return ""
+	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err.Error()
@@ -232,8 +239,7 @@ func (f *srcFile) posOf(n *yaml.Node) Pos {
 
 // pos formats n's position as FILE:LINE:COL for messages.
 func (f *srcFile) pos(n *yaml.Node) string {
-	p := f.posOf(n)
-	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+	return f.posOf(n).String()
 }
 
 // decl is one declaration (a named object, a backend or cluster) found in
@@ -257,9 +263,13 @@ var sectionPrefix = map[string]string{
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
 type loader struct {
-	getenv  func(string) (string, bool) // nil with SkipEnv
-	dataDir string
-	errs    errorList
+	read     *reader // for secret files
+	readFile func(string) ([]byte, error)
+	secrets  map[string]secretResult // secret files read, by path
+	skipEnv  bool
+	getenv   func(string) (string, bool)
+	dataDir  string
+	errs     errorList
 	// objects counts the semaphores, cron tasks and queues collected, up
 	// to MaxObjects; past it the rest are dropped with one error.
 	objects int
@@ -286,19 +296,19 @@ type loader struct {
 
 // load parses and decodes the inputs; readErrs are the files Load could
 // not read, reported with the rest.
-func load(ins []input, readErrs Errors, opts LoadOptions) (*Spec, error) {
+func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, error) {
 	sort.Slice(ins, func(i, j int) bool { return ins[i].name < ins[j].name })
 	l := &loader{
-		getenv:  opts.Getenv,
-		dataDir: opts.DataDir,
-		named:   map[string]map[string]*decl{},
-		known:   map[string]string{},
+		read:     r,
+		readFile: opts.ReadFile,
+		skipEnv:  opts.SkipEnv,
+		getenv:   opts.Getenv,
+		dataDir:  opts.DataDir,
+		named:    map[string]map[string]*decl{},
+		known:    map[string]string{},
 	}
 	if l.getenv == nil {
 		l.getenv = os.LookupEnv
-	}
-	if opts.SkipEnv {
-		l.getenv = nil
 	}
 	if l.dataDir == "" {
 		l.dataDir = DefaultDataDir()

@@ -288,6 +288,15 @@ func TestSingleBackendIsDefault(t *testing.T) {
 	}
 }
 
+// TestRedisDurable: durable: true on a redis backend states that it loses
+// no acknowledged write; it is false unless declared.
+func TestRedisDurable(t *testing.T) {
+	s := mustLoad(t, one("backends:\n  r: {type: redis, url: \"redis://h:6379/0\", durable: true}\n  c: {type: redis, url: \"redis://h:6379/1\"}\ncluster: {backend: r}\n"), LoadOptions{})
+	if !s.Backends["r"].Durable || s.Backends["c"].Durable {
+		t.Errorf("durable: r %v, c %v; want true, false", s.Backends["r"].Durable, s.Backends["c"].Durable)
+	}
+}
+
 func TestSQLitePaths(t *testing.T) {
 	s := mustLoad(t, map[string]string{
 		"/etc/coordd/conf.d/a.yaml": "backends:\n  rel: {type: sqlite, path: data/x.db}\n  abs: {type: sqlite, path: /srv/y.db}\n  def: {type: sqlite}\ncluster: {backend: rel}\n",
@@ -533,6 +542,17 @@ func TestNoSecretInErrors(t *testing.T) {
 		"backends:\n  r: {type: redis, url: \"redis://u:${PW}@h/x\", dsn: \"u:" + pw + "@tcp(h)/d\"}\n",
 		"backends:\n  r: {type: redis, url: \"redis://u:" + pw + "@h/${\"}\n",
 		"backends:\n  r: {type: redis, url: \"redis://u:" + pw + "@h/0\", key_prefix: \"${1" + pw + "}\"}\n",
+		// A password holding "/", "#" or "?" splits the URL early: the
+		// parser quoted a piece of it (`invalid port ":hunt" after host`).
+		"backends:\n  r: {type: redis, url: \"redis://u:hunt/er2xyz@h:6379/0\"}\n",
+		"backends:\n  r: {type: redis, url: \"redis://u:hunt#er2xyz@h:6379/0\"}\n",
+		"backends:\n  r: {type: redis, url: \"redis://u:hunt?er2xyz@h:6379/0\"}\n",
+		"backends:\n  r: {type: redis, url: \"redis://:hunt%zer2xyz@h:6379/0\"}\n",
+		// Without the "@" after the password, the driver took
+		// user:password for the network and printed it when dialing.
+		"backends:\n  db: {type: mysql, dsn: \"u:" + pw + "tcp(h:3306)/d\"}\n",
+		"backends:\n  db: {type: mysql, dsn: \"u:" + pw + "/d\"}\n",
+		"backends:\n  db: {type: mysql, dsn: \"u:hunt/er2xyz?tls=hunt@tcp(h:3306)\"}\n",
 	}
 	for _, src := range specs {
 		_, err := LoadFiles(map[string][]byte{"a.yaml": []byte(src)}, LoadOptions{Getenv: env, DataDir: "/d"})
@@ -540,8 +560,10 @@ func TestNoSecretInErrors(t *testing.T) {
 			t.Errorf("%q loaded", src)
 			continue
 		}
-		if strings.Contains(err.Error(), pw) {
-			t.Errorf("error leaks the password:\n%v", err)
+		for _, piece := range []string{pw, "hunt", "er2xyz"} {
+			if strings.Contains(err.Error(), piece) {
+				t.Errorf("error shows %q of the password:\n%v", piece, err)
+			}
 		}
 	}
 }
@@ -661,4 +683,29 @@ func checkInvariants(t *testing.T, s *Spec) {
 		}
 	}
 	_ = s.Hash()
+}
+
+// TestRedactSecrets: every piece of six bytes or more of a password, and
+// a shorter password whole, is hidden from a driver's message; the rest
+// of the message stays readable.
+func TestRedactSecrets(t *testing.T) {
+	cases := []struct{ msg, value, want string }{
+		{`dial secaudit:PlainSecret123tcp: unknown network secaudit:PlainSecret123tcp`, "secaudit:PlainSecret123tcp(h:3306)/db",
+			`dial secaudit:****: unknown network secaudit:****`},
+		{`parse "redis://u:q7Zr/abcdef@h:6379/0": invalid port ":q7Zr" after host`, "redis://u:q7Zr/abcdef@h:6379/0",
+			`parse "redis://u:****@h:6379/0": invalid port ":q7Zr" after host`},
+		{`Access denied for user 'root'@'h' (using password: YES)`, "root:Passw0rd-x@tcp(h)/d", `Access denied for user 'root'@'h' (using password: YES)`},
+		{`bad value: xyzhunter2`, "u:hunter2@tcp(h)/d", `bad value: xyz****`},
+		{`short pw abc in abc`, "u:abc@tcp(h)/d", `short pw **** in ****`},
+		{`no password here`, "u@tcp(h)/d", `no password here`},
+	}
+	for _, c := range cases {
+		if got := RedactSecrets(c.msg, c.value); got != c.want {
+			t.Errorf("RedactSecrets(%q, %q) = %q, want %q", c.msg, c.value, got, c.want)
+		}
+	}
+	huge := strings.Repeat("x", 1<<20)
+	if got := RedactSecrets(huge, "u:"+strings.Repeat("y", 64)+"@tcp(h)/d"); got == huge || len(got) > 100 {
+		t.Errorf("a message too long to compare is not replaced: %d bytes", len(got))
+	}
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// Promises of docs/spec.md that no other test held to (issue 13): each
-// test names the sentence it checks.
+// Promises of docs/spec.md that no other test holds to: each test names
+// the sentence it checks.
 
 // TestPromiseEmptyOrNullSections: "Each may be empty or null", the
 // backends and cluster sections included.

@@ -1,7 +1,9 @@
 package spec
 
 import (
+	"errors"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -85,16 +87,135 @@ func urlPassword(u string) (colon, at int) {
 
 // scrubSecret removes the secret parts of value from a library's error
 // message before it reaches the user.
-func scrubSecret(msg, value string) string {
-	for _, bounds := range [][2]int{pair(dsnPassword(value)), pair(urlPassword(value))} {
-		if bounds[0] < 0 {
-			continue
+func scrubSecret(msg, value string) string { return RedactSecrets(msg, value) }
+
+// secretSpans lists the parts of value, a MySQL DSN or a redis URL, that
+// may hold a password, splitting it every way a parser might: as a DSN
+// (user:password@...), as a URL, and as a DSN whose "@" is missing, where
+// the driver takes user:password for the network's name.
+func secretSpans(value string) []string {
+	var out []string
+	add := func(colon, at int) {
+		if colon >= 0 && at > colon+1 {
+			out = append(out, value[colon+1:at])
 		}
-		if pw := value[bounds[0]+1 : bounds[1]]; pw != "" {
-			msg = strings.ReplaceAll(msg, pw, redacted)
+	}
+	if strings.Contains(value, "://") {
+		add(urlPassword(value))
+		return out
+	}
+	add(dsnPassword(value))
+	if !strings.Contains(value, "@") {
+		end := strings.IndexAny(value, "(/")
+		if end < 0 {
+			end = len(value)
+		}
+		if colon := strings.IndexByte(value[:end], ':'); colon >= 0 {
+			add(colon, end)
+		}
+	}
+	return out
+}
+
+// minFragment is the shortest piece of a password that RedactSecrets
+// hides wherever it appears: a driver's message may quote a piece of a
+// malformed DSN or URL, not the password whole. Shorter pieces would hide
+// common words of the messages ("pass" of "using password: YES"); the
+// pieces that parsers are known to quote never reach a message (URLError,
+// the DSN's network check).
+const minFragment = 6
+
+// maxRedactWork bounds the comparison of a message with a password
+// (their lengths multiplied); past it the message is replaced whole.
+const maxRedactWork = 4 << 20
+
+// RedactSecrets returns msg with every piece of the passwords of values
+// (MySQL DSNs or redis URLs) replaced by "****": each run of at least
+// six bytes that also appears in a password, and a shorter password (of
+// three bytes or more) where it appears whole. It is for the messages of parsers and drivers,
+// which quote what they were given, whole or in part.
+func RedactSecrets(msg string, values ...string) string {
+	for _, v := range values {
+		for _, secret := range secretSpans(v) {
+			msg = redactFragments(msg, secret)
 		}
 	}
 	return msg
 }
 
-func pair(a, b int) [2]int { return [2]int{a, b} }
+// RedactPasswords is RedactSecrets for values that are passwords
+// themselves (a redis sentinel's), not connection strings holding one.
+func RedactPasswords(msg string, passwords ...string) string {
+	for _, p := range passwords {
+		if p != "" {
+			msg = redactFragments(msg, p)
+		}
+	}
+	return msg
+}
+
+// redactFragments hides in msg every common substring with secret of at
+// least minFragment bytes (the whole secret when it is shorter).
+func redactFragments(msg, secret string) string {
+	if len(secret) < minFragment {
+		if len(secret) < 3 {
+			return msg // hiding one or two bytes everywhere would hide the message
+		}
+		return strings.ReplaceAll(msg, secret, redacted)
+	}
+	if len(msg)*len(secret) > maxRedactWork {
+		return "(a message that may quote a password, hidden)"
+	}
+	// longest[i] is the longest common substring of msg and secret that
+	// ends at msg[i]: the classic table, one row at a time.
+	longest := make([]int, len(msg))
+	prev, cur := make([]int, len(secret)+1), make([]int, len(secret)+1)
+	for i := 0; i < len(msg); i++ {
+		for j := 1; j <= len(secret); j++ {
+			if msg[i] == secret[j-1] {
+				cur[j] = prev[j-1] + 1
+				longest[i] = max(longest[i], cur[j])
+			} else {
+				cur[j] = 0
+			}
+		}
+		prev, cur = cur, prev
+	}
+	hide := make([]bool, len(msg))
+	for i, n := range longest {
+		if n >= minFragment {
+			for k := i - n + 1; k <= i; k++ {
+				hide[k] = true
+			}
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if !hide[i] {
+			b.WriteByte(msg[i])
+			continue
+		}
+		b.WriteString(redacted)
+		for i+1 < len(msg) && hide[i+1] {
+			i++
+		}
+	}
+	return b.String()
+}
+
+// quotedRE matches a Go-quoted string in a message.
+var quotedRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// URLError is the reason url.Parse gave for refusing a URL, without the
+// URL and without the pieces of it that the reason quotes (`invalid port
+// ":q7Zr" after host` is what a password holding "/" gives): a password
+// that holds "/", "?", "#" or "@" unescaped splits the URL where the
+// parser does not expect it, and any piece may be quoted.
+func URLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := strings.Join(strings.Fields(quotedRE.ReplaceAllString(err.Error(), "")), " ")
+	return msg + ` (a password holding "/", "?", "#", "@" or "%" must be percent-encoded: %2F, %3F, %23, %40, %25)`
+}

@@ -8,7 +8,10 @@
 package spec
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/coordd/coordd/internal/safetext"
 )
 
 // Kind is one of the three kinds of managed object.
@@ -38,6 +41,15 @@ type Pos struct {
 	Col  int    `json:"col"`
 }
 
+// String formats the position as FILE:LINE:COL for messages and logs,
+// the file name escaped and quoted when it holds a control character, a
+// quote or a backslash (safetext.Line): a spec file named with a newline
+// and a terminal escape must not forge a line of validate's output or of
+// the daemon's log.
+func (p Pos) String() string {
+	return fmt.Sprintf("%s:%d:%d", safetext.Line(p.File), p.Line, p.Col)
+}
+
 // Backend types.
 const (
 	TypeSQLite    = "sqlite"
@@ -63,6 +75,11 @@ type Backend struct {
 	TablePrefix string `json:"table_prefix,omitempty"`
 	// redis
 	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
+	// Sentinel, instead of URL, finds the primary through Redis Sentinel.
+	Sentinel *RedisSentinel `json:"sentinel,omitempty"`
+	// redis: durable: true states that no acknowledged write is lost across
+	// a restart or failover, so a restart holds no semaphore.
+	Durable bool `json:"durable,omitempty"`
 	// redis, memcached
 	KeyPrefix string   `json:"key_prefix,omitempty"`
 	Servers   []string `json:"servers,omitempty"`
@@ -216,4 +233,18 @@ type Schedule interface {
 	Next(t time.Time) time.Time
 	// String returns the schedule as written.
 	String() string
+}
+
+// RedisSentinel names a Redis primary by the Sentinels that watch it; the
+// client asks them for the primary's address and follows a failover.
+type RedisSentinel struct {
+	Master string   `json:"master"`
+	Addrs  []string `json:"addrs"`
+	DB     int      `json:"db,omitempty"`
+	// Username and Password authenticate to the Redis servers,
+	// SentinelPassword to the Sentinels. Passwords are never printed nor
+	// hashed.
+	Username         string `json:"username,omitempty"`
+	Password         string `json:"-"`
+	SentinelPassword string `json:"-"`
 }

@@ -17,12 +17,12 @@ type Warning struct {
 
 // String formats the warning as "FILE:LINE:COL: ADDRESS: MSG".
 func (w Warning) String() string {
-	return fmt.Sprintf("%s:%d:%d: %s: %s", w.File, w.Line, w.Col, w.Address, w.Msg)
+	return fmt.Sprintf("%s: %s: %s", w.Pos, w.Address, w.Msg)
 }
 
-// noMaxHold is the warning for a semaphore without max_hold (seed 001: a
-// holder renews for as long as its command lives, so a hung command holds
-// the slot forever and everyone else waits).
+// noMaxHold is the warning for a semaphore without max_hold: a holder
+// renews its lease for as long as its command lives, so a hung command
+// holds the slot forever and everyone else waits.
 const noMaxHold = "no max_hold: a holder whose command hangs renews its lease and keeps the slot forever; " +
 	"set max_hold to a few times the longest hold you expect (e.g. 1h for a job that takes 10m)"
 

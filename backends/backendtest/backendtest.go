@@ -63,6 +63,12 @@ type Harness struct {
 	// string each, for messages). The keyed tests check that idle
 	// instances leave none. Required unless NoKeyed.
 	InstanceRows func(t *testing.T, b backends.Backend, name string) []string
+	// ClockFencing says that every fencing number and term is at least the
+	// backend's clock in µs when it is handed out (MySQL: so that a
+	// failover to a replica that missed the last ones does not hand them
+	// out again). Numbers then grow with time, not by one per use, and a
+	// test cannot tell a number a refused claim used from time passing.
+	ClockFencing bool
 
 	// mode and wakeMode are the semaphore mode under test (set by Run).
 	mode, wakeMode string

@@ -19,7 +19,7 @@ const (
 	// qCronBumpFencing locks the task row and bumps its fencing counter,
 	// which comes back in the OK packet (LAST_INSERT_ID(expr)). No row
 	// matched: the task is absent. Argument: name.
-	qCronBumpFencing = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1) WHERE name = ?"
+	qCronBumpFencing = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(" + nextFencing + ") WHERE name = ?"
 
 	// qCronBusy reports whether the task has a run whose lease is live (an
 	// Exclusive manual claim is then refused). Argument: task.
@@ -90,14 +90,14 @@ const (
 	// neither busy nor paused (read under the row lock this UPDATE takes);
 	// the bumped number is left in LAST_INSERT_ID(). Arguments: next_exec,
 	// exec_by, name, scheduled_at.
-	cronBatchAdvance = "UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(fencing + 1)\n" +
+	cronBatchAdvance = "UPDATE `{p}cron_tasks` SET next_exec = ?, exec_by = ?, fencing = LAST_INSERT_ID(" + nextFencing + ")\n" +
 		"  WHERE name = ? AND next_exec = ? AND @coordd_busy = 0 AND NOT " + sqlstore.CronPaused + ";\n"
 
 	// cronBatchBump is a retry's: it bumps the fencing counter only while
 	// attempt-1 of the same time ended failed, timeout or lost and the
 	// task is neither busy nor paused. Arguments: name, task,
 	// scheduled_at, attempt-1.
-	cronBatchBump = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(fencing + 1)\n" +
+	cronBatchBump = "UPDATE `{p}cron_tasks` SET fencing = LAST_INSERT_ID(" + nextFencing + ")\n" +
 		"  WHERE name = ? AND @coordd_busy = 0 AND NOT " + sqlstore.CronPaused + " AND EXISTS (SELECT 1 FROM `{p}cron_occurrences`\n" +
 		"    WHERE " + cronOccKey + " AND status IN ('failed', 'timeout', 'lost'));\n"
 

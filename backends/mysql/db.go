@@ -29,6 +29,7 @@ func newDialect(p string) *sqlstore.Dialect {
 		Flavor:        sqlstore.MySQL,
 		Now:           nowSQL,
 		Lock:          " FOR UPDATE",
+		ClockCounters: true,
 		ListChunk:     inChunk,
 		Table:         func(name string) string { return p + name },
 		IsDuplicate:   isDup,

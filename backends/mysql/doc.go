@@ -136,13 +136,16 @@
 // # The leader lease and fencing
 //
 // The leader row is taken by one guarded UPDATE (free, expired or resigned:
-// anyone, term + 1; the live holder itself: renewed in its term) and
+// anyone, the next term; the live holder itself: renewed in its term) and
 // RenewLeader matches only holder, term and an unexpired lease, River's
 // LeaderAttemptReelect. A missing row (fresh store, or deleted behind
 // coordd's back) is inserted with term = backend now in microseconds; a new
 // semaphore's or task's fencing counter starts the same way, and updates
 // keep it, so numbers stay above any earlier ones after a delete and
-// re-create or a replace from another backend.
+// re-create or a replace from another backend. Every bump of a term or a
+// fencing counter takes one above the last and at least backend now in µs
+// (nextTerm, nextFencing), so that a failover to a replica that missed
+// the last bumps does not hand a number out again.
 //
 // # Schema
 //

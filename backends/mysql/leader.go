@@ -17,14 +17,15 @@ import (
 const (
 	// qLeaderTake takes the single leader row in one autocommit statement,
 	// against one instant of the backend clock:
-	//   - an expired (or resigned) lease: anyone takes it with term + 1;
+	//   - an expired (or resigned) lease: anyone takes it with the next
+	//     term (nextTerm: term + 1, at least backend now in µs);
 	//   - the same holder's live lease: renewed, same term (idempotent);
 	//   - another holder's live lease: the WHERE fails and no row matches.
 	// MySQL assigns SET columns left to right, each seeing the columns set
 	// before it, so term is computed before holder and expires_at change.
 	// The new expiry comes back in the OK packet (LAST_INSERT_ID(expr)).
 	qLeaderTake = "UPDATE `{p}leader` SET\n" +
-		`  term = IF(holder = ? AND expires_at > ` + nowSQL + `, term, term + 1),
+		`  term = IF(holder = ? AND expires_at > ` + nowSQL + `, term, ` + nextTerm + `),
   holder = ?,
   expires_at = LAST_INSERT_ID(` + nowSQL + ` + ?)
 WHERE id = 1 AND (expires_at <= ` + nowSQL + ` OR holder = ?)`

@@ -66,6 +66,7 @@ func harness() backendtest.Harness {
 		},
 		SemaphoreModes: []string{spec.ModeSession, spec.ModeSession + "/" + spec.WakeKill},
 		InstanceRows:   instanceRows,
+		ClockFencing:   true,
 		KillSession: func(t *testing.T, b backends.Backend, id int64) {
 			execSQL(t, b, "KILL CONNECTION ?", id)
 		},

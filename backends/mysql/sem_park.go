@@ -52,7 +52,9 @@ import (
 //
 // While nothing happens a parked waiter costs one statement per park;
 // with the semaphore package's loop, one renewal, one acquire and one park
-// per third of the waiter lease (10 s by default).
+// per third of the waiter lease (10 s by default), and one park more each
+// time a holder's lease would run out (about every two thirds of a
+// renewing holder's lease).
 
 // unregisteredTicket is the park ticket of an owner that is not in line
 // (WaitSemaphore without EnterWait): after every waiter in line.

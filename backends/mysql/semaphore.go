@@ -73,12 +73,12 @@ const (
 		"SELECT count(*) INTO @coordd_ahead FROM `{p}semaphore_waiters` w\n" +
 		"  WHERE w.name = ? AND w.expires_at > @coordd_now AND w.seq < COALESCE((SELECT x.seq FROM `{p}semaphore_waiters` x\n" +
 		"    WHERE x.name = ? AND x.owner = ? AND x.expires_at > @coordd_now), " + noTicket + ");\n" +
-		"UPDATE `{p}semaphore_slots` SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = @coordd_fencing + 1,\n" +
+		"UPDATE `{p}semaphore_slots` SET state = 'LOCK', owner = ?, host = ?, pid = ?, fencing = GREATEST(@coordd_fencing + 1, @coordd_now),\n" +
 		"    acquired_at = @coordd_now, expires_at = @coordd_now + ?\n" +
 		"  WHERE name = ? AND slot = @coordd_slot AND @coordd_mode <> 'session' AND @coordd_keyed = 0 AND @coordd_live < @coordd_lim\n" +
 		"    AND @coordd_ahead < @coordd_lim - @coordd_live AND " + freeSQL + ";\n" +
 		"SET @coordd_n = ROW_COUNT();\n" +
-		"UPDATE `{p}semaphores` SET fencing = fencing + 1 WHERE name = ? AND @coordd_n > 0;\n" +
+		"UPDATE `{p}semaphores` SET fencing = GREATEST(fencing + 1, @coordd_now) WHERE name = ? AND @coordd_n > 0;\n" +
 		"DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ? AND @coordd_n > 0;\n" +
 		"COMMIT;\n" +
 		"SELECT @coordd_lim, @coordd_fencing, @coordd_mode, @coordd_now, @coordd_live, @coordd_slot, @coordd_n, @coordd_ahead, @coordd_keyed"
@@ -270,7 +270,7 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
 	}
 	s.sess.forgetTicket(name, req.Owner)
-	return backends.Grant{Slot: int(slot.Int64), Fencing: fencing.Int64 + 1, ExpiresAt: fromMicros(now.Int64 + lease)}, nil
+	return backends.Grant{Slot: int(slot.Int64), Fencing: max(fencing.Int64+1, now.Int64), ExpiresAt: fromMicros(now.Int64 + lease)}, nil
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.

@@ -34,14 +34,15 @@ const (
 	// the OK packet (LAST_INSERT_ID(expr)), and records the holder under its
 	// slot in session_holders: one statement on one row, so one round trip
 	// and one commit. The record is assigned first and computes the number
-	// as fencing + 1 itself, so the statement means the same whether the
-	// server assigns left to right (MySQL, MariaDB) or simultaneously
-	// (MariaDB's SIMULTANEOUS_ASSIGNMENT). No row: the semaphore is gone.
+	// (nextFencing: the server's clock is constant within a statement)
+	// itself, so the statement means the same whether the server assigns
+	// left to right (MySQL, MariaDB) or simultaneously (MariaDB's
+	// SIMULTANEOUS_ASSIGNMENT). No row: the semaphore is gone.
 	// Arguments: slot, owner, host, pid, name.
 	qSessGrant = "UPDATE `{p}semaphores` SET\n" +
 		"  session_holders = JSON_SET(COALESCE(session_holders, '{}'), CONCAT('$.\"', ?, '\"'),\n" +
-		"    JSON_OBJECT('fencing', fencing + 1, 'conn', CONNECTION_ID(), 'owner', ?, 'host', ?, 'pid', ?, 'at', " + nowSQL + ")),\n" +
-		"  fencing = LAST_INSERT_ID(fencing + 1)\n" +
+		"    JSON_OBJECT('fencing', " + nextFencing + ", 'conn', CONNECTION_ID(), 'owner', ?, 'host', ?, 'pid', ?, 'at', " + nowSQL + ")),\n" +
+		"  fencing = LAST_INSERT_ID(" + nextFencing + ")\n" +
 		"WHERE name = ?"
 
 	// qSessGrantFirst is qSessGrant when no live waiter is ahead of the

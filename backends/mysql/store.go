@@ -58,6 +58,19 @@ const (
 // within a statement sees the same instant.
 const nowSQL = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
+// nextFencing and nextTerm are the next value of a fencing counter and of
+// the term: one above the last, and at least backend now in µs. Counting
+// up from the clock rather than from the last value alone is what keeps
+// them from repeating after a failover to a replica that missed the last
+// bumps (asynchronous replication), or a restore of an older backup: the
+// new server's clock is past every number handed out before, as long as
+// it is not behind the old server's by more than the time the switch took
+// (docs/design.md, "Failover to a replica").
+const (
+	nextFencing = "GREATEST(fencing + 1, " + nowSQL + ")"
+	nextTerm    = "GREATEST(term + 1, " + nowSQL + ")"
+)
+
 // qVersion reads the server's version; Open sends it to check that the
 // server answers and to tell MariaDB from MySQL.
 const qVersion = `SELECT VERSION()`

@@ -3,7 +3,10 @@ package open_test
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
@@ -110,4 +113,53 @@ func TestOpenMemcached(t *testing.T) {
 	if _, ok := b.(backends.StateStore); ok {
 		t.Error("memcached must not be a StateStore")
 	}
+}
+
+// TestOpenErrorsHideThePassword: the errors of Open, which the CLI and the
+// daemon print, show no piece of the password, whatever the driver or
+// parser quotes: a MySQL DSN without the "@" after the password printed
+// `dial secaudit:PlainSecret123tcp: unknown network`, a redis URL whose
+// password holds "/" printed `invalid port ":q7Zr..."`.
+func TestOpenErrorsHideThePassword(t *testing.T) {
+	host := mysqlHost(t)
+	cases := []struct {
+		b       spec.Backend
+		secrets []string // no piece of these may show
+		want    string   // the error still says what is wrong
+	}{
+		{spec.Backend{Type: spec.TypeMySQL, DSN: "secaudit:PlainSecret123tcp(" + host + ")/db"}, []string{"PlainSecret123"}, `is the "@" after the password missing?`},
+		{spec.Backend{Type: spec.TypeMySQL, DSN: "secaudit:Plain/Secret123@tcp(" + host + ")"}, []string{"Plain", "Secret123"}, "network"},
+		{spec.Backend{Type: spec.TypeMySQL, DSN: "root:Wr0ng-Passw0rd-x@tcp(" + host + ")/coordd_none"}, []string{"Wr0ng-Passw0rd-x"}, "Access denied"},
+		{spec.Backend{Type: spec.TypeRedis, URL: "redis://u:q7Zr/ab#c?d@127.0.0.1:6379/0"}, []string{"q7Zr", "ab#c?d"}, "invalid port"},
+		{spec.Backend{Type: spec.TypeRedis, URL: "redis://u:Zq9%zzQ@127.0.0.1:6379/0"}, []string{"Zq9", "zzQ"}, "invalid URL escape"},
+	}
+	for _, c := range cases {
+		c.b.Name = "db"
+		c.b.TablePrefix = "coordd_"
+		b, err := open.Open(t.Context(), &c.b, backends.Options{ReadOnly: true})
+		if err == nil {
+			b.Close()
+			t.Errorf("%s%s: opened", c.b.DSN, c.b.URL)
+			continue
+		}
+		msg := open.Wrap("db", err).Error()
+		for _, s := range c.secrets {
+			if strings.Contains(msg, s) {
+				t.Errorf("%s%s: the error shows %q: %s", c.b.DSN, c.b.URL, s, msg)
+			}
+		}
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%s%s: the error %q does not say %q", c.b.DSN, c.b.URL, msg, c.want)
+		}
+	}
+}
+
+// mysqlHost is the host:port of the test MySQL server.
+func mysqlHost(t *testing.T) string {
+	t.Helper()
+	cfg, err := mysqldriver.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Addr
 }

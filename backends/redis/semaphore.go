@@ -203,6 +203,9 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
 	}
+	if err := s.loss.held(); err != nil {
+		return backends.Grant{}, s.semErr("acquire", name, err)
+	}
 	if parent, key, ok := backends.SplitInstance(name); ok {
 		return s.instAcquire(ctx, parent, key, req)
 	}

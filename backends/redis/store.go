@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,8 @@ type Store struct {
 	// handle (semaphore.go, queue.go).
 	sems   semState
 	queues queueState
+	// loss is the hold after a restart or failover (marker.go).
+	loss lossHold
 }
 
 // Open connects to the Redis server named by url (redis:// or rediss://,
@@ -47,13 +50,57 @@ func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Option
 	// Blocking calls (BLPOP) carry their own timeout, and the context ends
 	// the others.
 	o.ContextTimeoutEnabled = true
-	s := &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}, rdb: goredis.NewClient(o)}
+	s := newStore(name, keyPrefix, opts)
+	// Every new connection checks the server against the data-loss marker
+	// before it serves anything: a restart or failover is handled there.
+	o.OnConnect = s.checkServer
+	return s.open(ctx, o.Addr, goredis.NewClient(o))
+}
+
+// OpenSentinel connects to the primary that the Sentinels of sn name, and
+// follows it through failovers: the client asks the Sentinels where the
+// primary is whenever it connects, and drops its connections to the old
+// one when a Sentinel announces a switch. Each new connection checks the
+// server against the data-loss marker, as with Open, so a failover to a
+// replica that missed writes is noticed on the first connection to it.
+func OpenSentinel(ctx context.Context, name string, sn *spec.RedisSentinel, keyPrefix string, opts backends.Options) (*Store, error) {
+	if sn == nil || sn.Master == "" || len(sn.Addrs) == 0 {
+		return nil, fmt.Errorf("redis %q: sentinel: a master name and at least one address are needed", name)
+	}
+	s := newStore(name, keyPrefix, opts)
+	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		MasterName:       sn.Master,
+		SentinelAddrs:    sn.Addrs,
+		SentinelPassword: sn.SentinelPassword,
+		Username:         sn.Username,
+		Password:         sn.Password,
+		DB:               sn.DB,
+		// As in Open.
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	// Not FailoverOptions.OnConnect: go-redis runs that one on the
+	// Sentinels' connections too. The client reads its own options' hook
+	// when it sets up each new connection to the primary.
+	c.Options().OnConnect = s.checkServer
+	return s.open(ctx, fmt.Sprintf("master %s of sentinels %s", sn.Master, strings.Join(sn.Addrs, ",")), c)
+}
+
+func newStore(name, keyPrefix string, opts backends.Options) *Store {
+	return &Store{name: name, opts: opts, keys: keys{prefix: keyPrefix}}
+}
+
+// open takes the client and checks that its server answers; where names
+// the server in errors.
+func (s *Store) open(ctx context.Context, where string, c *goredis.Client) (*Store, error) {
+	s.rdb = c
+	name := s.name
 	s.queues.claims.Limit = queueMaxClaimGroup
 	s.queues.acks.Limit, s.queues.acks.Timeout = queueMaxAckBatch, queueAckTimeout
 	s.rdb.AddHook(tripCounter{&s.trips})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		s.rdb.Close()
-		return nil, fmt.Errorf("redis %q: connect to %s: %w", name, o.Addr, err)
+		return nil, fmt.Errorf("redis %q: connect to %s: %w", name, where, err)
 	}
 	return s, nil
 }

@@ -1,5 +1,5 @@
 // Package peers measures coordd against the libraries a Go user would pick
-// instead, side by side in one run on the same servers (issue 15):
+// instead, side by side in one run on the same servers:
 //
 //	make bench-peers
 //

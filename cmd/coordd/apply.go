@@ -44,7 +44,7 @@ Exit status: 0 applied (or nothing to do), 1 error or refused.
 			fmt.Fprintln(env.stderr, "coordd apply: no terminal to ask for approval; pass --auto-approve to apply non-interactively")
 			return 1
 		}
-		s, ok := loadSpec(env, *path, false)
+		s, ok := loadSpec(ctx, env, *path, false)
 		if !ok {
 			return 1
 		}

@@ -1,9 +1,9 @@
 package main
 
-// Issue 14, item 3: the commands coordd starts do not inherit the variables
-// that the spec's backend connection fields reference (a cron command `env`
-// printed COORDD_DB_PASSWORD into the shared run history), unless
-// cluster.child_env is inherit.
+// The commands coordd starts do not inherit the variables that the spec's
+// backend connection fields reference (else a cron command `env` prints
+// COORDD_DB_PASSWORD into the shared run history), unless cluster.child_env
+// is inherit.
 
 import (
 	"context"
@@ -119,7 +119,7 @@ func TestChildEnvLacksBackendSecrets(t *testing.T) {
 func waitScheduledRun(t *testing.T, specPath string, logs *proctest.SyncBuffer) backends.Run {
 	t.Helper()
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(ctx, &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -1,10 +1,9 @@
 package main
 
-// Issue 13, items 4 and "every variable a child gets": the variables coordd
-// gives cron commands, `sem run` and `queue work` are exactly those of the
-// table in docs/spec.md ("Variables coordd sets"), in its formats, on
-// sqlite, mysql and redis; the test reads the table, so the doc cannot
-// drift from the code. A cron task with a semaphore hands its child the
+// Every variable a child gets: the variables coordd gives cron commands,
+// `sem run` and `queue work` are exactly those of the table in docs/spec.md
+// ("Variables coordd sets"), in its formats, on sqlite, mysql and redis;
+// the test reads the table, so the doc cannot drift from the code. A cron task with a semaphore hands its child the
 // slot's fencing number, so the numbers a resource sees from both kinds of
 // holder only grow.
 
@@ -260,7 +259,7 @@ cron:
 func waitScheduled(t *testing.T, specPath, task string, logs *proctest.SyncBuffer) backends.Run {
 	t.Helper()
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

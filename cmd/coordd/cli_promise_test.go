@@ -1,8 +1,8 @@
 package main
 
 // Promises of README.md ("Commands") and docs/operations.md ("The daemon",
-// "Upgrades and schema migrations") about the command line that no test
-// held to before issue 13's audit.
+// "Upgrades and schema migrations") about the command line that no other
+// test holds to.
 
 import (
 	"bufio"
@@ -77,7 +77,7 @@ func TestPromiseSpecFlagDefault(t *testing.T) {
 	}
 	// Without either: /etc/coordd, for every command that reads a spec.
 	for _, cmd := range [][]string{{"validate"}, {"plan"}, {"apply"}, {"run"}, {"status"}, {"sem", "run"}, {"sem", "status"}, {"cron", "run"}, {"queue", "push"}} {
-		// --help is on stdout (issue 16).
+		// --help is on stdout.
 		code, help, _ := run(map[string]string{}, append(cmd, "--help")...)
 		if code != 0 || !strings.Contains(help, `(default "/etc/coordd")`) {
 			t.Errorf("%s --help without COORDD_SPEC: %d, want -f defaulting to /etc/coordd:\n%s", strings.Join(cmd, " "), code, help)

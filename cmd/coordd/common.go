@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/spec"
@@ -28,8 +29,24 @@ func reportErr(env *cliEnv, prefix string, err error) {
 // loadSpec loads the spec and prints every error on stderr. A spec path
 // that does not exist is one line that says where the path came from and
 // how to point at another: a new user's first command usually has none.
-func loadSpec(env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+// Reading the spec ends when ctx does (SIGTERM, SIGINT), however stuck
+// the file system is.
+func loadSpec(ctx context.Context, env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
+	s, err := spec.LoadContext(ctx, path, spec.LoadOptions{
+		SkipEnv: skipEnv,
+		Getenv: func(k string) (string, bool) {
+			return os.LookupEnv(k)
+		},
+	})
+	if err == nil {
+		return s, true
+	}
+	var errs spec.Errors
+	if !errors.As(err, &errs) {
+		fmt.Fprintf(env.stderr, "coordd: %v\n", err)
+		return nil, false
+	}
+	if len(errs) == 1 && errs[0].Pos.File == path && errors.Is(errs[0], fs.ErrNotExist) {
 		from := "given with -f"
 		switch {
 		case path == env.getenv("COORDD_SPEC"):
@@ -37,28 +54,14 @@ func loadSpec(env *cliEnv, path string, skipEnv bool) (*spec.Spec, bool) {
 		case path == defaultSpecPath:
 			from = "the default, as neither -f nor $COORDD_SPEC is set"
 		}
-		fmt.Fprintf(env.stderr, "coordd: no spec at %s (%s): point at a spec file or a directory of *.yaml files with -f PATH, or set COORDD_SPEC=PATH\n", path, from)
+		fmt.Fprintf(env.stderr, "coordd: no spec at %s (%s): point at a spec file or a directory of *.yaml files with -f PATH, or set COORDD_SPEC=PATH\n", safetext.Line(path), from)
 		return nil, false
 	}
-	s, err := spec.Load(path, spec.LoadOptions{
-		SkipEnv: skipEnv,
-		Getenv: func(k string) (string, bool) {
-			return os.LookupEnv(k)
-		},
-	})
-	if err != nil {
-		var errs spec.Errors
-		if errors.As(err, &errs) {
-			for _, e := range errs {
-				fmt.Fprintln(env.stderr, e.Error())
-			}
-			fmt.Fprintf(env.stderr, "%d error(s) in %s\n", errs.Count(), path)
-		} else {
-			fmt.Fprintf(env.stderr, "coordd: %v\n", err)
-		}
-		return nil, false
+	for _, e := range errs {
+		fmt.Fprintln(env.stderr, e.Error())
 	}
-	return s, true
+	fmt.Fprintf(env.stderr, "%d error(s) in %s\n", errs.Count(), safetext.Line(path))
+	return nil, false
 }
 
 // openEngine opens the spec's backends; readOnly is for plan.

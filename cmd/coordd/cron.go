@@ -103,7 +103,7 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return child.ExitCoorddFailed
 	}
 	name := pos[0]
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return child.ExitCoorddFailed
 	}
@@ -240,7 +240,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	if !noPositional(env, "cron list", pos) {
 		return 1
 	}
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}
@@ -354,7 +354,7 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 		return 1
 	}
 	name := pos[0]
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/spec"
 )
 
@@ -31,7 +32,7 @@ type cronPauseJSON struct {
 // openPauser opens the backend of task name (declared in the local spec)
 // with its cron views.
 func openPauser(ctx context.Context, env *cliEnv, what, path, name string) (cronView, backends.CronPauser, *spec.Spec, bool) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, nil, nil, false
 	}
@@ -162,7 +163,7 @@ func cronResume(ctx context.Context, c *command, env *cliEnv, args []string) int
 	if inSpec {
 		where := "the spec"
 		if t := s.Cron[name]; t != nil && t.Paused && t.Pos.File != "" {
-			where = fmt.Sprintf("%s:%d", t.Pos.File, t.Pos.Line)
+			where = fmt.Sprintf("%s:%d", safetext.Line(t.Pos.File), t.Pos.Line)
 		}
 		fmt.Fprintf(env.stderr, "coordd cron resume: cron.%s stays paused: git says so (paused: true in its applied definition, declared at %s); remove paused: true and run coordd apply to resume it\n", name, where)
 		return code

@@ -35,8 +35,8 @@ queues:
 `
 
 // TestQueuePushKeyLimits: the key limits are the same on every backend and
-// checked before any backend is touched; before issue 14 the embedded
-// store took a 300-byte or invalid UTF-8 key that MySQL refuses.
+// checked before any backend is touched, so that the embedded store does
+// not take a 300-byte or invalid UTF-8 key that MySQL refuses.
 func TestQueuePushKeyLimits(t *testing.T) {
 	c := newCLI(t)
 	p := queueFixture(t, c, "{}")
@@ -191,7 +191,7 @@ func checkNoRawControls(t *testing.T, what, out string) {
 func writeHostileRecords(t *testing.T, specPath string) {
 	t.Helper()
 	ctx := t.Context()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}
@@ -223,4 +223,27 @@ func writeHostileRecords(t *testing.T, specPath string) {
 VALUES ('job', 1, 1, 'r', 1, 'o', ?, ?, 1, 1, 2, 1, ?, ?)`, hostile, hostile, hostile, []byte(hostile))
 	exec(`INSERT INTO queue_jobs (queue, partition, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)
 VALUES ('q', 0, x'', ?, 1, 'dead', 0, 0, ?)`, hostile, hostile)
+}
+
+// TestSemKeyLimitsSaySemaphoreKey: a refused key of a keyed semaphore was
+// reported as "invalid job key"; it is a semaphore key, and the error says
+// so, for sem run and sem status.
+func TestSemKeyLimitsSaySemaphoreKey(t *testing.T) {
+	c := newCLI(t)
+	p := writeSpec(t, "semaphores:\n  s: {limit: 1, keyed: true}\n")
+	for _, tc := range []struct{ key, want string }{
+		{strings.Repeat("k", 300), "--key: invalid semaphore key"},
+		{"a\nb", "--key: invalid semaphore key"},
+		{"\x1b[2J", "a key holds no control characters"},
+	} {
+		for _, args := range [][]string{{"sem", "run", "s", "-f", p, "--key", tc.key, "--", "true"}, {"sem", "status", "s", "-f", p, "--key", tc.key}} {
+			code, _, errs := c.run("", false, args...)
+			if code == 0 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "job key") {
+				t.Errorf("%s %s --key %q: exit %d, stderr %q; want %q", args[0], args[1], tc.key, code, errs, tc.want)
+			}
+			if strings.ContainsAny(errs, "\x1b") {
+				t.Errorf("%s %s --key %q: the error echoes the key raw: %q", args[0], args[1], tc.key, errs)
+			}
+		}
+	}
 }

@@ -1,9 +1,9 @@
 package main
 
-// A backend losing its data (issue 5, "Redis lost its data"; issue 6,
-// "Eviction and restart"): a semaphore lives on a private redis-server or
-// memcached that the test kills and restarts empty, or flushes, while a
-// `sem run` holder runs.
+// A backend losing its data (docs/design.md, "When Redis loses its data"
+// and memcached's "Eviction and restart"): a semaphore lives on a private
+// redis-server or memcached that the test kills and restarts empty, or
+// flushes, while a `sem run` holder runs.
 
 import (
 	"context"

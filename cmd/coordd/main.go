@@ -75,6 +75,13 @@ type cliEnv struct {
 var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, cronCmd, queueCmd, versionCmd}
 
 func main() {
+	// First of all, before a secret is read or a command started: no
+	// command coordd starts may read this process's environment or memory
+	// (child.DisableDumps).
+	if err := child.DisableDumps(); err != nil {
+		fmt.Fprintf(os.Stderr, "coordd: cannot keep its memory from the commands it runs: %v\n", err)
+		os.Exit(1)
+	}
 	// Started as a child shim (see internal/child): run it and exit.
 	child.MaybeRunShim()
 	child.DefaultShim = selfExe()

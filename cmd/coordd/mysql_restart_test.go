@@ -1,6 +1,6 @@
 package main
 
-// MariaDB restarting under load (issue 4, "Operations"): a private mariadbd
+// MariaDB restarting under load (docs/operations.md): a private mariadbd
 // is killed with kill -9 while a daemon runs an `@every 1s` task, `sem run`
 // holders hold slots and a `queue work` worker is fed with pushes; it comes
 // back on the same port and data dir a few seconds later. Never the shared
@@ -427,7 +427,7 @@ type pusher struct {
 
 func startPusher(t *testing.T, specPath string) *pusher {
 	t.Helper()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, specPath, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, specPath, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

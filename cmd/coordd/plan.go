@@ -46,7 +46,7 @@ Exit status: 0 success, 1 error. With --detailed-exitcode: 0 no changes,
 		if !noPositional(env, c.name, pos) {
 			return 1
 		}
-		s, ok := loadSpec(env, *path, false)
+		s, ok := loadSpec(ctx, env, *path, false)
 		if !ok {
 			return 1
 		}

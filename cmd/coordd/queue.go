@@ -1,25 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/queue"
 	"github.com/coordd/coordd/spec"
 )
@@ -97,7 +90,7 @@ type queueTarget struct {
 // applied config, which is what the runtime enforces; a local difference is
 // reported.
 func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly bool) (*queueTarget, error) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, errReported
 	}
@@ -209,258 +202,6 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	return 0
 }
 
-// lockedWriter serializes writes of concurrent children to a writer that
-// is not a file (an *os.File is handed to the children as is).
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func shareable(w io.Writer) io.Writer {
-	if _, ok := w.(*os.File); ok {
-		return w
-	}
-	return &lockedWriter{w: w}
-}
-
-func queueWork(ctx context.Context, c *command, env *cliEnv, args []string) int {
-	fs := newFlags(c, env)
-	path := specFlag(fs, env)
-	conc := fs.Int("concurrency", 1, "how many commands run at once")
-	drain := fs.Bool("drain", false, "exit once no job is ready, delayed or in flight")
-	readyOnly := fs.Bool("ready-only", false, "exit once no job is ready now (implies --drain; delayed jobs and other workers' jobs are not waited for)")
-	host := fs.String("host-id", "", "host id in the owner tokens (default: the hostname)")
-	pos, rest, err := parseArgs(fs, args)
-	if err != nil {
-		return flagExit(err)
-	}
-	if len(pos) == 0 {
-		fmt.Fprintln(env.stderr, "coordd queue work: missing queue NAME")
-		return 1
-	}
-	name, argv := pos[0], append(pos[1:], rest...)
-	if len(argv) == 0 {
-		fmt.Fprintln(env.stderr, "coordd queue work: missing command after --")
-		return 1
-	}
-	if *conc < 1 {
-		fmt.Fprintln(env.stderr, "coordd queue work: --concurrency must be at least 1")
-		return 1
-	}
-	// A command that cannot start would fail every job it is given and
-	// spend its attempts: refuse before claiming anything.
-	if _, err := child.Resolve(argv[0]); err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue work: %s: cannot run the command: %v; no job was claimed\n", name, err)
-		return workExit(err)
-	}
-	hid, err := hostID(env, *host)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
-		return 1
-	}
-
-	// Signals: the first stops claiming; every one is forwarded to the
-	// running commands, which are left to finish.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-
-	t, err := openQueue(ctx, env, *path, name, false)
-	if err != nil {
-		reportErr(env, "coordd queue work", err)
-		return 1
-	}
-	defer t.backend.Close()
-	cl, err := queue.New(t.backend)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd queue work: %v\n", err)
-		return 1
-	}
-
-	stdout, stderr := shareable(env.stdout), shareable(env.stderr)
-	var mu sync.Mutex
-	running := map[*child.Process]bool{}
-	var startErr error // the first failed start, under mu
-	stop := make(chan struct{})
-	watchDone := make(chan struct{})
-	defer close(watchDone)
-	go func() {
-		stopped := false
-		for {
-			select {
-			case s := <-sigs:
-				if !stopped {
-					stopped = true
-					fmt.Fprintf(stderr, "coordd queue work: %s: %v: no new jobs; waiting for the running commands\n", name, s)
-					close(stop)
-				}
-				mu.Lock()
-				for p := range running {
-					_ = p.Signal(s.(syscall.Signal))
-				}
-				mu.Unlock()
-			case <-watchDone:
-				return
-			}
-		}
-	}()
-
-	vis := t.applied.VisibilityTimeout
-	grace := min(vis/3, 10*time.Second)
-	handler := func(hctx context.Context, j backends.Job) error {
-		l := queue.LeaseOf(hctx)
-		p, err := child.Start(hctx, child.Spec{
-			Argv:   argv,
-			Stdin:  bytes.NewReader(j.Payload),
-			Stdout: stdout, Stderr: stderr,
-			Env: []string{
-				"COORDD_QUEUE=" + name,
-				"COORDD_JOB_ID=" + strconv.FormatInt(j.ID, 10),
-				"COORDD_ATTEMPT=" + strconv.Itoa(j.Attempt),
-			},
-			Lease: vis, Margin: queue.Margin(vis), Grace: grace, AcquiredAt: l.RenewedAt(),
-			Timeout: t.applied.Timeout, KillGrace: grace,
-			Shim:  selfExe(),
-			Unset: t.unset,
-		})
-		if err != nil {
-			if hctx.Err() != nil {
-				return err // the lease was lost before the start
-			}
-			// Not the job's fault (the command vanished since the check,
-			// its #! interpreter is missing): the job goes back with its
-			// attempt not counted, and the worker stops.
-			if errors.Is(err, child.ErrNotFound) {
-				err = fmt.Errorf("%w (the command or its #! interpreter is missing)", err)
-			}
-			mu.Lock()
-			if startErr == nil {
-				startErr = err
-			}
-			mu.Unlock()
-			return fmt.Errorf("%w: %w", queue.ErrCannotStart, err)
-		}
-		l.OnRenew(p.Renewed)
-		p.Renewed(l.RenewedAt()) // a renewal between Start and OnRenew
-		mu.Lock()
-		running[p] = true
-		mu.Unlock()
-		res := p.Wait()
-		mu.Lock()
-		delete(running, p)
-		mu.Unlock()
-		return resultError(res)
-	}
-	// The commands are stopped by signals (forwarded) and by their lease,
-	// not by the end of ctx: a stop lets them finish.
-	lastWait := ""
-	err = cl.Work(context.WithoutCancel(ctx), name, queue.WorkerOptions{
-		Concurrency: *conc,
-		Drain:       *drain || *readyOnly,
-		ReadyOnly:   *readyOnly,
-		DrainWait: func(st backends.QueueState) {
-			if msg := drainWaitText(st); msg != lastWait {
-				lastWait = msg
-				fmt.Fprintf(stderr, "coordd queue work: %s: draining: %s\n", name, msg)
-			}
-		},
-		Owner: fmt.Sprintf("%s:%d", hid, os.Getpid()),
-		Stop:  stop,
-		Logf: func(format string, args ...any) {
-			fmt.Fprintf(stderr, "coordd queue work: "+format+"\n", args...)
-		},
-	}, handler)
-	if err != nil {
-		if errors.Is(err, queue.ErrCannotStart) {
-			// The job it was given went back (logged above, with its id):
-			// this line says why once.
-			mu.Lock()
-			why := startErr
-			mu.Unlock()
-			fmt.Fprintf(stderr, "coordd queue work: %s: stopped, the command cannot start: %v\n", name, why)
-		} else {
-			fmt.Fprintf(stderr, "coordd queue work: %v\n", err)
-		}
-		return workExit(err)
-	}
-	return 0
-}
-
-// drainWaitText says what a draining worker still waits for: "waiting for
-// 1 delayed job, due at 17:57:00 UTC, and 2 in flight".
-func drainWaitText(st backends.QueueState) string {
-	var parts []string
-	if n := st.ReadyNow(); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d ready", n))
-	}
-	if st.Delayed > 0 {
-		d := fmt.Sprintf("%d delayed %s", st.Delayed, plural(st.Delayed, "job", "jobs"))
-		if !st.NextDelayed.IsZero() {
-			layout := "15:04:05 MST"
-			if time.Until(st.NextDelayed) > 12*time.Hour {
-				layout = "2006-01-02 15:04:05 MST"
-			}
-			d += ", " + map[bool]string{true: "the first ", false: ""}[st.Delayed > 1] + "due at " + st.NextDelayed.UTC().Format(layout)
-		}
-		parts = append(parts, d)
-	}
-	if st.InFlight > 0 {
-		parts = append(parts, fmt.Sprintf("%d in flight", st.InFlight))
-	}
-	if len(parts) == 0 {
-		return "waiting"
-	}
-	msg := "waiting for " + strings.Join(parts, " and ")
-	if st.Delayed > 0 {
-		msg += " (--ready-only would not wait for delayed jobs)"
-	}
-	return msg
-}
-
-// plural is one when n is 1, else many.
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// workExit is the exit status of queue work for err: 127 or 126 when the
-// command was not found or is not executable, as a shell says, else 1.
-func workExit(err error) int {
-	switch {
-	case errors.Is(err, child.ErrNotFound):
-		return child.ExitNotFound
-	case errors.Is(err, child.ErrNotExecutable):
-		return child.ExitNotExecutable
-	}
-	return 1
-}
-
-// resultError is nil when the command succeeded, else why it failed (the
-// text recorded as the job's last error).
-func resultError(r child.Result) error {
-	switch {
-	case r.LeaseLost:
-		return errors.New("lease lost: the command was stopped")
-	case r.TimedOut:
-		return errors.New("timed out")
-	case r.Signaled:
-		return fmt.Errorf("killed by signal %v", r.Signal)
-	case r.WaitErr != nil && r.ExitCode < 0:
-		return fmt.Errorf("wait: %w", r.WaitErr)
-	case r.ExitCode != 0:
-		return fmt.Errorf("exit status %d", r.ExitCode)
-	}
-	return nil
-}
-
 // queueStatsJSON is one queue in `queue stats --json`.
 type queueStatsJSON struct {
 	Name     string `json:"name"`
@@ -482,7 +223,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 	if err != nil {
 		return flagExit(err)
 	}
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/coordd/coordd/queue"
 )
 
-// TestQueueCountsAgree (issue 13): with jobs ready, delayed (a delayed
+// TestQueueCountsAgree: with jobs ready, delayed (a delayed
 // push, a retry in its backoff) and in flight, `coordd status` (text and
 // --json), `coordd queue stats` and the metrics collector report the same
 // ready, delayed and in-flight numbers, on every backend that holds
@@ -38,7 +38,7 @@ func queueCountsAgree(t *testing.T, typ string) {
 		t.Fatalf("apply: %s", errs)
 	}
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, p, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, p, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/coordd/coordd/internal/proctest"
 )
 
-// TestQueueKeyOrderProcesses (issue 13): jobs pushed with `queue push
+// TestQueueKeyOrderProcesses: jobs pushed with `queue push
 // --key user-7`, among jobs of other keys and jobs without one, and worked
 // by two real `coordd queue work --concurrency 4` processes, run one at a
 // time and in push order, while the other jobs run beside them. The

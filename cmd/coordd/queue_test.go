@@ -156,7 +156,7 @@ func queueWorkKill9(t *testing.T, c *cli, p string, k queueKill9) {
 	t.Helper()
 	// Push quickly through the Go API.
 	ctx := context.Background()
-	s, ok := loadSpec(&cliEnv{stderr: os.Stderr}, p, false)
+	s, ok := loadSpec(context.Background(), &cliEnv{stderr: os.Stderr}, p, false)
 	if !ok {
 		t.Fatal("load spec")
 	}

@@ -1,6 +1,6 @@
 package main
 
-// Issue 14, item 7: a `sem run` release that fails (the store is down for a
+// A `sem run` release that fails (the store is down for a
 // moment) is logged and retried, so the slot is free once the store is
 // back rather than when its lease (here 1 m) ends.
 
@@ -18,10 +18,12 @@ import (
 
 func TestSemRunReleaseRetried(t *testing.T) {
 	// A private Redis with an append-only file: killed and started again,
-	// it keeps the slot, as a store that is briefly unreachable would.
+	// it keeps the slot, as a store that is briefly unreachable would. It
+	// fsyncs every write and has no replica, so it is declared durable:
+	// its restart holds no semaphore.
 	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := newCLI(t)
-	p := writeSpec(t, fmt.Sprintf("backends:\n  r: {type: redis, url: %q, key_prefix: \"t:\"}\nsemaphores:\n  s: {limit: 1, lease: 1m}\n", srv.URL()))
+	p := writeSpec(t, fmt.Sprintf("backends:\n  r: {type: redis, url: %q, key_prefix: \"t:\", durable: true}\nsemaphores:\n  s: {limit: 1, lease: 1m}\n", srv.URL()))
 	if code, _, errs := c.run("", false, "apply", "-f", p, "--auto-approve"); code != 0 {
 		t.Fatalf("apply: %s", errs)
 	}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/internal/retry"
+	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
 )
@@ -46,11 +48,20 @@ the rest are dropped, per user id or per file), and the child gets
 COORDD_SEMAPHORE_KEY too. sem status lists a keyed semaphore's live
 instances, or with --key the one instance.
 
+A backend that lost its data (a Redis or memcached restarted empty), or a
+Redis that restarted or failed over, holds its semaphores for their longest
+lease: sem run waits for that too, saying so on a terminal, or with
+--no-wait exits 75. A waiting sem run also rides out a backend it cannot
+reach for a moment (a restart, a failover): at the start for up to --wait
+(30s without it), and while it waits for as long as the wait.
+
 Exit status of sem run:
   the child's code, or 128+N when signal N killed it
-  75   not acquired (--no-wait, --wait elapsed, max_waiting full)
+  75   not acquired (--no-wait, --wait elapsed, max_waiting full, a
+       data-loss hold)
   122  the slot was lost while the child ran
-  125  coordd failed before the start (spec, unknown semaphore, backend)
+  125  coordd failed before the start (spec, a semaphore never applied,
+       backend)
   126  command not executable; 127 command not found
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
@@ -79,7 +90,7 @@ type semTarget struct {
 // runtime enforces the applied config, not the local file, so two hosts with
 // different checkouts still share one limit; a difference is reported.
 func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarget, error) {
-	s, ok := loadSpec(env, path, false)
+	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
 		return nil, errReported
 	}
@@ -104,14 +115,82 @@ func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarg
 	}
 	st := m[name]
 	if st == nil {
-		b.Close()
-		return nil, fmt.Errorf("semaphore %q is not applied on backend %q; run coordd apply", name, local.Backend)
+		back, err := lossExplainsMissing(ctx, s, local.Backend, b)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q is missing, and reading the data-loss marker of backend %q failed: %v\n", name, local.Backend, err)
+		}
+		if !back {
+			b.Close()
+			return nil, fmt.Errorf("semaphore %q is not applied on backend %q; run coordd apply", name, local.Backend)
+		}
+		// Held after a data loss: the local declaration stands in for the
+		// applied one, which comes back with the semaphore.
+		cfg := backends.SemaphoreConfig{Limit: local.Limit, Lease: local.Lease, MaxHold: local.MaxHold}
+		return &semTarget{name: name, key: key, local: local, backend: b, applied: cfg, unset: s.ChildEnvUnset()}, nil
 	}
 	if st.Config.Limit != local.Limit || st.Config.Lease != local.Lease || st.Config.MaxHold != local.MaxHold {
 		fmt.Fprintf(env.stderr, "coordd: warning: semaphore %q: the local spec (limit %d, lease %s, max_hold %s) differs from the applied one (limit %d, lease %s, max_hold %s); the applied one is enforced\n",
 			name, local.Limit, local.Lease, local.MaxHold, st.Config.Limit, st.Config.Lease, st.Config.MaxHold)
 	}
 	return &semTarget{name: name, key: key, local: local, backend: b, applied: st.Config, unset: s.ChildEnvUnset()}, nil
+}
+
+// openRideOut bounds how long a waiting sem run without --wait keeps
+// trying to reach a backend it cannot reach when it starts: long enough
+// for a restart or a failover, short enough that a wrong address fails.
+const openRideOut = 30 * time.Second
+
+// openSemRiding is openSem that, unless noWait, rides out a backend it
+// cannot reach (semaphore.Unreachable: a restart, a failover), trying
+// again with pauses up to 2 s, for the wait or openRideOut, until waitCtx
+// ends (a signal). On a terminal it says so once.
+func openSemRiding(ctx, waitCtx context.Context, env *cliEnv, path, name, key string, noWait bool, wait time.Duration) (*semTarget, error) {
+	limit := openRideOut
+	if wait > 0 {
+		limit = wait
+	}
+	start := time.Now()
+	for pause, told := 100*time.Millisecond, false; ; pause = min(pause*2, 2*time.Second) {
+		t, err := openSem(ctx, env, path, name, key)
+		if err == nil || noWait || !semaphore.Unreachable(err) || time.Since(start)+pause > limit {
+			return t, err
+		}
+		if !told && env.stderrTerminal {
+			told = true
+			fmt.Fprintf(env.stderr, "coordd sem run: cannot reach the backend of semaphore %s, trying again for up to %v: %v\n", name, limit, err)
+		}
+		select {
+		case <-time.After(pause):
+		case <-waitCtx.Done():
+			return nil, err
+		}
+	}
+}
+
+// lossExplainsMissing reports whether semaphore backend b, which lacks a
+// semaphore the spec declares, lost its data and holds its semaphores (see
+// reconcile.Engine.LossExplainsMissing). It records a loss it finds, as the
+// daemon's leader would a moment later, reading the applied inventory on
+// the cluster backend to tell a loss from a first use.
+func lossExplainsMissing(ctx context.Context, s *spec.Spec, backend string, b backends.Backend) (bool, error) {
+	if _, ok := b.(backends.LossGuard); !ok {
+		return false, nil
+	}
+	e := &reconcile.Engine{Spec: s, Backends: map[string]backends.Backend{backend: b}}
+	if s.Cluster.Backend == backend {
+		e.State, _ = b.(backends.StateStore)
+	} else {
+		st, cb, err := openAs[backends.StateStore](ctx, s, s.Cluster.Backend, "applied state", true)
+		if err != nil {
+			return false, err
+		}
+		defer cb.Close()
+		e.State = st
+	}
+	if e.State == nil {
+		return false, fmt.Errorf("cluster backend %q cannot hold applied state: %w", s.Cluster.Backend, backends.ErrUnsupported)
+	}
+	return e.LossExplainsMissing(ctx, backend)
 }
 
 // hostID is --host-id, or the hostname when the flag is empty. Either must
@@ -200,9 +279,15 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		}
 	}()
 
-	t, err := openSem(ctx, env, *path, name, *key)
+	started := time.Now()
+	t, err := openSemRiding(ctx, waitCtx, env, *path, name, *key, *noWait, *wait)
 	if err != nil {
 		close(stopWatch)
+		<-watchDone
+		if waitSig != nil {
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", name, waitSig)
+			return 128 + int(waitSig.(syscall.Signal))
+		}
 		reportErr(env, "coordd sem run", err)
 		return child.ExitCoorddFailed
 	}
@@ -214,10 +299,13 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return child.ExitCoorddFailed
 	}
 	stopTell := func() {}
+	var onHold func(backends.LossHoldError)
 	if env.stderrTerminal && !*noWait {
-		stopTell = tellWaiting(waitCtx, env, t)
+		var hold *holdNote
+		stopTell, hold = tellWaiting(waitCtx, env, t)
+		onHold = hold.say
 	}
-	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, Key: *key})
+	l, err := cl.Acquire(waitCtx, name, semaphore.AcquireOptions{Lease: t.applied.Lease, NoWait: *noWait, Wait: *wait, WaitSince: started, Key: *key, OnLossHold: onHold})
 	stopTell()
 	close(stopWatch)
 	<-watchDone
@@ -239,6 +327,9 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	case waitSig != nil:
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", t.label(), waitSig)
 		return 128 + int(waitSig.(syscall.Signal))
+	case errors.Is(err, backends.ErrNotFound):
+		fmt.Fprintf(env.stderr, "coordd sem run: semaphore %q is not applied on backend %q; run coordd apply (%v)\n", name, t.local.Backend, err)
+		return child.ExitCoorddFailed
 	default:
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
 		return child.ExitCoorddFailed
@@ -249,14 +340,18 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 // tellWaiting tells a person at a terminal what sem run waits for, once the
 // wait has lasted a moment and again when that changes: "waiting for
 // semaphore s: 2 of 2 held by web1 pid 123, web2 pid 9; 2 in line, this
-// one included". Without it a waiting sem run looks hung. The returned
-// func stops it; nothing is printed after it returns.
-func tellWaiting(ctx context.Context, env *cliEnv, t *semTarget) (stop func()) {
+// one included", or, during a data-loss hold, "waiting for semaphore s:
+// backend r lost its data (restarted empty or flushed); semaphores return
+// at 01:24:39" (hold.say, which Acquire calls). Without it a waiting sem
+// run looks hung. The returned func stops it; nothing is printed after it
+// returns.
+func tellWaiting(ctx context.Context, env *cliEnv, t *semTarget) (stop func(), hold *holdNote) {
+	ctx, cancel := context.WithCancel(ctx)
+	hold = &holdNote{env: env, t: t, ctx: ctx}
 	adm, ok := t.backend.(backends.SemaphoreAdmin)
 	if !ok {
-		return func() {}
+		return func() { hold.mu.Lock(); cancel(); hold.mu.Unlock() }, hold
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -267,18 +362,51 @@ func tellWaiting(ctx context.Context, env *cliEnv, t *semTarget) (stop func()) {
 				return
 			case <-time.After(wait):
 			}
+			if hold.holding() {
+				continue // the hold's line says it all
+			}
 			m, err := adm.ObserveSemaphores(ctx, []string{t.name})
 			if err != nil || m[t.name] == nil {
 				continue
 			}
 			msg := waitingText(t, m[t.name])
+			hold.mu.Lock()
 			if msg != last && ctx.Err() == nil {
 				last = msg
 				fmt.Fprintf(env.stderr, "coordd sem run: %s\n", msg)
 			}
+			hold.mu.Unlock()
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() { hold.mu.Lock(); cancel(); hold.mu.Unlock(); <-done }, hold
+}
+
+// holdNote prints the data-loss hold sem run waits for (tellWaiting).
+type holdNote struct {
+	env *cliEnv
+	t   *semTarget
+	ctx context.Context
+
+	mu  sync.Mutex
+	end time.Time // monotonic: the hold's end, plus the re-creation
+}
+
+// say prints h, once per change (semaphore.AcquireOptions.OnLossHold).
+func (n *holdNote) say(h backends.LossHoldError) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ctx.Err() != nil {
+		return
+	}
+	n.end = time.Now().Add(h.Left + 2*time.Second)
+	fmt.Fprintf(n.env.stderr, "coordd sem run: waiting for semaphore %s: %v\n", n.t.label(), &h)
+}
+
+// holding reports whether a hold was printed that has not ended yet.
+func (n *holdNote) holding() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return time.Now().Before(n.end)
 }
 
 // waitingText is tellWaiting's line for the observed state st.
@@ -432,7 +560,7 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 			return 1
 		}
 	}
-	s, ok := loadSpec(env, *path, false)
+	s, ok := loadSpec(ctx, env, *path, false)
 	if !ok {
 		return 1
 	}

@@ -258,11 +258,15 @@ func TestSemStatus(t *testing.T) {
 // most of the lease renews the lease before the command starts, so the
 // command runs to the end instead of being stopped at once (exit 122).
 func TestSemRunAfterHungAcquire(t *testing.T) {
-	specPath, dataDir := semFixture(t, 1, "1s")
+	// The stall takes more than half of the lease (the acquire then comes
+	// back with little of it left) and the command runs longer than what
+	// is left; the lease is long enough that a loaded machine's renewals
+	// stay within it.
+	specPath, dataDir := semFixture(t, 1, "3s")
 	stall := &testenv.SQLiteStall{Path: filepath.Join(dataDir, "coordd.db")}
-	cmd := coorddCmd(t, dataDir, "sem", "run", "s", "-f", specPath, "--", "sh", "-c", "sleep 0.6")
+	cmd := coorddCmd(t, dataDir, "sem", "run", "s", "-f", specPath, "--", "sh", "-c", "sleep 1.8")
 	stall.Kill()
-	released := stall.ReleaseAfter(t, 800*time.Millisecond) // the acquire waits on the lock meanwhile
+	released := stall.ReleaseAfter(t, 2400*time.Millisecond) // the acquire waits on the lock meanwhile
 	if err := cmd.Start(); err != nil {
 		<-released
 		t.Fatal(err)

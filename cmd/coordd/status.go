@@ -43,7 +43,7 @@ task and queue. It changes nothing.
 			fmt.Fprintf(env.stderr, "coordd status: %v\n", err)
 			return 1
 		}
-		s, ok := loadSpec(env, *path, false)
+		s, ok := loadSpec(ctx, env, *path, false)
 		if !ok {
 			return 1
 		}
@@ -80,8 +80,26 @@ type statusReport struct {
 	// applied one first.
 	HostSpecHashes []hashGroup `json:"host_spec_hashes"`
 	// HostsWarning is set when live hosts run different spec hashes.
-	HostsWarning string         `json:"hosts_warning,omitempty"`
-	Objects      []objectStatus `json:"objects"`
+	HostsWarning string `json:"hosts_warning,omitempty"`
+	// LossHolds are the backends that hold their semaphores after a data
+	// loss, a restart or a failover ([] when none does).
+	LossHolds []lossHoldStatus `json:"loss_holds"`
+	Objects   []objectStatus   `json:"objects"`
+}
+
+// lossHoldStatus is one backend's data-loss hold (backends.LossState).
+type lossHoldStatus struct {
+	Backend string `json:"backend"`
+	// Cause is "lost" (the data is gone; the semaphores come back when
+	// the hold ends) or "changed" (a restart or failover that may have
+	// lost the last writes; no slot is granted until it ends).
+	Cause string `json:"cause"`
+	// HoldUntil is the end of the hold, in backend time; LeftSeconds is
+	// what is left of it by the backend's clock.
+	HoldUntil   time.Time `json:"hold_until"`
+	LeftSeconds float64   `json:"left_seconds"`
+	// Message says it for a person.
+	Message string `json:"message"`
 }
 
 // hostStatus is one host record as status shows it. Ages are measured with
@@ -146,7 +164,7 @@ type objectStatus struct {
 func ptr[T any](v T) *T { return &v }
 
 func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Backend, ss backends.StateStore, host string) (*statusReport, error) {
-	r := &statusReport{Host: host, LocalHash: s.Hash(), Hosts: []hostStatus{}, HostSpecHashes: []hashGroup{}, Objects: []objectStatus{}}
+	r := &statusReport{Host: host, LocalHash: s.Hash(), Hosts: []hostStatus{}, HostSpecHashes: []hashGroup{}, LossHolds: []lossHoldStatus{}, Objects: []objectStatus{}}
 	if l, ok := bs[s.Cluster.Backend].(backends.Leader); ok {
 		t, err := l.CurrentLeader(ctx)
 		switch {
@@ -168,6 +186,9 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 			return nil, err
 		}
 		r.addHosts(hs)
+	}
+	if err := r.addLossHolds(ctx, bs); err != nil {
+		return nil, err
 	}
 	for _, a := range s.Addresses() {
 		b := s.BackendOf(a)
@@ -230,6 +251,42 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 		r.Objects = append(r.Objects, ob)
 	}
 	return r, nil
+}
+
+// addLossHolds lists the backends that hold their semaphores after a data
+// loss (one marker read per backend that can lose its data).
+func (r *statusReport) addLossHolds(ctx context.Context, bs map[string]backends.Backend) error {
+	for name, b := range bs {
+		lg, ok := b.(backends.LossGuard)
+		if !ok {
+			continue
+		}
+		st, err := lg.ObserveLoss(ctx)
+		if err != nil {
+			return fmt.Errorf("backend %q: %w", name, err)
+		}
+		if !st.Holding() {
+			continue
+		}
+		h := backends.LossHoldError{Backend: name, Cause: st.Cause, Until: st.HoldUntil, Left: st.HoldUntil.Sub(st.Now)}
+		cause := st.Cause
+		if cause == "" {
+			cause = backends.LossCauseLost
+		}
+		r.LossHolds = append(r.LossHolds, lossHoldStatus{Backend: name, Cause: cause, HoldUntil: st.HoldUntil, LeftSeconds: h.Left.Seconds(), Message: h.Error()})
+	}
+	sort.Slice(r.LossHolds, func(i, j int) bool { return r.LossHolds[i].Backend < r.LossHolds[j].Backend })
+	return nil
+}
+
+// lossHold is the hold on backend, or nil.
+func (r *statusReport) lossHold(backend string) *lossHoldStatus {
+	for i := range r.LossHolds {
+		if r.LossHolds[i].Backend == backend {
+			return &r.LossHolds[i]
+		}
+	}
+	return nil
 }
 
 // addHosts fills the hosts section from the registry.
@@ -295,9 +352,16 @@ func (r *statusReport) writeText(env *cliEnv) {
 		fmt.Fprintf(w, "%s   %s\n", env.paint(colourYellow, "Warning:"), r.HashWarning)
 	}
 	r.writeHosts(env)
+	for _, h := range r.LossHolds {
+		fmt.Fprintf(w, "%s      %s (%s more)\n", env.paint(colourYellow, "Hold:"), esc(h.Message), (time.Duration(h.LeftSeconds * float64(time.Second))).Round(time.Second))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, o := range r.Objects {
+		if h := r.lossHold(o.Backend); !o.Applied && h != nil && strings.HasPrefix(o.Address, "semaphore.") {
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\n", o.Address, o.Backend, env.paint(colourYellow, "held after a data loss until "+h.HoldUntil.Local().Format(time.TimeOnly)))
+			continue
+		}
 		if !o.Applied {
 			fmt.Fprintf(tw, "%s\tbackend %s\t%s\n", o.Address, o.Backend, env.paint(colourYellow, "not applied"))
 			continue

@@ -70,7 +70,7 @@ func stateColour(state string) string {
 
 // esc makes a value read from a store safe to print as text. Records in a
 // shared store are written by other hosts, and a hostile or broken one can
-// put anything there (issue 14): a host id, key, error or output holding a
+// put anything there: a host id, key, error or output holding a
 // newline, a tab or a terminal escape would forge lines, break the columns
 // or move the cursor. A value of printable characters only (strconv.IsPrint,
 // no backslash or double quote) prints as it is; any other is printed

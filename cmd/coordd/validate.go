@@ -15,8 +15,11 @@ var validateCmd = &command{
 Loads the spec and checks it: syntax, field types, references and backend
 capabilities. Every error is printed on stderr as FILE:LINE:COL: ADDRESS: what
 is wrong; after the first 50, one line counts the rest. Only regular files
-(or symlinks to them) are read, of at most 8 MiB each and 16 MiB together.
-validate never connects to a backend. Warnings (advice, such as a semaphore
+(or symlinks to them) are read, of at most 8 MiB each and 16 MiB together,
+outside /proc and /sys, within 10s (a file system that does not answer is
+an error; TERM and INT stop the read at once). Secret files (${file:PATH},
+${credential:NAME}) are read by the same rules. validate never connects to
+a backend. Warnings (advice, such as a semaphore
 without max_hold) are printed on stderr as Warning: FILE:LINE:COL: ADDRESS:
 what; they do not change the exit status.
 
@@ -25,7 +28,7 @@ Exit status: 0 valid, 1 invalid.
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fs := newFlags(c, env)
 		path := specFlag(fs, env)
-		skipEnv := fs.Bool("skip-env", false, "don't expand ${VAR} in backend fields (for CI without production secrets)")
+		skipEnv := fs.Bool("skip-env", false, "don't expand ${VAR} or read secret files in backend fields (for CI without production secrets)")
 		pos, _, err := parseArgs(fs, args)
 		if err != nil {
 			return flagExit(err)
@@ -33,7 +36,7 @@ Exit status: 0 valid, 1 invalid.
 		if !noPositional(env, c.name, pos) {
 			return 1
 		}
-		s, ok := loadSpec(env, *path, *skipEnv)
+		s, ok := loadSpec(ctx, env, *path, *skipEnv)
 		if !ok {
 			return 1
 		}

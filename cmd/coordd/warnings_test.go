@@ -1,8 +1,8 @@
 package main
 
-// Issue 13, item 9: a semaphore without max_hold lets a hung holder renew
-// forever (seed 001); validate and plan warn about it, naming file:line,
-// without changing their exit status.
+// A semaphore without max_hold lets a hung holder renew forever; validate
+// and plan warn about it, naming file:line, without changing their exit
+// status.
 
 import (
 	"encoding/json"

@@ -1,8 +1,8 @@
 package main
 
-// Issue 14, item 6: a worker whose command cannot start must not spend the
-// attempts of the jobs it claims (`queue work q -- /no/such` used to retry
-// every job until it was dead).
+// A worker whose command cannot start must not spend the attempts of the
+// jobs it claims (retrying `queue work q -- /no/such` would send every job
+// it claims to the dead set).
 
 import (
 	"os"

@@ -51,6 +51,17 @@ func MaybeRunShim() {
 		return
 	}
 	switch os.Args[1] {
+	case shimArg, guardArg:
+	default:
+		return
+	}
+	// The shim holds the command's environment and the guard every
+	// command's: neither may be readable by the commands below them.
+	if err := DisableDumps(); err != nil {
+		fmt.Fprintf(os.Stderr, "coordd %s: %v\n", strings.TrimPrefix(os.Args[1], "__coordd_child_"), err)
+		os.Exit(ExitCoorddFailed)
+	}
+	switch os.Args[1] {
 	case shimArg:
 		os.Exit(runShim(os.Args[2:]))
 	case guardArg:

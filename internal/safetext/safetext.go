@@ -28,3 +28,23 @@ func Line(s string) string {
 	}
 	return s
 }
+
+// Text is Line for free text, such as a line of a command's output, where
+// quotes and backslashes are common and harmless: s as it is unless it
+// holds a character that is not printable (a control character other than
+// tab, a format character such as a bidirectional override) or invalid
+// UTF-8; then quoted and escaped as strconv.Quote does. A line of output
+// then cannot move the cursor, clear the screen or forge a log line.
+func Text(s string) string {
+	for i, r := range s {
+		if r != '\t' && !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return strconv.Quote(s)
+			}
+		}
+	}
+	return s
+}

@@ -19,3 +19,22 @@ func TestLine(t *testing.T) {
 		}
 	}
 }
+
+func TestText(t *testing.T) {
+	for in, want := range map[string]string{
+		"web-1":              "web-1",
+		"日本":                 "日本",
+		"tab\there":          "tab\there",
+		`say "hi" \n`:        `say "hi" \n`,
+		"a\nb":               `"a\nb"`,
+		"progress 50%\r":     `"progress 50%\r"`,
+		"\x1b[2Jclear":       `"\x1b[2Jclear"`,
+		"right\u202eto left": `"right\u202eto left"`,
+		"bad \xff utf8":      `"bad \xff utf8"`,
+		"":                   "",
+	} {
+		if got := Text(in); got != want {
+			t.Errorf("Text(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

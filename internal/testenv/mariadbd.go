@@ -48,8 +48,10 @@ type MariaDB struct {
 // StartMariaDB installs a fresh data directory with mariadb-install-db and
 // starts mariadbd on it, waiting until it accepts connections. The binaries
 // are looked up in PATH, then /usr/sbin, /usr/bin and /usr/local/sbin. A
-// missing binary fails the test (install mariadb-server).
-func StartMariaDB(t testing.TB) *MariaDB {
+// missing binary fails the test (install mariadb-server). Extra arguments
+// are appended to mariadbd's command line (e.g. "--server-id=2",
+// "--log-bin=mariadb-bin" for a replication test).
+func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	t.Helper()
 	installDB := findBinary(t, "mariadb-install-db", "mysql_install_db")
 	bin := findBinary(t, "mariadbd", "mysqld")
@@ -111,6 +113,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 		"--innodb-flush-log-at-trx-commit=2",
 		"--innodb-buffer-pool-size=64M",
 	}, user...)
+	m.args = append(m.args, extra...)
 	m.Start(t)
 	return m
 }

@@ -26,19 +26,19 @@ var (
 	// task is paused. No row: another host claimed first, next_exec moved,
 	// or the task is paused or absent (qCronTaskState tells which).
 	// Arguments: next_exec (NULL: none), host, task, scheduled_at.
-	qCronAdvance = Query{SQL: `UPDATE {p}cron_tasks SET next_exec = ?, exec_by = ?, fencing = fencing + 1
+	qCronAdvance = Query{SQL: `UPDATE {p}cron_tasks SET next_exec = ?, exec_by = ?, fencing = {next:fencing}
 WHERE name = ? AND next_exec = ? AND NOT ` + CronPaused + ` RETURNING fencing`}
 
 	// qCronBumpRetry bumps the fencing counter for a retry, which leaves
 	// next_exec alone and which a pause refuses. No row: the task is
 	// paused or absent. Argument: task.
-	qCronBumpRetry = Query{SQL: `UPDATE {p}cron_tasks SET fencing = fencing + 1
+	qCronBumpRetry = Query{SQL: `UPDATE {p}cron_tasks SET fencing = {next:fencing}
 WHERE name = ? AND NOT ` + CronPaused + ` RETURNING fencing`}
 
 	// qCronBumpManual bumps the fencing counter for a manual run, which
 	// leaves next_exec alone and which a pause does not refuse. No row:
 	// the task is absent. Argument: task.
-	qCronBumpManual = Query{SQL: `UPDATE {p}cron_tasks SET fencing = fencing + 1 WHERE name = ? RETURNING fencing`}
+	qCronBumpManual = Query{SQL: `UPDATE {p}cron_tasks SET fencing = {next:fencing} WHERE name = ? RETURNING fencing`}
 
 	// qCronTaskState reads whether a task is paused, after a claim's
 	// UPDATE matched nothing (no row: the task is absent). Argument: task.

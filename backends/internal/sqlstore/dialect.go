@@ -27,6 +27,11 @@ const (
 //	{p}name  the table name, with the store's prefix or schema, quoted
 //	{now}    the store's clock: integer microseconds since the Unix epoch,
 //	         one instant for the whole statement
+//	{next:c} the next value of counter column c (a fencing number, a
+//	         term): one above it and, with Dialect.ClockCounters, at least
+//	         the store's clock in µs, so that a counter never repeats after
+//	         a failover to a replica that missed its last bumps (the new
+//	         server's clock is past every number handed out before)
 //	{lock}   " FOR UPDATE" where a write transaction locks the rows it
 //	         reads first; nothing on SQLite, whose write transaction holds
 //	         the whole file
@@ -61,6 +66,10 @@ type Dialect struct {
 	// Table turns a table's base name into the name to write in SQL
 	// ({p}name): prefixed, schema-qualified and quoted as the store needs.
 	Table func(name string) string
+	// ClockCounters: {next:c} is at least the store's clock in µs (a
+	// server with replicas that a failover may put behind); without it,
+	// c + 1 (SQLite: one file, no replica).
+	ClockCounters bool
 	// Numbered: parameters are $1, $2, ... instead of ?.
 	Numbered bool
 	// DoubleQuoted: identifiers are quoted "so" rather than `so`.
@@ -122,6 +131,15 @@ func (d *Dialect) Render(t string) string {
 		return v.(string)
 	}
 	out := tableToken.ReplaceAllStringFunc(t, func(m string) string { return d.Table(m[len("{p}"):]) })
+	if strings.Contains(out, "{next:") {
+		out = nextToken.ReplaceAllStringFunc(out, func(m string) string {
+			col := m[len("{next:") : len(m)-1]
+			if !d.ClockCounters {
+				return col + " + 1"
+			}
+			return "GREATEST(" + col + " + 1, {now})"
+		})
+	}
 	out = strings.ReplaceAll(out, "{now}", d.Now)
 	out = strings.ReplaceAll(out, "{lock}", d.Lock)
 	if strings.Contains(out, "{json") {
@@ -135,6 +153,19 @@ func (d *Dialect) Render(t string) string {
 	}
 	return out
 }
+
+// NextCounter is {next:c} computed in Go, for a counter read under its
+// row lock with the store's clock now: last + 1, and at least now with
+// ClockCounters.
+func (d *Dialect) NextCounter(last, now int64) int64 {
+	if d.ClockCounters {
+		return max(last+1, now)
+	}
+	return last + 1
+}
+
+// nextToken matches {next:col}.
+var nextToken = regexp.MustCompile(`\{next:[A-Za-z0-9_.@]+\}`)
 
 // jsonToken matches {jsontrue col key} and {jsonint col key}.
 var jsonToken = regexp.MustCompile(`\{json(true|int) ([A-Za-z0-9_.]+) ([A-Za-z0-9_]+)\}`)

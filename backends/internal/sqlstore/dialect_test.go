@@ -35,3 +35,15 @@ func TestTextPicksTheFlavor(t *testing.T) {
 		t.Errorf("a query without a MySQL text: %q", got)
 	}
 }
+
+func TestNextCounter(t *testing.T) {
+	tab := func(n string) string { return n }
+	plain := &Dialect{Now: "NOW_US", Table: tab}
+	if got := plain.Render("SET fencing = {next:fencing}"); got != "SET fencing = fencing + 1" {
+		t.Errorf("without clock counters: %q", got)
+	}
+	clock := &Dialect{Now: "NOW_US", Table: tab, ClockCounters: true}
+	if got := clock.Render("SET term = {next:l.term}"); got != "SET term = GREATEST(l.term + 1, NOW_US)" {
+		t.Errorf("with clock counters: %q", got)
+	}
+}

@@ -50,9 +50,10 @@ var (
       WHERE x.name = ? AND x.ikey = ? AND x.owner = ? AND x.expires_at > ?), ` + noTicket + `)),
   EXISTS (SELECT 1 FROM {p}semaphore_instance_waiters WHERE name = ? AND ikey = ? AND owner = ?)`}
 
-	// qInstBump bumps the semaphore's fencing counter; under the row lock
-	// the new number is the one read plus one.
-	qInstBump = Query{SQL: `UPDATE {p}semaphores SET fencing = fencing + 1 WHERE name = ?`}
+	// qInstBump sets the semaphore's fencing counter to the number the
+	// grant hands out: Dialect.NextCounter of the value read under the
+	// semaphore's row lock. Arguments: fencing, name.
+	qInstBump = Query{SQL: `UPDATE {p}semaphores SET fencing = ? WHERE name = ?`}
 
 	// qInstTake records a new holder. Arguments: name, key, slot, owner,
 	// host, pid, fencing, acquired_at, expires_at.
@@ -150,10 +151,10 @@ func TakeInstanceSlot(ctx context.Context, c Conn, d *Dialect, name, key string,
 	if refused := Refusal(int64(len(used)), int64(sem.Limit), ahead, true); refused != nil {
 		return g, refused, nil
 	}
-	if _, err := c.Exec(ctx, d.Text(qInstBump), name); err != nil {
+	g = backends.Grant{Slot: slots.LowestUnused(used), Fencing: d.NextCounter(sem.Fencing, sem.Now), ExpiresAt: FromMicros(sem.Now + lease)}
+	if _, err := c.Exec(ctx, d.Text(qInstBump), g.Fencing, name); err != nil {
 		return g, nil, err
 	}
-	g = backends.Grant{Slot: slots.LowestUnused(used), Fencing: sem.Fencing + 1, ExpiresAt: FromMicros(sem.Now + lease)}
 	_, err = c.Exec(ctx, d.Text(qInstTake), name, key, g.Slot, req.Owner, req.Host, req.PID, g.Fencing, sem.Now, sem.Now+lease)
 	if err == nil && waiting {
 		_, err = c.Exec(ctx, d.Text(qInstWaitLeave), name, key, req.Owner)

@@ -27,7 +27,7 @@ var (
 	// holder.
 	qLeaderElect = Query{SQL: `INSERT INTO {p}leader AS l (id, holder, term, expires_at) VALUES (1, ?, {now}, {now} + ?)
 ON CONFLICT (id) DO UPDATE SET
-  term = CASE WHEN l.holder = excluded.holder AND l.expires_at > {now} THEN l.term ELSE l.term + 1 END,
+  term = CASE WHEN l.holder = excluded.holder AND l.expires_at > {now} THEN l.term ELSE {next:l.term} END,
   holder = excluded.holder,
   expires_at = excluded.expires_at
 WHERE l.expires_at <= {now} OR l.holder = ?

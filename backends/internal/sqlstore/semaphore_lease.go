@@ -47,7 +47,7 @@ FROM {p}semaphores s WHERE s.name = ?`)
 	// qSemNextFencing bumps the semaphore's fencing counter and returns
 	// the new number: under the row lock, every grant gets a strictly
 	// higher one. Standard flavor only (RETURNING).
-	qSemNextFencing = Query{SQL: `UPDATE {p}semaphores SET fencing = fencing + 1 WHERE name = ? RETURNING fencing`}
+	qSemNextFencing = Query{SQL: `UPDATE {p}semaphores SET fencing = {next:fencing} WHERE name = ? RETURNING fencing`}
 
 	// qSemTake gives a free slot row to a new holder, leased from the
 	// store's now, and returns the expiry; no row when the row is no

@@ -1,242 +1,75 @@
-// Package dsn parses a coordd MySQL DSN: a go-sql-driver/mysql DSN plus the
-// connection-pool parameters that database/sql, not the driver, takes.
+// Package dsn parses a coordd MySQL DSN for the MySQL backend: a
+// go-sql-driver/mysql DSN plus the connection-pool parameters that
+// database/sql, not the driver, takes.
 //
-// The driver sends every parameter it does not know to the server as a
-// session variable (SET maxOpenConns=16 would fail), so Parse removes
-// coordd's own parameters before the driver sees the DSN. The spec loader
-// and the backend both parse with it, so a bad value is a spec error that
-// names the field, and never a surprise at connect time.
-//
-// # Charsets
-//
-// The backend has the driver interpolate parameters client-side
-// (interpolateParams) and sends several statements per request on some
-// connections (multiStatements), so values it does not trust (job keys and
-// payloads, a cron command's output) are escaped by the driver and parsed by
-// the server in the connection's character set. In gbk, big5, sjis, cp932,
-// gb2312 and gb18030 a multibyte character may end in the byte 0x5c: the
-// backslash the driver puts before a quote then belongs to the character
-// before it, the quote ends the literal, and the rest of the value runs as
-// SQL. The driver refuses only unsafe collations, and only when the DSN
-// itself sets interpolateParams. Parse therefore accepts a charset or
-// collation only from the safe set (SafeCharset), and session-variable
-// parameters only as a plain name with one literal value that does not
-// touch the charset or collation; the backend checks each new connection's
-// charset again, so that a server forcing another one is refused too.
+// The rules live in internal/mysqldsn, which links no driver, so that the
+// spec loader checks a dsn field with them (an error names the field and
+// its file:line) without linking this package's driver: the pool
+// parameters removed before the driver sees the DSN, and charsets,
+// collations and session variables only from the set under which the
+// driver's client-side escaping is sound (see that package's doc). Parse
+// runs those checks, then the driver's own parser, and checks what the
+// driver will send as session variables once more.
 package dsn
 
 import (
-	"errors"
 	"fmt"
 	"maps"
-	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/coordd/coordd/internal/mysqldsn"
 )
 
 // Pool is the connection pool a MySQL backend keeps.
-type Pool struct {
-	// MaxOpenConns bounds the shared pool (statements and transactions).
-	MaxOpenConns int
-	// MaxIdleConns is how many idle connections it keeps.
-	MaxIdleConns int
-	// ConnMaxLifetime recycles connections, below the server's wait_timeout
-	// and a proxy's idle cut-off, so that a failover behind a VIP is picked
-	// up.
-	ConnMaxLifetime time.Duration
-	// ConnMaxIdleTime closes connections idle for this long.
-	ConnMaxIdleTime time.Duration
-}
+type Pool = mysqldsn.Pool
 
 // DefaultPool serves one coordd process's short statements without crowding
 // a server shared by many hosts (max_connections defaults to 151).
-var DefaultPool = Pool{
-	MaxOpenConns:    16,
-	MaxIdleConns:    16,
-	ConnMaxLifetime: 5 * time.Minute,
-	ConnMaxIdleTime: time.Minute,
-}
+var DefaultPool = mysqldsn.DefaultPool
 
 // The coordd parameters, named in the driver's camelCase style.
 const (
-	ParamMaxOpenConns    = "maxOpenConns"
-	ParamMaxIdleConns    = "maxIdleConns"
-	ParamConnMaxLifetime = "connMaxLifetime"
-	ParamConnMaxIdleTime = "connMaxIdleTime"
+	ParamMaxOpenConns    = mysqldsn.ParamMaxOpenConns
+	ParamMaxIdleConns    = mysqldsn.ParamMaxIdleConns
+	ParamConnMaxLifetime = mysqldsn.ParamConnMaxLifetime
+	ParamConnMaxIdleTime = mysqldsn.ParamConnMaxIdleTime
 )
 
-// ErrUnsafeCharset is returned for a DSN that asks for a connection
-// charset or collation under which the driver's escaping is unsafe.
-var ErrUnsafeCharset = errors.New("the connection charset must be one of " + safeList +
-	" (under multibyte charsets such as gbk, client-side escaping lets a value run as SQL)")
-
-// ErrSessionVariable is returned for a parameter the driver would send as
-// a session variable (SET name = value) whose name is not a plain name or
-// whose value is not one literal: the driver splices both into SQL text.
-var ErrSessionVariable = errors.New("a session variable parameter must be a plain name with one value: a number, a word or a quoted string without quotes or backslashes inside")
-
-// safeCharsets are the connection charsets in which no multibyte character
-// contains the bytes 0x5c (backslash) or 0x27 (quote): single-byte ones,
-// and UTF-8, whose continuation bytes are all 0x80 or above.
-var safeCharsets = map[string]bool{"utf8mb4": true, "utf8mb3": true, "utf8": true, "latin1": true, "ascii": true, "binary": true}
-
-const safeList = "utf8mb4, utf8, utf8mb3, latin1, ascii, binary"
+// Errors of Parse (see internal/mysqldsn).
+var (
+	ErrUnsafeCharset   = mysqldsn.ErrUnsafeCharset
+	ErrUnknownNetwork  = mysqldsn.ErrUnknownNetwork
+	ErrSessionVariable = mysqldsn.ErrSessionVariable
+)
 
 // SafeCharset reports whether cs is a connection charset under which
 // client-side escaping is sound (case-insensitive).
-func SafeCharset(cs string) bool { return safeCharsets[strings.ToLower(cs)] }
-
-// safeCollation is a collation of a safe charset: binary, or
-// <charset>_<suffix> in plain lowercase letters, digits and underscores (the
-// driver splices it into SET NAMES).
-func safeCollation(c string) bool {
-	c = strings.ToLower(c)
-	if c == "binary" {
-		return true
-	}
-	cs, rest, ok := strings.Cut(c, "_")
-	return ok && safeCharsets[cs] && cs != "binary" && collationSuffix.MatchString(rest)
-}
-
-var (
-	plainName       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	collationSuffix = regexp.MustCompile(`^[a-z0-9_]+$`)
-	// plainValue is one literal: a word or number, or a quoted string
-	// that cannot end early or escape.
-	plainValue = regexp.MustCompile(`^(?:[A-Za-z0-9_.+-]+|'[^'\\]*'|"[^"\\]*")$`)
-)
-
-// splitQuery cuts dsn where the driver does: the parameters follow the
-// first '?' after the last '/' (a password may hold '?' or '/').
-func splitQuery(dsn string) (base, query string, ok bool) {
-	slash := strings.LastIndexByte(dsn, '/')
-	if slash < 0 {
-		return dsn, "", false
-	}
-	q := strings.IndexByte(dsn[slash:], '?')
-	if q < 0 {
-		return dsn, "", false
-	}
-	return dsn[:slash+q], dsn[slash+q+1:], true
-}
-
-// checkCharset refuses the driver's charset (a comma list, tried in order)
-// and collation parameters outside the safe set. The driver uses both
-// values as written, without unescaping.
-func checkCharset(k, v string) error {
-	switch k {
-	case "charset":
-		for _, cs := range strings.Split(v, ",") {
-			if !SafeCharset(cs) {
-				return fmt.Errorf("charset %q: %w", cs, ErrUnsafeCharset)
-			}
-		}
-	case "collation":
-		if !safeCollation(v) {
-			return fmt.Errorf("collation %q: %w", v, ErrUnsafeCharset)
-		}
-	}
-	return nil
-}
-
-// checkSessionVariable checks a parameter the driver sends as SET k = v.
-func checkSessionVariable(k, v string) error {
-	if !plainName.MatchString(k) {
-		return fmt.Errorf("parameter %q: %w", k, ErrSessionVariable)
-	}
-	if lk := strings.ToLower(k); strings.HasPrefix(lk, "character_set") || strings.HasPrefix(lk, "collation") || lk == "names" {
-		return fmt.Errorf("parameter %s sets the connection charset or collation (use charset= or collation=): %w", k, ErrUnsafeCharset)
-	}
-	if !plainValue.MatchString(v) {
-		return fmt.Errorf("parameter %s value %q: %w", k, v, ErrSessionVariable)
-	}
-	return nil
-}
+func SafeCharset(cs string) bool { return mysqldsn.SafeCharset(cs) }
 
 // Parse splits dsn into the driver's config (without coordd's parameters)
-// and the pool settings, defaults filled in. It refuses a charset or
-// collation outside the safe set and malformed session variables (see the
-// package doc).
+// and the pool settings, defaults filled in. It refuses what
+// mysqldsn.Parse refuses (and so what `coordd validate` refuses), and
+// what the driver's parser refuses.
 func Parse(dsn string) (*driver.Config, Pool, error) {
-	pool := DefaultPool
-	base, query, hasQuery := splitQuery(dsn)
-	var kept []string
-	if hasQuery {
-		for _, kv := range strings.Split(query, "&") {
-			k, v, _ := strings.Cut(kv, "=")
-			if err := checkCharset(k, v); err != nil {
-				return nil, pool, err
-			}
-			var err error
-			switch k {
-			case ParamMaxOpenConns:
-				pool.MaxOpenConns, err = positiveInt(v)
-			case ParamMaxIdleConns:
-				pool.MaxIdleConns, err = nonNegInt(v)
-			case ParamConnMaxLifetime:
-				pool.ConnMaxLifetime, err = duration(v)
-			case ParamConnMaxIdleTime:
-				pool.ConnMaxIdleTime, err = duration(v)
-			default:
-				kept = append(kept, kv)
-				continue
-			}
-			if err != nil {
-				return nil, pool, fmt.Errorf("parameter %s: %w", k, err)
-			}
-		}
-	}
-	if len(kept) > 0 {
-		base += "?" + strings.Join(kept, "&")
-	}
-	cfg, err := driver.ParseDSN(base)
+	driverDSN, pool, err := mysqldsn.Parse(dsn)
 	if err != nil {
 		return nil, pool, err
 	}
-	if cfg.Collation != "" && !safeCollation(cfg.Collation) {
+	cfg, err := driver.ParseDSN(driverDSN)
+	if err != nil {
+		return nil, pool, err
+	}
+	// The driver's own view of the charset and of the session variables,
+	// should it read the DSN otherwise than mysqldsn does.
+	if cfg.Collation != "" && !mysqldsn.SafeCollation(cfg.Collation) {
 		return nil, pool, fmt.Errorf("collation %q: %w", cfg.Collation, ErrUnsafeCharset)
 	}
-	// The driver keeps in Params only what it sends as session variables.
 	for _, k := range slices.Sorted(maps.Keys(cfg.Params)) {
-		if err := checkSessionVariable(k, cfg.Params[k]); err != nil {
+		if err := mysqldsn.CheckSessionVariable(k, cfg.Params[k]); err != nil {
 			return nil, pool, err
 		}
 	}
 	return cfg, pool, nil
-}
-
-func unescape(v string) string {
-	if u, err := url.QueryUnescape(v); err == nil {
-		return u
-	}
-	return v
-}
-
-func positiveInt(v string) (int, error) {
-	n, err := strconv.Atoi(unescape(v))
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("want an integer of at least 1, got %q", v)
-	}
-	return n, nil
-}
-
-func nonNegInt(v string) (int, error) {
-	n, err := strconv.Atoi(unescape(v))
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("want an integer of at least 0, got %q", v)
-	}
-	return n, nil
-}
-
-func duration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(unescape(v))
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("want a duration such as 5m (0: no limit), got %q", v)
-	}
-	return d, nil
 }

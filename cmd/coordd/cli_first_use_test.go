@@ -18,9 +18,12 @@ import (
 	"github.com/coordd/coordd/internal/proctest"
 )
 
-// Issue 16, item 3: the CLI as a new user meets it. These run the built
-// coordd (proctest) or coordd in-process (newCLI); the terminal cases run
-// it on a pseudo-terminal of their own.
+// The CLI as a new user first meets it: one-line flag errors, help on
+// stdout, colour on a terminal only, times and exit codes that read alone,
+// a waiting command that says what it waits for, error chains that read
+// once, a quickstart and examples that leave nothing behind. These run the
+// built coordd (proctest) or coordd in-process (newCLI); the terminal cases
+// run it on a pseudo-terminal of their own.
 
 // openPTY opens a pseudo-terminal: what a process writes to tty, the test
 // reads from pty. Linux only, as the rest of the tests.
@@ -54,8 +57,8 @@ func readPTY(pty *os.File) *proctest.SyncBuffer {
 	return &buf
 }
 
-// polishEnv is a built coordd with a data dir, and a spec applied.
-func polishEnv(t *testing.T, yaml string) (*proctest.Env, string) {
+// appliedEnv is a built coordd with a data dir, and a spec applied.
+func appliedEnv(t *testing.T, yaml string) (*proctest.Env, string) {
 	t.Helper()
 	env := proctest.NewEnv(t)
 	p := writeSpec(t, yaml)
@@ -186,7 +189,7 @@ func TestColourOnlyOnTerminal(t *testing.T) {
 // one's "running".
 func TestCronTimesAndExitCodes(t *testing.T) {
 	flag := filepath.Join(t.TempDir(), "started")
-	env, p := polishEnv(t, fmt.Sprintf(`
+	env, p := appliedEnv(t, fmt.Sprintf(`
 cron:
   job:
     schedule: "0 4 * * *"
@@ -245,7 +248,7 @@ cron:
 // A sem run that waits, with stderr on a terminal, says what it waits
 // for; with stderr piped it says nothing.
 func TestSemRunSaysWhatItWaitsFor(t *testing.T) {
-	env, p := polishEnv(t, "semaphores:\n  s: {limit: 1, lease: 10s}\n")
+	env, p := appliedEnv(t, "semaphores:\n  s: {limit: 1, lease: 10s}\n")
 	flag := filepath.Join(t.TempDir(), "held")
 	holder := env.Start(t, "holder", "sem", "run", "s", "-f", p, "--host-id", "host-a", "--", "sh", "-c", "echo up > "+flag+"; sleep 30")
 	waitFile(t, flag, 10*time.Second)
@@ -288,7 +291,7 @@ func TestQueueDrainSaysWhatItWaitsFor(t *testing.T) {
 			if typ != "sqlite" {
 				decl = hostsBackend(t, typ) + decl
 			}
-			env, p := polishEnv(t, decl)
+			env, p := appliedEnv(t, decl)
 			before := time.Now().Add(time.Hour).Truncate(time.Second)
 			if out, code := env.Run(t, "queue", "push", "q", "-f", p, "--delay", "1h", "later"); code != 0 {
 				t.Fatalf("push: %s", out)
@@ -329,7 +332,7 @@ func TestQueueDrainSaysWhatItWaitsFor(t *testing.T) {
 
 // Error chains read once: one clause per fact.
 func TestErrorChainsReadOnce(t *testing.T) {
-	env, p := polishEnv(t, `
+	env, p := appliedEnv(t, `
 semaphores:
   s: {limit: 1, lease: 10s}
   full: {limit: 1, max_waiting: 0}
@@ -455,7 +458,8 @@ func TestQuickstartEditsACopy(t *testing.T) {
 }
 
 // User docs never say "seed NNN" (the articles coordd started from are not
-// where users can read them); operations.md's CI job installs coordd.
+// where users can read them) or "issue N" (the project's history, not the
+// behaviour); operations.md's CI job installs coordd.
 func TestUserDocsSelfContained(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	files = append(files, filepath.Join("..", "..", "README.md"))
@@ -465,7 +469,9 @@ func TestUserDocsSelfContained(t *testing.T) {
 		}
 		return err
 	})
-	seed := regexp.MustCompile(`(?i)\bseeds? ?\d{3}\b`)
+	// A design cited by number, or the project's history (an issue number),
+	// means nothing to a reader: the docs say the behaviour instead.
+	history := regexp.MustCompile(`(?i)\b(seeds? ?\d{3}|issues? \d+)\b`)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -479,7 +485,7 @@ func TestUserDocsSelfContained(t *testing.T) {
 			}
 			// "seed" may end this line and its number start the next: check
 			// the pair, leaving a match wholly on the next line to it.
-			if m := seed.FindString(line + " " + next); m != "" && !seed.MatchString(next) || seed.MatchString(line) {
+			if m := history.FindString(line + " " + next); m != "" && !history.MatchString(next) || history.MatchString(line) {
 				t.Errorf("%s:%d: says %q: %s", f, n+1, m, line)
 			}
 		}
@@ -525,7 +531,7 @@ func TestExamplesRemoveTempDir(t *testing.T) {
 // out, is the plain output (tabwriter counts the codes as width, so a
 // column painted in some rows only would shift).
 func TestColourKeepsColumns(t *testing.T) {
-	env, p := polishEnv(t, `
+	env, p := appliedEnv(t, `
 semaphores:
   s: {limit: 1}
 queues:

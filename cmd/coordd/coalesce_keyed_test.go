@@ -13,14 +13,14 @@ import (
 	"github.com/coordd/coordd/internal/testenv"
 )
 
-// TestSemSeed003Keyed: seed 003's coalescing per data key, with real
-// `coordd sem run NAME --key K` processes on a semaphore declared once with
-// `keyed: true, limit: 1, max_waiting: 1`, on every backend that holds
+// TestSemKeyedOneRunsOneWaitsPerKey: a coalescing job per data key, with
+// real `coordd sem run NAME --key K` processes on a semaphore declared once
+// with `keyed: true, limit: 1, max_waiting: 1`, on every backend that holds
 // keyed semaphores. For key user-7: while the first arrival runs, a second
 // waits and a third is dropped at once (exit 75); meanwhile key user-8 runs
 // at once, since its instance is its own. When the first ends the second
 // runs, and once every run ended no instance is left.
-func TestSemSeed003Keyed(t *testing.T) {
+func TestSemKeyedOneRunsOneWaitsPerKey(t *testing.T) {
 	backendsYAML := map[string]func(t *testing.T) string{
 		"sqlite": func(*testing.T) string { return "" },
 		"mysql": func(t *testing.T) string {

@@ -13,11 +13,11 @@ import (
 	"github.com/coordd/coordd/internal/testenv"
 )
 
-// TestSemSeed003: seed 003's coalescing job, `limit: 1, max_waiting: 1`,
-// on every backend that holds semaphores with waiters. While the first
+// TestSemOneRunsOneWaitsRestDropped: a coalescing job, `limit: 1,
+// max_waiting: 1`, on every backend that holds semaphores with waiters. While the first
 // arrival runs, a second waits and a third is dropped at once (exit 75);
 // when the first ends the second runs. Two runs, one wait, one drop.
-func TestSemSeed003(t *testing.T) {
+func TestSemOneRunsOneWaitsRestDropped(t *testing.T) {
 	backendsYAML := map[string]func(t *testing.T) string{
 		"sqlite": func(*testing.T) string { return "" },
 		"mysql": func(t *testing.T) string {
