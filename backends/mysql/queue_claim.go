@@ -272,21 +272,26 @@ type claimReport struct {
 func (s *Store) runClaim(ctx context.Context, queue, script string, args []any) (claimReport, error) {
 	rep := claimReport{status: 1, byOwner: map[string][]backends.Job{}}
 	err := s.runScriptN(ctx, claimAttempts, script, args, func(_ int, rows *sql.Rows) error {
-		id, j, at, min, err := scanClaimRow(rows, queue)
-		if err != nil {
-			return err
+		id, j, now, earliest, err := scanClaimRow(rows, queue)
+		if err == nil {
+			rep.add(id, j, now, earliest)
 		}
-		if id <= 0 {
-			// The status row comes first: a script run again after a
-			// failure starts its report over.
-			rep.status, rep.now, rep.earliest = id, at, min
-			clear(rep.byOwner)
-			return nil
-		}
-		rep.byOwner[j.Owner] = append(rep.byOwner[j.Owner], j)
-		return nil
+		return err
 	})
 	return rep, err
+}
+
+// add reads one row of qClaimTail into the report. The status row comes
+// first, so a script sent again after it failed (runScriptOnce) starts the
+// report over: a job that its first run read back but may not have
+// committed is never handed out, and waits out its lease if it was.
+func (rep *claimReport) add(id int64, j backends.Job, now int64, earliest sql.NullInt64) {
+	if id <= 0 {
+		rep.status, rep.now, rep.earliest = id, now, earliest
+		clear(rep.byOwner)
+		return
+	}
+	rep.byOwner[j.Owner] = append(rep.byOwner[j.Owner], j)
 }
 
 // jobsFor hands each member of group the jobs leased to its owner token.
