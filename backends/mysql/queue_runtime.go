@@ -30,11 +30,11 @@ var _ backends.Queues = (*Store)(nil)
 //
 // Claim has two modes, the queue's claim field:
 //
-//   - partition (the default): a claim holds
-//     one of the queue's partition lock rows, any one no other claim
-//     holds (FOR UPDATE SKIP LOCKED), so at most `partitions` claims run
-//     at once; a claimer that finds them all held gets nothing (and
-//     queue.Client backs off). It then leases up to max claimable jobs of
+//   - partition (the default): a claim holds one of the queue's
+//     partition lock rows, any one no other claim holds (FOR UPDATE SKIP
+//     LOCKED), so at most `partitions` claims run at once; a claimer that
+//     finds them all held gets nothing (and queue.Client backs off). It
+//     then leases up to max claimable jobs of
 //     the whole queue, whatever their partition, in id (push) order,
 //     skipping the rows other claims hold (SKIP LOCKED). A job with a key
 //     is claimable only while no job of its key is running and no older
@@ -58,9 +58,8 @@ var _ backends.Queues = (*Store)(nil)
 //     of them; claim partition has queue_jobs_ready for it.)
 //
 // Either way a claim is one script (queue_claim.go: qClaimHeadFast and
-// what follows it):
-// several statements sent in one round trip on a dedicated connection,
-// one transaction, one commit. Concurrent claims of one Store on one
+// what follows it): several statements sent in one round trip on a
+// dedicated connection, one transaction, one commit. Concurrent claims of one Store on one
 // queue go together in one script (group.Claimer), each caller's jobs
 // leased to its own owner token. Claims run at READ COMMITTED, and
 // locking statements name their index (FORCE INDEX): on a small table the
@@ -74,8 +73,7 @@ var _ backends.Queues = (*Store)(nil)
 // deadlock. Nothing in a claim needs a repeatable snapshot.
 //
 // Acks are group-committed: one autocommit DELETE for all the acks that
-// arrive while one is running (queue_ack.go).
-// WaitQueue parks an idle worker on a dedicated connection and pushes wake
+// arrive while one is running (queue_ack.go). WaitQueue parks an idle worker on a dedicated connection and pushes wake
 // it (queue_park.go).
 
 // jobColumnsJ are sqlstore's job columns (sqlstore.ScanJob) of the table
