@@ -52,7 +52,7 @@ const (
 	// batch, are one script (several statements sent in one round trip
 	// on a dedicated connection, see runScript): one transaction at READ
 	// COMMITTED, one commit. A script cannot branch on what it reads, so
-	// each claim is a few statements (claimScript), which pass what they
+	// each claim is a few statements (cronClaimScript), which pass what they
 	// find to the next in session variables (@coordd_*), and ends with
 	// what happened appended to a report (cronBatchResult). Every claim
 	// takes the task row's lock before it reads anything: every claim of
@@ -244,9 +244,9 @@ func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([
 	return out, nil
 }
 
-// claimScript is a batch's claim script, its arguments, the index in the
+// cronClaimScript is a batch's claim script, its arguments, the index in the
 // batch of each claim in script order, and each claim's run id.
-type claimScript struct {
+type cronClaimScript struct {
 	text   string
 	args   []any
 	order  []int
@@ -257,8 +257,8 @@ type claimScript struct {
 // Claims are made in task order (sqlstore.TaskOrder), so that two batches
 // lock task rows in the same order and cannot deadlock; a task's own
 // claims keep the order given.
-func (s *Store) buildClaimScript(reqs []backends.ClaimRequest) claimScript {
-	sc := claimScript{
+func (s *Store) buildClaimScript(reqs []backends.ClaimRequest) cronClaimScript {
+	sc := cronClaimScript{
 		order:  sqlstore.TaskOrder(len(reqs), func(i int) string { return reqs[i].Task }),
 		runIDs: make([]string, len(reqs)),
 		args:   make([]any, 0, 24*len(reqs)),

@@ -21,15 +21,20 @@ var (
 
 // newDialect is MySQL's SQL for the shared store with table prefix p
 // (checked by Open against prefixPattern): the MySQL flavor, row locks
-// taken with FOR UPDATE, tables named <p><name>, unquoted where the shared
-// queries name them (no table name is a reserved word) and quoted where
-// this package's own queries do.
+// taken with FOR UPDATE (LOCK IN SHARE MODE, which MariaDB has and FOR
+// SHARE it has not), indexes named with FORCE INDEX (a locking read scans
+// the index the optimizer picks, and locks, or waits for, every row it
+// reads), tables named <p><name>, unquoted where the shared queries name
+// them (no table name is a reserved word) and quoted where this package's
+// own queries do.
 func newDialect(p string) *sqlstore.Dialect {
 	return &sqlstore.Dialect{
 		Flavor:        sqlstore.MySQL,
 		Now:           nowSQL,
 		Lock:          " FOR UPDATE",
 		ClockCounters: true,
+		Share:         " LOCK IN SHARE MODE",
+		Index:         func(name string) string { return " FORCE INDEX (" + name + ")" },
 		ListChunk:     inChunk,
 		Table:         func(name string) string { return p + name },
 		IsDuplicate:   isDup,

@@ -116,13 +116,16 @@
 //
 // # Queues
 //
-// See queue_runtime.go and queue_park.go: seed 001's partition locks
-// (claim: partition; a claim holds one free lock row of the queue's
-// partitions and takes the oldest claimable jobs of the whole queue, the
-// jobs of one key one at a time in push order) or a FOR UPDATE SKIP LOCKED
-// claim across the queue that ignores keys (claim: skip_locked); the
-// visibility lease, retries and the dead-letter set; acks grouped into one
-// DELETE; idle workers parked and woken by pushes.
+// The shared SQL store's queue runtime (backends/internal/sqlstore), with
+// MySQL's own paths: see queue_runtime.go, queue_claim.go, queue_push.go,
+// queue_ack.go and queue_park.go. Partition locks (claim: partition; a
+// claim holds one free lock row of the queue's partitions and takes the
+// oldest claimable jobs of the whole queue, the jobs of one key one at a
+// time in push order) or a FOR UPDATE SKIP LOCKED claim across the queue
+// that ignores keys (claim: skip_locked), each one script; pushes in one
+// statement, batched; acks grouped into one DELETE; idle workers parked
+// and woken by pushes and the other writes that make jobs claimable
+// (queue.go).
 //
 // # Deadlocks and races
 //

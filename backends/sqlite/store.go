@@ -34,6 +34,9 @@ var (
 	_ backends.Leader         = (*Store)(nil)
 	_ backends.CronAdmin      = (*Store)(nil)
 	_ backends.QueueAdmin     = (*Store)(nil)
+	_ backends.Queues         = (*Store)(nil)
+	_ backends.DeadJobs       = (*Store)(nil)
+	_ backends.DeadJobReader  = (*Store)(nil)
 )
 
 // busyTimeoutMS bounds how long a statement waits for another process's

@@ -1,6 +1,9 @@
 package sqlstore
 
-import "errors"
+import (
+	"errors"
+	"sync/atomic"
+)
 
 // ErrRetry asks DB.Write to run a transaction again: it lost a race that
 // running it again cures (a racing transaction inserted the row this one
@@ -13,4 +16,8 @@ var ErrRetry = errors.New("lost a race, retry")
 // adds what is its own.
 type Core struct {
 	DB DB
+
+	// jobSeq spreads keyless jobs over a queue's partitions, round robin
+	// (JobPartition).
+	jobSeq atomic.Uint64
 }

@@ -35,6 +35,15 @@ const (
 //	{lock}   " FOR UPDATE" where a write transaction locks the rows it
 //	         reads first; nothing on SQLite, whose write transaction holds
 //	         the whole file
+//	{share}  the same in share mode (" FOR SHARE", " LOCK IN SHARE MODE"):
+//	         other readers in share mode go on, writers of the row wait
+//	{skiplocked}
+//	         {lock} that passes over rows another transaction holds
+//	         (" FOR UPDATE SKIP LOCKED"); nothing on SQLite
+//	{index name}
+//	         after a table (and its alias): the index to read it by, where
+//	         the store names one (" INDEXED BY name", " FORCE INDEX
+//	         (name)"); nothing where the planner picks
 //	?        a bound parameter ($1, $2, ... on PostgreSQL)
 //	{in}     a list of values after a column: "x {in}" is true when x is
 //	         one of them (Dialect.In)
@@ -63,6 +72,10 @@ type Dialect struct {
 	Now string
 	// Lock is what {lock} stands for.
 	Lock string
+	// Share is what {share} stands for.
+	Share string
+	// Index renders {index name}; nil renders nothing.
+	Index func(name string) string
 	// Table turns a table's base name into the name to write in SQL
 	// ({p}name): prefixed, schema-qualified and quoted as the store needs.
 	Table func(name string) string
@@ -121,8 +134,11 @@ func (d *Dialect) Pick(q Query) string {
 	return q.SQL
 }
 
-// tableToken matches {p}name.
-var tableToken = regexp.MustCompile(`\{p\}([A-Za-z0-9_]+)`)
+// tableToken matches {p}name, indexToken {index name}.
+var (
+	tableToken = regexp.MustCompile(`\{p\}([A-Za-z0-9_]+)`)
+	indexToken = regexp.MustCompile(`\{index ([A-Za-z0-9_]+)\}`)
+)
 
 // Render replaces the tokens of a template (see Query), caching the result
 // for templates of constant size.
@@ -145,6 +161,20 @@ func (d *Dialect) Render(t string) string {
 	if strings.Contains(out, "{json") {
 		out = d.renderJSON(out)
 	}
+	out = strings.ReplaceAll(out, "{share}", d.Share)
+	if strings.Contains(out, "{skiplocked}") {
+		skip := ""
+		if d.Lock != "" {
+			skip = d.Lock + " SKIP LOCKED"
+		}
+		out = strings.ReplaceAll(out, "{skiplocked}", skip)
+	}
+	out = indexToken.ReplaceAllStringFunc(out, func(m string) string {
+		if d.Index == nil {
+			return ""
+		}
+		return d.Index(m[len("{index ") : len(m)-1])
+	})
 	if d.Numbered || d.DoubleQuoted {
 		out = d.rewrite(out)
 	}
