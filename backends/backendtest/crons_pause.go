@@ -139,6 +139,13 @@ func testCronsPause(t *testing.T, h Harness) {
 		res, err := c.ClaimOccurrences(t.Context(), []backends.ClaimRequest{retry(occ, 2, newOwner("a2"), lease)})
 		ok(t, err, "batch retry")
 		wantErr(t, res[0].Err, backends.ErrPaused, "batch retry of a paused task")
+		// The pause is what every store reads first: a retry that would be
+		// refused for another reason too (attempt 2 never ran) is ErrPaused.
+		_, err = c.ClaimOccurrence(t.Context(), retry(occ, 3, newOwner("a3"), lease))
+		wantErr(t, err, backends.ErrPaused, "retry of a paused task whose previous attempt never ran")
+		res, err = c.ClaimOccurrences(t.Context(), []backends.ClaimRequest{retry(occ, 3, newOwner("a3"), lease)})
+		ok(t, err, "batch retry")
+		wantErr(t, res[0].Err, backends.ErrPaused, "batch retry of a paused task whose previous attempt never ran")
 		_, err = p.ResumeCron(t.Context(), "flaky")
 		ok(t, err, "resume")
 		c.claim(retry(occ, 2, newOwner("a2"), lease))
@@ -184,11 +191,13 @@ func testCronsPause(t *testing.T, h Harness) {
 			t.Fatalf("second resume returned %+v, want nil (not paused)", prev)
 		}
 		c.claim(scheduled("nightly", at, at.Add(time.Hour), newOwner("after"), lease))
-		// Paused again later: a new pause, with a new time.
+		// Paused again later: a new pause, with its own time (not before
+		// the first; SQLite's clock counts milliseconds, and all of the
+		// above may fit in one).
 		again, changed, err := p.PauseCron(ctx, "nightly", "ops-2", "again")
 		ok(t, err, "pause again")
-		if !changed || again.Host != "ops-2" || !again.At.After(paused.At) {
-			t.Fatalf("pause after a resume returned %+v changed %v, want a new pause by ops-2 after %v", again, changed, paused.At)
+		if !changed || again.Host != "ops-2" || again.Reason != "again" || again.At.Before(paused.At) {
+			t.Fatalf("pause after a resume returned %+v changed %v, want a new pause by ops-2 not before %v", again, changed, paused.At)
 		}
 	})
 	t.Run("ApplyKeepsPause", func(t *testing.T) {

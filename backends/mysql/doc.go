@@ -4,9 +4,11 @@
 //
 // It implements every capability of package backends: Backend, Migrator,
 // StateStore (inventory, apply log, apply lock), SemaphoreAdmin and
-// Semaphores in mode lease (semaphore.go) and mode session (session.go),
-// Waiters (waiters.go), WakeRepairer, Leader (leader.go), CronAdmin/Crons
-// (cron.go, cron_runtime.go) and QueueAdmin/Queues (queue.go,
+// Semaphores in mode lease (semaphore.go, instance.go) and mode session
+// (session*.go), Waiters (waiters.go, sem_park.go), WakeRepairer, Leader
+// (leader.go), CronAdmin/Crons (the shared store's, with its own claim,
+// renewal, finish and reap scripts: cron_claim.go, cron_runtime.go) and
+// QueueAdmin/Queues (queue.go,
 // queue_runtime.go, queue_park.go).
 //
 // # Tables and the prefix
@@ -47,15 +49,20 @@
 // variables, so that a transaction that needs a locking read, a guarded
 // write and a counter bump costs one round trip and one commit: the
 // lease-mode acquire (qSemAcquire), the fast release (qSemReleaseFast), the
-// cron claim and finish (cron_runtime.go). Only dedicated connections allow
-// several statements per request. A script that fails midway may leave its
-// transaction open, so its connection is discarded. Single statements
-// return values in the OK packet with LAST_INSERT_ID(expr) instead of a
-// read-back (a renewal's new expiry, a fencing number). RoundTrips counts
-// one per request, plus one per transaction of the statement pool for its
-// BEGIN and COMMIT.
+// cron claim and finish (cron_claim.go, cron_runtime.go). Only dedicated
+// connections allow several statements per request. A script that fails
+// midway may leave its transaction open, so its connection is discarded.
+// Single statements return values in the OK packet with
+// LAST_INSERT_ID(expr) instead of a read-back (a renewal's new expiry, a
+// fencing number). RoundTrips counts one per request, plus one per
+// transaction of the statement pool for its BEGIN and COMMIT.
 //
-// # Semaphores, mode lease (seed 001's lock rows)
+// # Semaphores, mode lease (lock rows)
+//
+// What every SQL store does alike (configs, the repair of slot rows,
+// release that retires slots, keyed instances, the waiter line) is the
+// shared SQL store's (backends/internal/sqlstore) in MySQL's syntax; this
+// package keeps the one-round-trip acquire, release and extend below.
 //
 // One row per slot (semaphore_slots: state FREE or LOCK, owner token, host,
 // pid, fencing, acquired_at, expires_at) and one per semaphore (semaphores:
@@ -78,9 +85,10 @@
 // A record also names the waiter's host and pid and when it entered the
 // line (EnterWaitAs), for ListWaiters (waiters_list.go).
 //
-// # Semaphores, mode session (seed 000's GET_LOCK slots)
+// # Semaphores, mode session (GET_LOCK slots)
 //
-// See session.go: slot i is a named lock held by the holder's dedicated
+// See session.go (and session_acquire.go, session_wait.go,
+// session_release.go, session_repair.go by phase): slot i is a named lock held by the holder's dedicated
 // connection; the wait lock (wake poll) and the SLEEP/KILL wake-up with the
 // check lock (wake kill) for limits above 1; a plain blocking GET_LOCK for
 // limit 1; the holder record and fencing bump in one UPDATE; a ping as
@@ -108,13 +116,16 @@
 //
 // # Queues
 //
-// See queue_runtime.go and queue_park.go: seed 001's partition locks
-// (claim: partition; a claim holds one free lock row of the queue's
-// partitions and takes the oldest claimable jobs of the whole queue, the
-// jobs of one key one at a time in push order) or a FOR UPDATE SKIP LOCKED
-// claim across the queue that ignores keys (claim: skip_locked); the
-// visibility lease, retries and the dead-letter set; acks grouped into one
-// DELETE; idle workers parked and woken by pushes.
+// The shared SQL store's queue runtime (backends/internal/sqlstore), with
+// MySQL's own paths: see queue_runtime.go, queue_claim.go, queue_push.go,
+// queue_ack.go and queue_park.go. Partition locks (claim: partition; a
+// claim holds one free lock row of the queue's partitions and takes the
+// oldest claimable jobs of the whole queue, the jobs of one key one at a
+// time in push order) or a FOR UPDATE SKIP LOCKED claim across the queue
+// that ignores keys (claim: skip_locked), each one script; pushes in one
+// statement, batched; acks grouped into one DELETE; idle workers parked
+// and woken by pushes and the other writes that make jobs claimable
+// (queue.go).
 //
 // # Deadlocks and races
 //

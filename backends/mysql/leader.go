@@ -10,6 +10,10 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
+// The leader lease as backends.Leader: MySQL has no RETURNING, so it
+// takes and renews the lease with its own statements (the new expiry comes
+// back in the OK packet, LAST_INSERT_ID(expr)); resigning and reading the
+// lease are the shared store's.
 const (
 	// qLeaderTake takes the single leader row in one autocommit statement,
 	// against one instant of the backend clock:
@@ -46,14 +50,6 @@ WHERE id = 1 AND (expires_at <= ` + nowSQL + ` OR holder = ?)`
 	// the OK packet.
 	qLeaderRenew = "UPDATE `{p}leader` SET expires_at = LAST_INSERT_ID(" + nowSQL + ` + ?)
 WHERE id = 1 AND holder = ? AND term = ? AND expires_at > ` + nowSQL
-
-	// qLeaderResign ends one holder's term now. The row (and its term) stays,
-	// so the next election continues from it (nextTerm).
-	qLeaderResign = "UPDATE `{p}leader` SET expires_at = " + nowSQL + `
-WHERE id = 1 AND holder = ? AND term = ? AND expires_at > ` + nowSQL
-
-	// qLeaderCurrent reads the live lease, if any.
-	qLeaderCurrent = "SELECT holder, term, expires_at FROM `{p}leader` WHERE id = 1 AND expires_at > " + nowSQL
 )
 
 // ElectLeader takes the leader lease when it is free, expired or resigned,
@@ -91,7 +87,7 @@ func (s *Store) electOnce(ctx context.Context, holder string, us int64) (backend
 	switch {
 	case err == nil:
 		var rowExp int64
-		err := s.on(nil).row(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &rowExp)
+		err := s.on(nil).QueryRow(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &rowExp)
 		if err != nil {
 			return t, err
 		}
@@ -105,7 +101,7 @@ func (s *Store) electOnce(ctx context.Context, holder string, us int64) (backend
 	}
 	var exp2 int64
 	var live bool
-	err = s.on(nil).row(ctx, qLeaderAny).Scan(&t.Holder, &t.Term, &exp2, &live)
+	err = s.on(nil).QueryRow(ctx, qLeaderAny).Scan(&t.Holder, &t.Term, &exp2, &live)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return s.insertLeader(ctx, holder, us)
@@ -125,20 +121,20 @@ func (s *Store) insertLeader(ctx context.Context, holder string, us int64) (back
 		var cur backends.Term
 		var exp int64
 		var live bool
-		err := c.row(ctx, qLeaderLocked).Scan(&cur.Holder, &cur.Term, &exp, &live)
+		err := c.QueryRow(ctx, qLeaderLocked).Scan(&cur.Holder, &cur.Term, &exp, &live)
 		switch {
 		case err == nil:
 			return errRetry // inserted meanwhile: take it the normal way
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if _, err := c.exec(ctx, qLeaderInsert, holder, us); err != nil {
+		if _, err := c.Exec(ctx, qLeaderInsert, holder, us); err != nil {
 			if isDup(err) {
 				return errRetry
 			}
 			return err
 		}
-		if err := c.row(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &exp); err != nil {
+		if err := c.QueryRow(ctx, qLeaderRow).Scan(&t.Holder, &t.Term, &exp); err != nil {
 			return err
 		}
 		t.ExpiresAt = fromMicros(exp)
@@ -163,39 +159,4 @@ func (s *Store) RenewLeader(ctx context.Context, t backends.Term, lease time.Dur
 		return backends.Term{}, fmt.Errorf("renew leader %q term %d: %w", t.Holder, t.Term, err)
 	}
 	return backends.Term{Holder: t.Holder, Term: t.Term, ExpiresAt: fromMicros(exp)}, nil
-}
-
-// ResignLeader ends t at once if t's holder still holds t's term, so that
-// the next ElectLeader, by anyone, succeeds. Not holding is not an error.
-func (s *Store) ResignLeader(ctx context.Context, t backends.Term) error {
-	if _, err := s.autocommit(ctx, qLeaderResign, t.Holder, t.Term); err != nil {
-		return fmt.Errorf("resign leader %q term %d: %w", t.Holder, t.Term, err)
-	}
-	return nil
-}
-
-// CurrentLeader returns the live lease; ErrNotFound when nobody holds one.
-// One autocommit statement.
-func (s *Store) CurrentLeader(ctx context.Context) (backends.Term, error) {
-	var t backends.Term
-	found := false
-	err := s.readAuto(ctx, func(c conn) error {
-		var exp int64
-		err := c.row(ctx, qLeaderCurrent).Scan(&t.Holder, &t.Term, &exp)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		t.ExpiresAt, found = fromMicros(exp), true
-		return nil
-	})
-	if err != nil {
-		return backends.Term{}, fmt.Errorf("current leader: %w", err)
-	}
-	if !found {
-		return backends.Term{}, fmt.Errorf("current leader: %w", backends.ErrNotFound)
-	}
-	return t, nil
 }

@@ -30,7 +30,7 @@ const payloadHeadroom = 4 << 10
 // own limit, less payloadHeadroom.
 func (s *Store) MaxPayload(ctx context.Context) (int64, error) {
 	var packet int64
-	if err := s.on(nil).row(ctx, qMaxPacket).Scan(&packet); err != nil {
+	if err := s.on(nil).QueryRow(ctx, qMaxPacket).Scan(&packet); err != nil {
 		return 0, fmt.Errorf("mysql %q: read max_allowed_packet: %w", s.name, err)
 	}
 	if s.clientPacket > 0 && s.clientPacket < packet {

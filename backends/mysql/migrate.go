@@ -18,6 +18,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/internal/migration"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
 // Migrations live in migrations/NNNN_name.sql, applied in order, each
@@ -110,14 +111,6 @@ const qCreateMigrations = "CREATE TABLE IF NOT EXISTS `{p}schema_migrations` (\n
   PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 
-// qMigrations lists applied migrations.
-const qMigrations = "SELECT version, min_binary FROM `{p}schema_migrations`"
-
-// qRecordMigration records one applied migration at backend time.
-// INSERT IGNORE: a run cut short after its insert is not an error.
-const qRecordMigration = "INSERT IGNORE INTO `{p}schema_migrations` (version, name, min_binary, applied_at, applied_by)\n" +
-	`VALUES (?, ?, ?, ` + nowSQL + `, ?)`
-
 // migrateLockTimeout bounds how long Migrate waits for another host's run.
 const migrateLockTimeout = 60 * time.Second
 
@@ -139,45 +132,11 @@ func (s *Store) migrateLockName() string {
 // Schema reports the migration state without changing anything. It reads
 // outside read, whose errors explain annotates with what Schema says.
 func (s *Store) Schema(ctx context.Context) (backends.SchemaInfo, error) {
-	ms, err := migrations()
+	ms, err := migrationList()
 	if err != nil {
 		return backends.SchemaInfo{}, err
 	}
-	info := backends.SchemaInfo{Latest: len(ms)}
-	if v, err := s.schemaVersion(ctx); err != nil || v == 0 {
-		return info, err
-	}
-	s.trips.Add(1)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
-	}
-	defer tx.Rollback()
-	if info.Version, info.MinBinary, err = applied(ctx, s.on(tx)); err != nil {
-		return backends.SchemaInfo{}, fmt.Errorf("read schema: %w", err)
-	}
-	return info, nil
-}
-
-// applied returns the highest applied version and the recorded min_binary.
-func applied(ctx context.Context, c conn) (version int, minBinary string, err error) {
-	rows, err := c.query(ctx, qMigrations)
-	if err != nil {
-		return 0, "", err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var v int
-		var mb string
-		if err := rows.Scan(&v, &mb); err != nil {
-			return 0, "", err
-		}
-		version = max(version, v)
-		if minBinary == "" || migration.VersionLess(minBinary, mb) {
-			minBinary = mb
-		}
-	}
-	return version, minBinary, rows.Err()
+	return s.ReadSchema(ctx, ms)
 }
 
 // Migrate applies pending migrations under the migration lock. It returns
@@ -194,7 +153,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.migrate(ctx, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	s.schema.Store(true)
+	s.pool.Migrated()
 	return nil
 }
 
@@ -208,7 +167,7 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 	defer sc.Close()
 	lock := s.migrateLockName()
 	var got sql.NullInt64
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	if err := sc.QueryRowContext(ctx, qGetLock, lock, int(migrateLockTimeout/time.Second)).Scan(&got); err != nil {
 		return fmt.Errorf("take migration lock: %w", err)
 	}
@@ -216,7 +175,7 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 		return fmt.Errorf("take migration lock %s: another host has been migrating for %v", lock, migrateLockTimeout)
 	}
 	defer func() {
-		s.trips.Add(1)
+		s.pool.CountTrip()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		var rel sql.NullInt64
@@ -229,49 +188,30 @@ func (s *Store) migrate(ctx context.Context, ms []script) (err error) {
 			}
 		}
 	}()
-	exec := func(query string, args ...any) error {
-		s.trips.Add(1)
-		_, err := sc.ExecContext(ctx, s.q(query), args...)
-		return err
-	}
-	if err := exec(qCreateMigrations); err != nil {
-		return err
-	}
-	s.trips.Add(1)
-	rows, err := sc.QueryContext(ctx, s.q(qMigrations))
+	c := sessionConn{s: s, c: sc}
+	files, err := migrationList()
 	if err != nil {
 		return err
 	}
-	var version int
-	var minBinary string
-	for rows.Next() {
-		var v int
-		var mb string
-		if err := rows.Scan(&v, &mb); err != nil {
-			rows.Close()
-			return err
-		}
-		version = max(version, v)
-		if minBinary == "" || migration.VersionLess(minBinary, mb) {
-			minBinary = mb
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if migration.VersionLess(s.opts.Version, minBinary) {
-		return fmt.Errorf("schema needs coordd %s or newer, this is %s: %w", minBinary, s.opts.Version, backends.ErrSchemaTooNew)
-	}
-	for _, m := range ms[min(version, len(ms)):] {
-		for _, st := range m.stmts {
-			if err := exec(st); err != nil && !rerun(err) {
-				return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
+	return sqlstore.Migrate(ctx, c, s.dialect, s.q(qCreateMigrations), files, s.opts.Version, func(f migration.File) error {
+		for _, st := range ms[f.Version-1].stmts {
+			if _, err := c.Exec(ctx, s.q(st)); err != nil && !rerun(err) {
+				return err
 			}
 		}
-		if err := exec(qRecordMigration, m.Version, m.Name, m.MinBinary, s.opts.Version); err != nil {
-			return fmt.Errorf("record %04d_%s: %w", m.Version, m.Name, err)
-		}
+		return nil
+	})
+}
+
+// migrationList is the embedded migrations as package migration has them.
+func migrationList() ([]migration.File, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	files := make([]migration.File, len(ms))
+	for i, m := range ms {
+		files[i] = m.File
+	}
+	return files, nil
 }

@@ -164,7 +164,7 @@ func (s *Store) dedicate(ctx context.Context) (*dedicated, error) {
 		return nil, err
 	}
 	d := &dedicated{conn: c, created: time.Now()}
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	if err := c.QueryRowContext(ctx, qConnID).Scan(&d.id); err != nil {
 		d.discard()
 		return nil, err
@@ -259,7 +259,7 @@ func (s *Store) interruptible(ctx context.Context, d *dedicated, limit time.Dura
 			case <-t.C:
 			}
 			kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-			s.trips.Add(1)
+			s.pool.CountTrip()
 			_, _ = s.db.ExecContext(kctx, qKillQuery, d.id)
 			cancel()
 			t.Reset(killRepeat)
@@ -307,7 +307,7 @@ func isInterrupted(err error) bool {
 // ctx's error when ctx ended first. sleep is the SLEEP's length, used to
 // bound the statement.
 func (s *Store) park(ctx context.Context, d *dedicated, tag, body string, sleep time.Duration, args ...any) error {
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, sleep+30*time.Second, func(rctx context.Context) error {
 		rows, err := d.conn.QueryContext(rctx, "SELECT ?, "+s.q(body), append([]any{tag}, args...)...)
 		if err != nil {
@@ -341,7 +341,7 @@ WHERE command = 'Query' AND info LIKE 'SELECT ''coordd-park:%'`
 // parkedChannels returns the channels that have a parked connection.
 func (s *Store) parkedChannels(ctx context.Context) (map[string]bool, error) {
 	n := len(parkPrefix) + 24 // the tag up to the end of the channel
-	rows, err := s.on(nil).query(ctx, qParkedAll, n)
+	rows, err := s.on(nil).Query(ctx, qParkedAll, n)
 	if err != nil {
 		return nil, fmt.Errorf("list parked waiters: %w", err)
 	}
@@ -370,7 +370,7 @@ func (s *Store) wakeParked(ctx context.Context, channel string, n int) (int, err
 	if s.mariadb {
 		q = qParkedMariaDB
 	}
-	rows, err := s.on(nil).query(ctx, q, parkPattern(channel), n)
+	rows, err := s.on(nil).Query(ctx, q, parkPattern(channel), n)
 	if err != nil {
 		return 0, fmt.Errorf("list parked waiters: %w", err)
 	}
@@ -390,9 +390,9 @@ func (s *Store) wakeParked(ctx context.Context, channel string, n int) (int, err
 	for _, p := range ps {
 		var err error
 		if p.query != 0 {
-			_, err = s.on(nil).exec(ctx, qKillQueryID, p.query)
+			_, err = s.on(nil).Exec(ctx, qKillQueryID, p.query)
 		} else {
-			_, err = s.on(nil).exec(ctx, qKillQuery, p.id)
+			_, err = s.on(nil).Exec(ctx, qKillQuery, p.id)
 		}
 		id := p.id
 		var me *driver.MySQLError

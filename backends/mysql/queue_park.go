@@ -14,7 +14,7 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Idle queue workers: seed 000's SLEEP/KILL wake-up (park.go) applied to
+// Idle queue workers: the SLEEP/KILL wake-up of park.go applied to
 // queues.
 //
 // WaitQueue takes a dedicated connection (Store.dedicate; it goes back to
@@ -181,8 +181,6 @@ type queueState struct {
 	// parkMarks maps a queue to the end of this store's last park mark
 	// (*atomic.Int64, host monotonic time as a duration since monoBase).
 	parkMarks sync.Map
-	// pushSeq spreads keyless jobs over the partitions, round robin.
-	pushSeq atomic.Uint64
 	// pushes maps a queue to the batcher of its pushes
 	// (*group.Batcher[*pushItem], queue_push.go).
 	pushes sync.Map
@@ -274,7 +272,7 @@ type queuePark struct {
 // WaitQueue needs to know why the statement ended.
 func (s *Store) parkQueue(ctx context.Context, d *dedicated, tag, queue string, left, backoff time.Duration, denied, keys bool) (queuePark, error) {
 	var r queuePark
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, left+30*time.Second, func(rctx context.Context) error {
 		rows, err := d.conn.QueryContext(rctx, "SELECT ?, "+s.q(qQueuePark),
 			tag, sleepSeconds(left), sleepSeconds(backoff), denied, keys, queue)

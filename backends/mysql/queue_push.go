@@ -12,10 +12,11 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	"github.com/coordd/coordd/spec"
 )
 
-// Push in one statement (issue 15).
+// Push in one statement.
 //
 // Most pushes (no key, or a key on a queue whose unique is none; delayed or
 // not) are one autocommit statement on MariaDB, qJobPushReturning: an
@@ -51,16 +52,15 @@ import (
 // and a read of the new job (qJobPushed): the statements of the old push
 // less the config read, the partition update and the separate wake-up.
 //
-// A keyless job's partition comes from a round-robin counter of the Store
-// (partitions only spread the stored jobs; the claim order does not
-// depend on them), a keyed job's from the hash of its key (keyPartition).
+// A job's partition is the shared store's (Core.JobPartition): the hash
+// of its key, or round robin.
 //
 // A push with a key to a queue with unique pending or pending_or_running
-// takes the old path (pushUnique): a transaction that reads the config
-// LOCK IN SHARE MODE, looks for the duplicate with a locking read of the
-// key's index range (so two pushes of one key serialise, or deadlock and
-// the loser runs again and finds the winner's job), inserts and reads the
-// job back.
+// takes the shared store's path (pushUnique, sqlstore.PushJob): a
+// transaction that reads the config LOCK IN SHARE MODE, looks for the
+// duplicate with a locking read of the key's index range (so two pushes of
+// one key serialise, or deadlock and the loser runs again and finds the
+// winner's job), inserts and reads the job back.
 
 const (
 	// qJobPushFast (MySQL) inserts a ready job available at now + the
@@ -111,21 +111,6 @@ const (
 	// a worker may be parked on it, under a shared lock on its row
 	// (pushUnique). No row: the queue is absent.
 	qPushConfig = "SELECT partitions, config, parked_until > " + nowSQL + " FROM `{p}queues` WHERE name = ? LOCK IN SHARE MODE"
-
-	// qJobDuplicate finds (and locks, with the key's index range) the oldest
-	// job of a queue with a key that is ready, or (third argument true)
-	// running: the job a unique push collides with.
-	qJobDuplicate = "SELECT " + jobColumns + " FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_unique)\n" +
-		"WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? AND state = 'running'))\n" +
-		"ORDER BY id LIMIT 1 FOR UPDATE"
-
-	// qJobPush inserts a ready job available at now + the delay in
-	// microseconds (arguments: queue, partition, payload, key, delay).
-	qJobPush = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\n" +
-		"VALUES (?, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", '')"
-
-	// qJobByID reads one job back.
-	qJobByID = "SELECT " + jobColumns + " FROM `{p}queue_jobs` WHERE id = ?"
 )
 
 // Push enqueues a job and, when a worker may be parked on the queue, wakes
@@ -190,31 +175,8 @@ func (s *Store) pushConfig(ctx context.Context, queue string) (*claimConfig, boo
 	if v, ok := s.queues.configs.Load(queue); ok {
 		return v.(*claimConfig), false, nil
 	}
-	var partitions int
-	var text string
-	err := s.on(nil).row(ctx, qQueueClaimConfig, queue).Scan(&partitions, &text)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, backends.ErrNotFound
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	cc, err := newClaimConfig(queue, text, partitions)
-	if err != nil {
-		return nil, false, err
-	}
-	s.cacheConfig(queue, cc)
-	return cc, true, nil
-}
-
-// cacheConfig makes cc the config the Store's pushes and claims use for
-// queue, unless the cache holds the same text already (whose claimConfig
-// keeps its sweepAt).
-func (s *Store) cacheConfig(queue string, cc *claimConfig) {
-	if v, ok := s.queues.configs.Load(queue); ok && v.(*claimConfig).text == cc.text {
-		return
-	}
-	s.queues.configs.Store(queue, cc)
+	cc, err := s.readClaimConfig(ctx, queue)
+	return cc, true, err
 }
 
 // pushFast runs qJobPushFast. ok is false when it inserted nothing: the
@@ -224,17 +186,13 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 	if job.Payload == nil {
 		job.Payload = []byte{} // the column is NOT NULL
 	}
-	if req.Key != "" {
-		job.Partition = keyPartition(req.Key, cc.cfg.Partitions)
-	} else {
-		job.Partition = int(s.queues.pushSeq.Add(1) % uint64(max(cc.cfg.Partitions, 1)))
-	}
+	job.Partition = s.JobPartition(req.Key, cc.cfg.Partitions)
 	if s.mariadb && !s.queues.pushTx.Load() {
 		v, ok := s.queues.pushes.Load(queue)
 		if !ok {
 			v, _ = s.queues.pushes.LoadOrStore(queue, &pushGroup{})
 		}
-		it := &pushItem{cc: cc, job: job, delay: nonNegMicros(req.Delay), done: make(chan error, 1)}
+		it := &pushItem{cc: cc, job: job, delay: sqlstore.NonNegMicros(req.Delay), done: make(chan error, 1)}
 		if err := s.pushGrouped(ctx, v.(*pushGroup), it); err != nil || it.miss {
 			return backends.Job{}, false, false, err
 		}
@@ -243,7 +201,7 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 	var enq, avail int64
 	err = s.write(ctx, func(c conn) error {
 		ok = false
-		res, err := c.exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlKey(job.Key), nonNegMicros(req.Delay), queue, cc.text)
+		res, err := c.Exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlstore.NullKey(job.Key), sqlstore.NonNegMicros(req.Delay), queue, cc.text)
 		n, err := affected(res, err)
 		if err != nil || n == 0 {
 			return err
@@ -253,18 +211,13 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 			return err
 		}
 		ok = true
-		return c.row(ctx, qJobPushed, queue, id).Scan(&job.ID, &enq, &avail, &parked)
+		return c.QueryRow(ctx, qJobPushed, queue, id).Scan(&job.ID, &enq, &avail, &parked)
 	})
 	if err != nil || !ok {
 		return backends.Job{}, false, false, err
 	}
 	job.EnqueuedAt, job.AvailableAt = fromMicros(enq), fromMicros(avail)
 	return job, parked, true, nil
-}
-
-// sqlKey is a job's key as the unique_key column holds it: NULL for none.
-func sqlKey(key string) sql.NullString {
-	return sql.NullString{String: key, Valid: key != ""}
 }
 
 // Batched pushes (MariaDB). Concurrent pushes of one Store to one queue go
@@ -442,7 +395,7 @@ func (s *Store) pushRows(ctx context.Context, rows []*pushItem) error {
 	queue := cc.cfg.Name
 	args := make([]any, 0, 5*len(rows)+2)
 	for _, it := range rows {
-		args = append(args, queue, it.job.Partition, it.job.Payload, sqlKey(it.job.Key), it.delay)
+		args = append(args, queue, it.job.Partition, it.job.Payload, sqlstore.NullKey(it.job.Key), it.delay)
 	}
 	args = append(args, cc.text, queue)
 	query := qJobPushReturning
@@ -450,7 +403,7 @@ func (s *Store) pushRows(ctx context.Context, rows []*pushItem) error {
 		query = qJobPushRowsHead + tuples(qJobPushRow, len(rows)) + qJobPushRowsTail
 	}
 	err := s.retry(ctx, func() error {
-		rs, err := s.on(nil).query(ctx, query, args...)
+		rs, err := s.on(nil).Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -491,7 +444,7 @@ func (s *Store) packetLimit(ctx context.Context) (int64, error) {
 		return p, nil
 	}
 	var packet int64
-	if err := s.on(nil).row(ctx, qMaxPacket).Scan(&packet); err != nil {
+	if err := s.on(nil).QueryRow(ctx, qMaxPacket).Scan(&packet); err != nil {
 		return 0, fmt.Errorf("read max_allowed_packet: %w", err)
 	}
 	if s.clientPacket > 0 && s.clientPacket < packet {
@@ -513,15 +466,15 @@ func isSubqueryRows(err error) bool {
 
 // pushUnique pushes a job with a key to a queue with unique pending or
 // pending_or_running: in a transaction that reads the config under a
-// shared lock and locks the key's duplicates first.
+// shared lock, then pushes as the shared store does (sqlstore.PushJob),
+// locking the key's duplicates first.
 func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, bool, error) {
 	var job backends.Job
 	var parked bool
 	err := s.write(ctx, func(c conn) error {
-		job = backends.Job{}
 		var partitions int
 		var text string
-		err := c.row(ctx, qPushConfig, queue).Scan(&partitions, &text, &parked)
+		err := c.QueryRow(ctx, qPushConfig, queue).Scan(&partitions, &text, &parked)
 		if errors.Is(err, sql.ErrNoRows) {
 			s.queues.configs.Delete(queue)
 			return backends.ErrNotFound
@@ -533,36 +486,8 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 		if err != nil {
 			return err
 		}
-		s.cacheConfig(queue, cc)
-		cfg := cc.cfg
-		if err := backends.CheckPayload(len(req.Payload), cfg.MaxPayload); err != nil {
-			return err
-		}
-		unique := cfg.Unique == spec.UniquePending || cfg.Unique == spec.UniquePendingOrRunning
-		if unique {
-			j, err := scanJob(c.row(ctx, qJobDuplicate, queue, req.Key, cfg.Unique == spec.UniquePendingOrRunning), queue)
-			switch {
-			case err == nil:
-				job = j
-				return fmt.Errorf("key %q is %s as job %d: %w", req.Key, cfg.Unique, j.ID, backends.ErrDuplicate)
-			case !errors.Is(err, sql.ErrNoRows):
-				return err
-			}
-		}
-		payload := req.Payload
-		if payload == nil {
-			payload = []byte{} // the column is NOT NULL
-		}
-		key := sql.NullString{String: req.Key, Valid: true}
-		res, err := c.exec(ctx, qJobPush, queue, keyPartition(req.Key, cfg.Partitions), payload, key, nonNegMicros(req.Delay))
-		if err != nil {
-			return err
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return err
-		}
-		job, err = scanJob(c.row(ctx, qJobByID, id), queue)
+		cc = s.cacheConfig(queue, cc)
+		job, err = sqlstore.PushJob(ctx, c, s.dialect, cc.cfg, s.JobPartition(req.Key, cc.cfg.Partitions), req)
 		return err
 	})
 	return job, parked, err

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Waiters of lease-mode semaphores: the line, and seed 000's SLEEP/KILL
+// Waiters of lease-mode semaphores: the line, and the SLEEP/KILL
 // wake-up (park.go) instead of polling.
 //
 // The line is semaphore_waiters: EnterWait gives each waiter a ticket (seq)
@@ -118,7 +118,7 @@ type semPark struct {
 // on d, tagged with tag, and reports how it ended.
 func (s *Store) parkSem(ctx context.Context, d *dedicated, tag, park string, args []any, left time.Duration) (semPark, error) {
 	var r semPark
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	err := s.interruptible(ctx, d, left+30*time.Second, func(rctx context.Context) error {
 		rows, err := d.conn.QueryContext(rctx, "SELECT ?, "+s.q(park), append([]any{tag}, args...)...)
 		if err != nil {

@@ -10,9 +10,17 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
-	"github.com/coordd/coordd/backends/internal/slots"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	"github.com/coordd/coordd/spec"
 )
+
+// Semaphores of mode lease are the shared SQL store's (sqlstore, the
+// Standard flavor's statements in MySQL's syntax), but for three calls
+// that MySQL makes in one round trip each: the acquire and the common
+// release as scripts (several statements in one request on a dedicated
+// connection), and the extend as one autocommit UPDATE that returns the
+// new expiry in its OK packet. Mode session (session*.go) and the parked
+// waiters' wake-ups (sem_park.go) are MySQL's own.
 
 // liveSQL is true for a slot row whose holder's lease has not expired.
 const liveSQL = `(state = 'LOCK' AND expires_at > ` + nowSQL + `)`
@@ -22,43 +30,6 @@ const liveSQL = `(state = 'LOCK' AND expires_at > ` + nowSQL + `)`
 const freeSQL = `(state = 'FREE' OR expires_at <= ` + nowSQL + `)`
 
 const (
-	// qSemUpsert creates the semaphore or updates its config. It never
-	// touches the fencing counter on update, so fencing keeps increasing
-	// across updates. A new semaphore's counter starts at backend now in
-	// microseconds (the rule every backend follows), so a semaphore deleted
-	// and created again, or replaced from another backend, still hands out
-	// numbers above any a holder of the old one can have.
-	qSemUpsert = "INSERT INTO `{p}semaphores` (name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, keyed, fencing)\n" +
-		`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ` + nowSQL + `)
-ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = VALUES(mode),
-  wake = VALUES(wake), max_waiting = VALUES(max_waiting), max_hold_ns = VALUES(max_hold_ns), keyed = VALUES(keyed)`
-
-	// qSemLock reads and locks the semaphore row: every transaction that
-	// changes a semaphore's slots or waiters takes it first, so they
-	// serialise per semaphore. keyed: the semaphore's slots belong to its
-	// instances (instance.go).
-	qSemLock = "SELECT lim, fencing, max_waiting, mode, keyed FROM `{p}semaphores` WHERE name = ? FOR UPDATE"
-
-	// qSemSlotsLive lists (and locks) a semaphore's slots, each with whether
-	// it is live.
-	qSemSlotsLive = "SELECT slot, " + liveSQL + " FROM `{p}semaphore_slots` WHERE name = ? ORDER BY slot FOR UPDATE"
-
-	// qSemDeleteFreeSlotsHead deletes the listed slots (bound in IN (...))
-	// that are free or expired; a live slot is never deleted, whatever the
-	// list says.
-	qSemDeleteFreeSlotsHead = "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND " + freeSQL + " AND slot IN ("
-
-	// qSemDeleteAllFree deletes every free or expired slot of a semaphore.
-	qSemDeleteAllFree = "DELETE FROM `{p}semaphore_slots` WHERE name = ? AND " + freeSQL
-
-	// qSemInsertSlotsHead and qSemInsertSlotRow add free slots: the head,
-	// then one row per slot number.
-	qSemInsertSlotsHead = "INSERT INTO `{p}semaphore_slots` (name, slot) VALUES "
-	qSemInsertSlotRow   = "(?, ?)"
-
-	// qSemLiveCount counts (and locks) live holders.
-	qSemLiveCount = "SELECT count(*) FROM `{p}semaphore_slots` WHERE name = ? AND " + liveSQL + " FOR UPDATE"
-
 	// liveT and freeT are liveSQL and freeSQL for the slot row aliased t in
 	// qSemAcquire's SELECT, which joins semaphores (s) and slots (t).
 	liveT = `(t.state = 'LOCK' AND t.expires_at > ` + nowSQL + `)`
@@ -154,80 +125,33 @@ ON DUPLICATE KEY UPDATE lim = VALUES(lim), lease_ns = VALUES(lease_ns), mode = V
 		"SELECT count(*) INTO @coordd_w FROM `{p}semaphore_waiters` WHERE name = ? AND @coordd_n > 0 AND expires_at > " + nowSQL + ";\n" +
 		"COMMIT;\n" +
 		"SELECT @coordd_n, @coordd_w"
-
-	// qSemOwned finds (and locks) owner's slot and whether its lease is
-	// still live.
-	qSemOwned = "SELECT slot, " + liveSQL + " FROM `{p}semaphore_slots` WHERE name = ? AND owner = ? FOR UPDATE"
-
-	// qSemFree frees owner's slot.
-	qSemFree = "UPDATE `{p}semaphore_slots` SET state = 'FREE', owner = NULL, host = '', pid = 0, acquired_at = 0, expires_at = 0\n" +
-		`WHERE name = ? AND owner = ?`
-
-	// qSemDrain sets the limit to 0 so that nobody more is admitted.
-	qSemDrain = "UPDATE `{p}semaphores` SET lim = 0 WHERE name = ?"
-
-	// qSemDeleteWaiters, qSemDeleteSlots and qSemDelete remove a semaphore.
-	qSemDeleteWaiters = "DELETE FROM `{p}semaphore_waiters` WHERE name = ?"
-	qSemDeleteSlots   = "DELETE FROM `{p}semaphore_slots` WHERE name = ?"
-	qSemDelete        = "DELETE FROM `{p}semaphores` WHERE name = ?"
-
-	// qSemObserveConfigsHead reads the configs of many semaphores; the
-	// names follow, bound, in IN (...).
-	qSemObserveConfigsHead = "SELECT name, lim, lease_ns, mode, wake, max_waiting, max_hold_ns, session_slots, keyed\n" +
-		"FROM `{p}semaphores` WHERE name IN ("
-
-	// qSemObserveSlotsHead reads every slot of many semaphores, each with
-	// whether it is live, against one instant.
-	qSemObserveSlotsHead = "SELECT name, slot, owner, host, pid, fencing, acquired_at, expires_at, " + liveSQL + "\n" +
-		"FROM `{p}semaphore_slots` WHERE name IN ("
-	qSemObserveSlotsTail = ") ORDER BY name, slot"
-
-	// qSemObserveWaitersHead counts the live waiters of many semaphores.
-	qSemObserveWaitersHead = "SELECT name, count(*) FROM `{p}semaphore_waiters` WHERE expires_at > " + nowSQL + " AND name IN ("
-	qSemObserveWaitersTail = ") GROUP BY name"
 )
 
-// PutSemaphore creates or updates the semaphore and repairs its slots to
-// max(limit, live holders).
+// PutSemaphore creates or updates the semaphore, repairs its slot rows to
+// max(limit, live holders) and its named-lock slots (mode session), and
+// wakes parked waiters whose turn a higher limit may make.
 func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) error {
-	if cfg.Name == "" {
-		return errors.New("put semaphore: empty name")
-	}
-	if cfg.Limit < 0 {
-		return fmt.Errorf("put semaphore %q: negative limit %d", cfg.Name, cfg.Limit)
+	if err := sqlstore.CheckSemaphore(cfg); err != nil {
+		return err
 	}
 	if cfg.Keyed && cfg.Mode == spec.ModeSession {
 		// A session slot is a named lock that no row records: an
 		// instance's holders could be neither listed nor drained.
 		return fmt.Errorf("put semaphore %q: keyed in mode session: %w", cfg.Name, backends.ErrUnsupported)
 	}
-	maxWaiting := cfg.MaxWaiting
-	if maxWaiting < 0 {
-		maxWaiting = -1
-	}
 	err := s.write(ctx, func(c conn) error {
-		if _, err := c.exec(ctx, qSemUpsert, cfg.Name, cfg.Limit, int64(cfg.Lease), cfg.Mode, cfg.Wake, maxWaiting, int64(cfg.MaxHold), cfg.Keyed); err != nil {
+		if err := sqlstore.PutSemaphoreRow(ctx, c, s.dialect, cfg); err != nil {
 			return err
 		}
 		if err := s.repairSessionSlots(ctx, c, cfg.Name, cfg.Mode, cfg.Limit); err != nil {
 			return err
 		}
-		// A session-mode semaphore keeps slot rows only for lease holders
-		// left from before a change of mode, a keyed one only for holders
-		// left from before it was keyed.
-		rowLimit := cfg.Limit
-		if cfg.Mode == spec.ModeSession || cfg.Keyed {
-			rowLimit = 0
-		}
-		return repairSlots(ctx, c, cfg.Name, rowLimit, true)
+		return sqlstore.RepairSlots(ctx, c, s.dialect, cfg.Name, sqlstore.SlotRows(cfg.Limit, cfg.Mode, cfg.Keyed), true)
 	})
-	if err == nil {
-		s.sess.setMode(cfg.Name, cfg.Mode)
-	}
 	if err != nil {
 		return fmt.Errorf("put semaphore %q: %w", cfg.Name, err)
 	}
-	// A higher limit may make it some parked waiters' turn; they look.
+	s.sess.setMode(cfg.Name, cfg.Mode)
 	if cfg.Keyed {
 		s.wakeInstances(ctx, cfg.Name, cfg.Limit)
 		return nil
@@ -236,70 +160,24 @@ func (s *Store) PutSemaphore(ctx context.Context, cfg backends.SemaphoreConfig) 
 	return nil
 }
 
-// repairSlots makes the slot count max(limit, live holders): it deletes free
-// or expired slots, highest first, while above, and (when grow) inserts the
-// lowest unused numbers while below. Run it holding the semaphore row lock.
-func repairSlots(ctx context.Context, c conn, name string, limit int, grow bool) error {
-	rows, err := c.query(ctx, qSemSlotsLive, name)
-	if err != nil {
-		return err
-	}
-	var have []slots.Slot
-	for rows.Next() {
-		var s slots.Slot
-		if err := rows.Scan(&s.N, &s.Live); err != nil {
-			rows.Close()
-			return err
-		}
-		have = append(have, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	drop, add := slots.Repair(have, limit, grow)
-	switch {
-	case len(drop) > 0:
-		_, err = c.exec(ctx, qSemDeleteFreeSlotsHead+placeholders(len(drop))+")", anys(drop, name)...)
-	case len(add) > 0:
-		args := make([]any, 0, 2*len(add))
-		for _, n := range add {
-			args = append(args, name, n)
-		}
-		_, err = c.exec(ctx, qSemInsertSlotsHead+tuples(qSemInsertSlotRow, len(add)), args...)
-	}
-	return err
-}
-
-// DeleteSemaphore removes the semaphore when nobody holds it. Otherwise it
-// drains it: limit 0, free slots gone, ErrHeld; held slots retire on release.
-// The live holders of a keyed semaphore's instances count as its holders;
-// they keep their rows until they release, and the instances admit nobody
-// meanwhile (the limit they read is 0).
+// DeleteSemaphore removes the semaphore when nobody holds it, else drains
+// it (ErrHeld), as sqlstore's does; the holders of its named-lock slots
+// count too, and a drain lowers those slots to the holders'. Parked
+// waiters learn at once that the semaphore is gone.
 func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	held := 0
 	err := s.write(ctx, func(c conn) error {
-		var lim, maxWaiting int
-		var fencing int64
-		var mode string
-		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&lim, &fencing, &maxWaiting, &mode, &keyed)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		r, exists, err := sqlstore.LockSemaphore(ctx, c, s.dialect, name)
+		if err != nil {
 			return err
 		}
-		exists := err == nil
-		if err := c.row(ctx, qSemLiveCount, name).Scan(&held); err != nil {
+		if held, err = sqlstore.LiveHolders(ctx, c, s.dialect, name); err != nil {
 			return err
 		}
-		var inst int
-		if err := c.row(ctx, qInstLiveCount, name).Scan(&inst); err != nil {
-			return err
-		}
-		held += inst
 		if exists {
 			// Session holders count too (slot locks, not rows).
-			var sessSlots int
-			if err := c.row(ctx, qSessSlotsOf, name).Scan(&lim, &sessSlots); err != nil {
+			var lim, sessSlots int
+			if err := c.QueryRow(ctx, qSessSlotsOf, name).Scan(&lim, &sessSlots); err != nil {
 				return err
 			}
 			used, err := s.usedSlots(ctx, c, nil, name, sessSlots)
@@ -308,22 +186,13 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 			}
 			held += len(used)
 		}
-		if held > 0 {
-			if _, err := c.exec(ctx, qSemDrain, name); err != nil {
-				return err
-			}
-			if err := s.repairSessionSlots(ctx, c, name, mode, 0); err != nil {
-				return err
-			}
-			_, err := c.exec(ctx, qSemDeleteAllFree, name)
+		if held == 0 {
+			return sqlstore.DropSemaphore(ctx, c, s.dialect, name)
+		}
+		if err := sqlstore.DrainSemaphore(ctx, c, s.dialect, name); err != nil {
 			return err
 		}
-		for _, q := range []string{qInstDeleteWaiters, qInstDeleteSlots, qSemDeleteWaiters, qSemDeleteSlots, qSemDelete} {
-			if _, err := c.exec(ctx, q, name); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.repairSessionSlots(ctx, c, name, r.Mode, 0)
 	})
 	if err != nil {
 		return fmt.Errorf("delete semaphore %q: %w", name, err)
@@ -331,7 +200,6 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 	if held > 0 {
 		return fmt.Errorf("delete semaphore %q: %d live holders: %w", name, held, backends.ErrHeld)
 	}
-	// Parked waiters learn at once that the semaphore is gone.
 	s.wakeSemaphore(ctx, name, maxWake)
 	return nil
 }
@@ -391,16 +259,12 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 		err = errSessionMode
 	case keyed != 0:
 		err = backends.ErrKeyRequired
-	case live.Int64 >= limit.Int64:
-		err = fmt.Errorf("%d of %d held: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
-	case ahead >= limit.Int64-live.Int64:
-		err = fmt.Errorf("%d of %d held, %d waiters ahead in line: %w", live.Int64, limit.Int64, ahead, backends.ErrNoSlot)
-	case !slot.Valid:
-		// Fewer slot rows than the limit: drift until PutSemaphore repairs it.
-		err = fmt.Errorf("%d of %d held, no free slot row: %w", live.Int64, limit.Int64, backends.ErrNoSlot)
-	case n == 0:
-		// Cannot happen while the slot rows are locked; never overwrite.
-		err = fmt.Errorf("slot %d is no longer free: %w", slot.Int64, backends.ErrNoSlot)
+	default:
+		err = sqlstore.Refusal(live.Int64, limit.Int64, ahead, slot.Valid)
+		if err == nil && n == 0 {
+			// Cannot happen while the slot rows are locked; never overwrite.
+			err = fmt.Errorf("slot %d is no longer free: %w", slot.Int64, backends.ErrNoSlot)
+		}
 	}
 	if err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
@@ -480,30 +344,9 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 		return nil
 	}
 	wasLive := false
-	err = s.write(ctx, func(c conn) error {
-		var limit, maxWaiting int
-		var fencing int64
-		var mode string
-		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if mode == spec.ModeSession || keyed {
-			limit = 0 // slot rows remain only for lease holders from before the mode changed or it was keyed
-		}
-		var slot int
-		err = c.row(ctx, qSemOwned, name, owner).Scan(&slot, &wasLive)
-		if errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrLost
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := c.exec(ctx, qSemFree, name, owner); err != nil {
-			return err
-		}
-		return repairSlots(ctx, c, name, limit, false)
+	err = s.write(ctx, func(c conn) (err error) {
+		wasLive, err = sqlstore.FreeSlot(ctx, c, s.dialect, name, owner)
+		return err
 	})
 	if err == nil {
 		// Rare: wake without counting the waiters first.
@@ -522,8 +365,8 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 // an absent semaphore has none. Those of a keyed semaphore's instances
 // follow; an instance reference lists the instance's.
 func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instHolders(ctx, parent, key)
+	if _, _, ok := backends.SplitInstance(name); ok {
+		return s.Core.Holders(ctx, name)
 	}
 	m, err := s.ObserveSemaphores(ctx, []string{name})
 	if err != nil {
@@ -541,9 +384,9 @@ func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, er
 	return nil, nil
 }
 
-// ObserveSemaphores reads many semaphores in one snapshot: per chunk of
-// inChunk names, one statement per table (configs, slots, waiters, and the
-// instances' holders and waiters of keyed semaphores).
+// ObserveSemaphores reads many semaphores in one snapshot: per list of
+// inChunk names, the rows sqlstore reads, then the slot locks of those that
+// have named-lock slots, then their instances.
 func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[string]*backends.SemaphoreState, error) {
 	out := make(map[string]*backends.SemaphoreState, len(names))
 	if len(names) == 0 {
@@ -551,8 +394,8 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 	}
 	_, err := s.read(ctx, func(c conn) error {
 		clear(out)
-		for _, ch := range chunks(names, inChunk) {
-			if err := s.observeChunk(ctx, c, ch, out); err != nil {
+		for _, l := range sqlstore.ListChunks(s.dialect, names) {
+			if err := s.observeList(ctx, c, l, out); err != nil {
 				return err
 			}
 		}
@@ -564,82 +407,10 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 	return out, nil
 }
 
-// observeChunk observes up to inChunk semaphores: their configs, slot rows
-// and waiters, then the slot locks of those that have session slots.
-func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
-	args := anys(names)
-	in := placeholders(len(names))
-	rows, err := c.query(ctx, qSemObserveConfigsHead+in+")", args...)
+// observeList observes one list of semaphores.
+func (s *Store) observeList(ctx context.Context, c conn, names []string, out map[string]*backends.SemaphoreState) error {
+	sessSlots, err := sqlstore.ObserveSemaphoreRows(ctx, c, s.dialect, names, out)
 	if err != nil {
-		return err
-	}
-	sessSlots := map[string]int{}
-	for rows.Next() {
-		var cfg backends.SemaphoreConfig
-		var lease, maxHold int64
-		var slots int
-		if err := rows.Scan(&cfg.Name, &cfg.Limit, &lease, &cfg.Mode, &cfg.Wake, &cfg.MaxWaiting, &maxHold, &slots, &cfg.Keyed); err != nil {
-			rows.Close()
-			return err
-		}
-		cfg.Lease, cfg.MaxHold = time.Duration(lease), time.Duration(maxHold)
-		out[cfg.Name] = &backends.SemaphoreState{Config: cfg}
-		if slots > 0 || cfg.Mode == spec.ModeSession {
-			sessSlots[cfg.Name] = slots
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows, err = c.query(ctx, qSemObserveSlotsHead+in+qSemObserveSlotsTail, args...)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var name string
-		var h backends.Holder
-		var owner sql.NullString
-		var acq, exp int64
-		var live bool
-		if err := rows.Scan(&name, &h.Slot, &owner, &h.Host, &h.PID, &h.Fencing, &acq, &exp, &live); err != nil {
-			rows.Close()
-			return err
-		}
-		st := out[name]
-		if st == nil {
-			continue // slot rows of a semaphore row that is gone
-		}
-		st.Slots++
-		switch {
-		case live:
-			h.Owner, h.AcquiredAt, h.ExpiresAt = owner.String, fromMicros(acq), fromMicros(exp)
-			st.Holders = append(st.Holders, h)
-		case owner.Valid:
-			st.Expired++
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows, err = c.query(ctx, qSemObserveWaitersHead+in+qSemObserveWaitersTail, args...)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		if st := out[name]; st != nil {
-			st.Waiters = n
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for name, stored := range sessSlots {
@@ -657,5 +428,5 @@ func (s *Store) observeChunk(ctx context.Context, c conn, names []string, out ma
 			st.Slots += stored
 		}
 	}
-	return observeInstances(ctx, c, names, out)
+	return sqlstore.ObserveInstances(ctx, c, s.dialect, names, out)
 }

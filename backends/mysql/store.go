@@ -6,23 +6,21 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 	"github.com/coordd/coordd/spec"
 )
 
 // ErrReadOnly is returned by every write on a store opened with
 // Options.ReadOnly.
-var ErrReadOnly = errors.New("store is opened read-only")
+var ErrReadOnly = sqlstore.ErrReadOnly
 
 // Compile-time checks of the capabilities the store implements.
 var (
@@ -77,21 +75,6 @@ const (
 // server answers and to tell MariaDB from MySQL.
 const qVersion = `SELECT VERSION()`
 
-// qNow reads the backend clock as a DATETIME(6) in UTC.
-const qNow = `SELECT UTC_TIMESTAMP(6)`
-
-// qHasSchema reports whether the database holds this prefix's version table.
-const qHasSchema = `SELECT count(*) FROM information_schema.tables
-WHERE table_schema = DATABASE() AND table_name = ?`
-
-// qSchemaVersion reads the highest recorded migration. Migrate creates the
-// version table before it runs 0001, and records 0001 only once its tables
-// exist: until then a reader must see no schema, not a half-made one
-// ("table leader doesn't exist" from a status run while the first daemon
-// migrates). MySQL's DDL is not transactional, so a reader can still see
-// a store between two later migrations, which explain names.
-const qSchemaVersion = "SELECT coalesce(max(version), 0) FROM `{p}schema_migrations`"
-
 // prefixPattern is the spec loader's rule for table_prefix, checked again
 // here because the prefix is spliced into SQL text.
 var prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
@@ -100,6 +83,11 @@ var prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
 // use; several Stores (on one host or many) may share one database and
 // prefix.
 type Store struct {
+	// Core is what every SQL store shares: the cluster's state, hosts,
+	// the leader lease (but its take and renewal, leader.go), cron
+	// pauses, waiter lines.
+	sqlstore.Core
+
 	name   string
 	prefix string
 	dbName string
@@ -108,11 +96,10 @@ type Store struct {
 	// clientPacket is the driver's own bound on a packet it sends
 	// (maxAllowedPacket in the DSN, 64 MiB by default; 0: the server's).
 	clientPacket int64
-	trips        atomic.Uint64
-	// schema caches a positive qHasSchema: migrations are never undone.
-	schema atomic.Bool
-	// queries caches each query constant with {p} replaced by the prefix.
-	queries sync.Map
+	// dialect is the shared store's SQL for this prefix; pool runs every
+	// statement of the statement pool through it.
+	dialect *sqlstore.Dialect
+	pool    *sqlstore.Pool
 	// mariadb: the server is MariaDB (KILL QUERY ID, see park.go).
 	mariadb bool
 	// sess holds the dedicated connections of session-mode holders and
@@ -161,6 +148,13 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)
 	db.SetConnMaxIdleTime(pool.ConnMaxIdleTime)
 	s := &Store{name: name, prefix: tablePrefix, dbName: cfg.DBName, opts: opts, db: db, clientPacket: int64(cfg.MaxAllowedPacket)}
+	s.dialect = newDialect(tablePrefix)
+	s.pool = &sqlstore.Pool{
+		SQL: db, D: s.dialect, ReadOnly: opts.ReadOnly, Autocommit: true, Attempts: txAttempts,
+		Retryable: retryable, NoSuchColumn: isNoSuchColumn, Schema: s.Schema,
+	}
+	s.pool.Init()
+	s.Core = sqlstore.Core{DB: s.pool}
 	// Claims of several workers gather (a lone claimer pays nothing).
 	s.queues.claims.Limit, s.queues.claims.Gather = maxClaimGroup, true
 	// Acks gather too: a commit costs far more than the wait.
@@ -180,7 +174,7 @@ func Open(ctx context.Context, name, dsn, tablePrefix string, opts backends.Opti
 	}
 	s.sess = newSessions(sql.OpenDB(charsetChecked{sessConn}), pool)
 	var version string
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	if err := db.QueryRowContext(ctx, qVersion).Scan(&version); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("mysql %q at %s/%s: %w", name, cfg.Addr, cfg.DBName, err)
@@ -259,7 +253,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // RoundTrips counts statements and transactions sent since Open: one per
 // statement, plus one per transaction for its BEGIN and COMMIT.
-func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+func (s *Store) RoundTrips() uint64 { return s.pool.RoundTrips() }
 
 // Close closes both pools; other handles on the database are unaffected.
 // Session-mode slots this handle still holds are freed with their
@@ -269,99 +263,29 @@ func (s *Store) Close() error {
 	return errors.Join(s.sess.db.Close(), s.db.Close())
 }
 
-// Now reads the backend clock, UTC_TIMESTAMP(6), in UTC.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var t time.Time
-	if err := s.on(nil).row(ctx, qNow).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read clock: %w", err)
-	}
-	return t.UTC(), nil
-}
-
-// maxCachedQuery bounds the queries q caches: the constants, not the
-// multi-row statements built for one batch size.
-const maxCachedQuery = 1024
-
-// q returns query with {p} replaced by the table prefix, built once per
-// Store and query.
-func (s *Store) q(query string) string {
-	if v, ok := s.queries.Load(query); ok {
-		return v.(string)
-	}
-	out := strings.ReplaceAll(query, "{p}", s.prefix)
-	if len(query) <= maxCachedQuery {
-		s.queries.Store(query, out)
-	}
-	return out
-}
+// q returns query with {p} replaced by the table prefix (and the other
+// tokens of sqlstore.Query), for statements sent outside the pool.
+func (s *Store) q(query string) string { return s.dialect.Render(query) }
 
 // hasSchema reports whether the store has been migrated at least once.
-func (s *Store) hasSchema(ctx context.Context) (bool, error) {
-	if s.schema.Load() {
-		return true, nil
-	}
-	v, err := s.schemaVersion(ctx)
-	if err != nil || v == 0 {
-		return false, err
-	}
-	s.schema.Store(true)
-	return true, nil
-}
-
-// errNoSuchColumn: a statement names a column a migration adds.
-const errNoSuchColumn = 1054
+func (s *Store) hasSchema(ctx context.Context) (bool, error) { return s.pool.HasSchema(ctx) }
 
 // explain adds what to do to an error from a statement that names a column
 // or table the store lacks because an older binary migrated it (or a
-// daemon is between two DDL statements): reads that need nothing new keep
-// working there (status during a rolling upgrade), the others say "run
-// coordd apply" instead of "Unknown column".
-func (s *Store) explain(ctx context.Context, err error) error {
-	var me *driver.MySQLError
-	if err == nil || !errors.As(err, &me) || (me.Number != errNoSuchColumn && me.Number != errNoSuchTable) {
-		return err
-	}
-	if info, serr := s.Schema(ctx); serr == nil {
-		if old := backends.SchemaCurrent(info.Version, info.Latest); old != nil {
-			return fmt.Errorf("%w (%w)", old, err)
-		}
-	}
-	return err
-}
+// daemon is between two DDL statements; MySQL's DDL is not transactional).
+func (s *Store) explain(ctx context.Context, err error) error { return s.pool.Explain(ctx, err) }
 
-// schemaVersion reads the highest recorded migration, 0 for none.
-func (s *Store) schemaVersion(ctx context.Context) (int, error) {
-	var n int
-	if err := s.on(nil).row(ctx, qHasSchema, s.prefix+"schema_migrations").Scan(&n); err != nil {
-		return 0, fmt.Errorf("read schema: %w", err)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	if err := s.on(nil).row(ctx, qSchemaVersion).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read schema: %w", err)
-	}
-	return n, nil
+// isNoSuchColumn reports a statement naming a column a migration adds.
+func isNoSuchColumn(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && me.Number == errNoSuchColumn
 }
 
 // read runs fn in a read-only transaction, which gives fn one consistent
 // snapshot. It reports false, without running fn, when the store has no
 // schema: such a store reads as empty.
 func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
-	ok, err := s.hasSchema(ctx)
-	if err != nil || !ok {
-		return false, err
-	}
-	s.trips.Add(1)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback()
-	if err := fn(s.on(tx)); err != nil {
-		return false, s.explain(ctx, err)
-	}
-	return true, tx.Commit()
+	return s.pool.ReadTx(ctx, fn)
 }
 
 // errNoSchema is returned by writes on a store that was never migrated.
@@ -369,22 +293,10 @@ var errNoSchema = backends.ErrNoSchema
 
 // errRetry asks write to run the transaction again: a racing transaction
 // inserted the row this one found absent (a duplicate key on insert).
-var errRetry = errors.New("lost a race, retry")
+var errRetry = sqlstore.ErrRetry
 
 // writable refuses a write on a read-only or unmigrated store.
-func (s *Store) writable(ctx context.Context) error {
-	if s.opts.ReadOnly {
-		return ErrReadOnly
-	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errNoSchema
-	}
-	return nil
-}
+func (s *Store) writable(ctx context.Context) error { return s.pool.Writable(ctx) }
 
 // retry runs fn until it succeeds, fails in a way that running it again
 // will not cure (retryable: a deadlock, a lock wait timeout, errRetry), or
@@ -392,28 +304,12 @@ func (s *Store) writable(ctx context.Context) error {
 // Every write path goes through it, so a deadlock (1213) is ordinary
 // control flow everywhere.
 func (s *Store) retry(ctx context.Context, fn func() error) error {
-	return s.retryN(ctx, txAttempts, fn)
+	return s.pool.Retry(ctx, txAttempts, fn)
 }
 
-// retryN is retry with its own number of attempts; the backoff stops
-// doubling at txBackoffMax.
+// retryN is retry with its own number of attempts.
 func (s *Store) retryN(ctx context.Context, attempts int, fn func() error) error {
-	backoff := txBackoff
-	for attempt := 1; ; attempt++ {
-		err := fn()
-		if err == nil || attempt >= attempts || !retryable(err) {
-			return err
-		}
-		d := backoff/2 + rand.N(backoff)
-		backoff = min(2*backoff, txBackoffMax)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
+	return s.pool.Retry(ctx, attempts, fn)
 }
 
 // write runs fn in a read-write transaction (REPEATABLE READ; fn takes its
@@ -421,10 +317,7 @@ func (s *Store) retryN(ctx context.Context, attempts int, fn func() error) error
 // it after a deadlock, a lock wait timeout or errRetry. fn's error rolls it
 // back.
 func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
-	if err := s.writable(ctx); err != nil {
-		return err
-	}
-	return s.explain(ctx, s.retry(ctx, func() error { return s.writeOnce(ctx, fn) }))
+	return s.pool.WriteTx(ctx, fn)
 }
 
 // autocommit sends one statement on the pool, outside a transaction: the
@@ -433,16 +326,7 @@ func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
 // read-only or unmigrated store, sent again after a deadlock or a lock wait
 // timeout.
 func (s *Store) autocommit(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := s.writable(ctx); err != nil {
-		return nil, err
-	}
-	var res sql.Result
-	err := s.retry(ctx, func() error {
-		var err error
-		res, err = s.on(nil).exec(ctx, query, args...)
-		return err
-	})
-	return res, s.explain(ctx, err)
+	return s.pool.WriteOne(ctx, query, args...)
 }
 
 // runScript sends script (several statements, typically one transaction
@@ -471,7 +355,7 @@ func (s *Store) runScriptOnce(ctx context.Context, script string, args []any, sc
 	if err != nil {
 		return err
 	}
-	s.trips.Add(1)
+	s.pool.CountTrip()
 	rows, err := d.conn.QueryContext(ctx, s.q(script), args...)
 	if err == nil {
 		err = scanResults(rows, scan)
@@ -523,19 +407,6 @@ func scanResults(rows *sql.Rows, scan func(set int, rows *sql.Rows) error) error
 	}
 }
 
-func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) error {
-	s.trips.Add(1)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(s.on(tx)); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
 // MySQL error numbers the store handles.
 const (
 	errLockWaitTimeout = 1205
@@ -543,6 +414,8 @@ const (
 	errDupEntry        = 1062
 	errDupFieldName    = 1060
 	errDupKeyName      = 1061
+	errNoSuchTable     = 1146 // a table a newer migration adds (or none yet)
+	errNoSuchColumn    = 1054 // a column a newer migration adds
 	errInterrupted     = 1317 // a KILL QUERY ended the statement
 	errUnknownThread   = 1094 // KILL of a connection that is gone
 	errKillDenied      = 1095 // KILL of another user's connection without the privilege
@@ -569,36 +442,9 @@ func isDup(err error) bool {
 // conn sends statements, on a transaction or (tx nil) on the pool, and
 // counts each as a round trip. Parameters are interpolated by the driver, so
 // a statement is one round trip and nothing is prepared.
-type conn struct {
-	s  *Store
-	tx *sql.Tx
-}
+type conn = *sqlstore.Tx
 
-func (s *Store) on(tx *sql.Tx) conn { return conn{s: s, tx: tx} }
-
-func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	c.s.trips.Add(1)
-	if c.tx != nil {
-		return c.tx.ExecContext(ctx, c.s.q(query), args...)
-	}
-	return c.s.db.ExecContext(ctx, c.s.q(query), args...)
-}
-
-func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	c.s.trips.Add(1)
-	if c.tx != nil {
-		return c.tx.QueryContext(ctx, c.s.q(query), args...)
-	}
-	return c.s.db.QueryContext(ctx, c.s.q(query), args...)
-}
-
-func (c conn) row(ctx context.Context, query string, args ...any) *sql.Row {
-	c.s.trips.Add(1)
-	if c.tx != nil {
-		return c.tx.QueryRowContext(ctx, c.s.q(query), args...)
-	}
-	return c.s.db.QueryRowContext(ctx, c.s.q(query), args...)
-}
+func (s *Store) on(tx *sql.Tx) conn { return s.pool.On(tx) }
 
 // affected returns the rows an UPDATE matched (ClientFoundRows is set).
 func affected(res sql.Result, err error) (int64, error) {
@@ -624,36 +470,7 @@ func leaseMicros(d time.Duration) (int64, error) {
 // to stay far below max_allowed_packet.
 const inChunk = 1000
 
-// placeholders returns "?, ?, ..." with n markers; the list is part of the
-// query text, the values stay bound parameters.
-func placeholders(n int) string {
-	if n <= 0 {
-		return "NULL"
-	}
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
 // tuples returns n copies of tuple joined by ", " (multi-row VALUES).
 func tuples(tuple string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
-}
-
-// chunks splits names into slices of at most inChunk.
-func chunks[T any](xs []T, n int) [][]T {
-	var out [][]T
-	for len(xs) > 0 {
-		k := min(n, len(xs))
-		out = append(out, xs[:k])
-		xs = xs[k:]
-	}
-	return out
-}
-
-// anys converts a slice of strings to bound arguments.
-func anys[T any](xs []T, pre ...any) []any {
-	out := append(make([]any, 0, len(pre)+len(xs)), pre...)
-	for _, x := range xs {
-		out = append(out, x)
-	}
-	return out
 }

@@ -2,41 +2,28 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	"github.com/coordd/coordd/spec"
 )
 
+// The lines of waiters are sqlstore's (waiters_line.go); MySQL adds the
+// tickets this store remembers (a renewal of a known waiter is one
+// autocommit statement), the wake-up of parked waiters (sem_park.go) and
+// the connection a session-mode waiter holds (session_wait.go).
 const (
-	// qWaitDeleteExpired drops waiter records whose lease expired: a crashed
-	// waiter's place frees itself.
-	qWaitDeleteExpired = "DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND expires_at <= " + nowSQL
-
-	// qWaitRenew renews owner's live record and keeps its place in line.
+	// qWaitRenew renews owner's live record and keeps its place in line:
+	// extending a live record changes neither the count nor the order, so
+	// it needs no lock.
 	qWaitRenew = "UPDATE `{p}semaphore_waiters` SET expires_at = " + nowSQL + ` + ?
 WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 
-	// qWaitSeq reads owner's ticket.
-	qWaitSeq = "SELECT seq FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
-
-	// qWaitCount counts the waiters and finds the highest ticket. Run after
-	// qWaitDeleteExpired in the same transaction, every row is live.
-	qWaitCount = "SELECT count(*), coalesce(max(seq), 0) FROM `{p}semaphore_waiters` WHERE name = ?"
-
-	// qWaitInsert queues owner behind every live waiter.
-	// host, pid and since are for ListWaiters (waiters_list.go).
-	qWaitInsert = "INSERT INTO `{p}semaphore_waiters` (name, owner, seq, expires_at, host, pid, since)\n" +
-		"VALUES (?, ?, ?, " + nowSQL + " + ?, ?, ?, " + nowSQL + ")"
-
-	// qWaitLeave removes owner's record.
+	// qWaitLeave removes owner's record (a session-mode grant, on the
+	// holder's connection).
 	qWaitLeave = "DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
-
-	// qWaitFirst finds the oldest live waiter.
-	qWaitFirst = "SELECT owner FROM `{p}semaphore_waiters` WHERE name = ? AND expires_at > " + nowSQL + " ORDER BY seq LIMIT 1"
 )
 
 // EnterWait registers owner as a waiter of semaphore name, leased for lease
@@ -51,23 +38,15 @@ func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Du
 // EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
 // (backends.WaiterLister).
 func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
-	owner, lease := req.Owner, req.Lease
-	if err := backends.CheckAcquire(req); err != nil {
-		return fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
-	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, req)
-	}
-	if owner == "" {
-		return fmt.Errorf("enter wait %q: empty owner", name)
-	}
-	us, err := leaseMicros(lease)
+	us, err := sqlstore.CheckEnterWait(name, req)
 	if err != nil {
-		return fmt.Errorf("enter wait %q: %w", name, err)
+		return err
+	}
+	owner := req.Owner
+	if parent, key, ok := backends.SplitInstance(name); ok {
+		return s.instEnterWait(ctx, parent, key, req, us)
 	}
 	if s.sess.ticket(name, owner) != unregisteredTicket {
-		// A renewal: extending a live record changes neither the count nor
-		// the order, so it needs no lock.
 		n, err := affected(s.autocommit(ctx, qWaitRenew, us, name, owner))
 		if err != nil {
 			return fmt.Errorf("enter wait %q as %q: %w", name, owner, err)
@@ -79,50 +58,16 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 	}
 	var mode string
 	var seq int64
-	err = s.write(ctx, func(c conn) error {
-		var limit, maxWaiting int
-		var fencing int64
-		var keyed bool
-		err := c.row(ctx, qSemLock, name).Scan(&limit, &fencing, &maxWaiting, &mode, &keyed)
-		if errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if keyed {
-			return backends.ErrKeyRequired
-		}
-		if _, err := c.exec(ctx, qWaitDeleteExpired, name); err != nil {
-			return err
-		}
-		n, err := affected(c.exec(ctx, qWaitRenew, us, name, owner))
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			return c.row(ctx, qWaitSeq, name, owner).Scan(&seq)
-		}
-		var waiting int
-		var last int64
-		if err := c.row(ctx, qWaitCount, name).Scan(&waiting, &last); err != nil {
-			return err
-		}
-		if maxWaiting >= 0 && waiting >= maxWaiting {
-			return fmt.Errorf("%d of %d waiting: %w", waiting, maxWaiting, backends.ErrTooManyWaiters)
-		}
-		seq = last + 1
-		_, err = c.exec(ctx, qWaitInsert, name, owner, seq, us, req.Host, req.PID)
+	err = s.write(ctx, func(c conn) (err error) {
+		seq, mode, err = sqlstore.EnterLine(ctx, c, s.dialect, name, req, us, true)
 		return err
 	})
-	if err == nil {
-		s.sess.rememberTicket(name, owner, seq)
-	}
-	if err == nil && mode == spec.ModeSession {
-		s.sessionEnter(name, owner)
-	}
 	if err != nil {
 		return fmt.Errorf("enter wait %q as %q: %w", name, owner, err)
+	}
+	s.sess.rememberTicket(name, owner, seq)
+	if mode == spec.ModeSession {
+		s.sessionEnter(name, owner)
 	}
 	return nil
 }
@@ -138,41 +83,18 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 	}
 	s.sessionLeave(ctx, owner)
 	s.sess.forgetTicket(name, owner)
-	var n int64
-	err := s.write(ctx, func(c conn) error {
-		var err error
-		n, err = affected(c.exec(ctx, qWaitLeave, name, owner))
+	var left bool
+	err := s.write(ctx, func(c conn) (err error) {
+		left, err = sqlstore.LeaveLine(ctx, c, s.dialect, name, owner)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("leave wait %q as %q: %w", name, owner, err)
 	}
-	if n > 0 {
+	if left {
 		s.wakeSemaphore(ctx, name, 1)
 	}
 	return nil
-}
-
-// FirstWaiter returns the owner at the head of semaphore name's line: the
-// live waiter that entered first, "" when nobody waits. TryAcquire follows
-// the line itself; FirstWaiter is for tests and status.
-func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instFirstWaiter(ctx, parent, key)
-	}
-	var owner string
-	_, err := s.read(ctx, func(c conn) error {
-		owner = ""
-		err := c.row(ctx, qWaitFirst, name).Scan(&owner)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("first waiter %q: %w", name, err)
-	}
-	return owner, nil
 }
 
 // WaitSemaphore waits as the semaphore's mode says: on owner's dedicated

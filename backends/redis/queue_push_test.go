@@ -221,7 +221,7 @@ func TestPushShortReply(t *testing.T) {
 		}
 		want := int(id % 3)
 		if p.req.Key != "" {
-			want = queueKeyPartition(p.req.Key, 3)
+			want = backends.KeyPartition(p.req.Key, 3)
 		}
 		if part != want {
 			t.Errorf("push %d in partition %d, want %d", i, part, want)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"strconv"
 	"sync"
@@ -34,15 +33,6 @@ var _ backends.Queues = (*Store)(nil)
 //
 // Idle workers block in WaitQueue with BLPOP on the queue's wake list, on a
 // connection of their own (queueBlocking).
-
-// queueKeyPartition is the partition of a key: FNV-1a 32 of the key modulo
-// the partition count, the function the SQL stores use, so that a key maps
-// to the same partition whatever the backend.
-func queueKeyPartition(key string, partitions int) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(max(partitions, 1)))
-}
 
 // queueJobAt reads the queueJobFields fields of one job from res at i.
 func queueJobAt(queue string, res []any, i int) backends.Job {
@@ -142,7 +132,7 @@ func (s *Store) pushBatch(ctx context.Context, queue string, batch []*queuePush)
 			for _, p := range run {
 				part := 0
 				if p.req.Key != "" {
-					part = queueKeyPartition(p.req.Key, sets)
+					part = backends.KeyPartition(p.req.Key, sets)
 				}
 				args = append(args, p.req.Payload, p.req.Key, part, queueMicros(p.req.Delay))
 			}
@@ -178,7 +168,7 @@ func pushedAll(run []*queuePush, first, now int64, partitions int) {
 	for i, p := range run {
 		id, part := first+int64(i), 0
 		if p.req.Key != "" {
-			part = queueKeyPartition(p.req.Key, partitions)
+			part = backends.KeyPartition(p.req.Key, partitions)
 		} else if partitions > 0 {
 			part = int(id % int64(partitions))
 		}

@@ -28,7 +28,9 @@
 //
 // # The guard on acquire
 //
-// A semaphore has max(limit, live holders) slot rows. TryAcquire counts the
+// Semaphores, their keyed instances and their waiter lines are the shared
+// SQL store's code (backends/internal/sqlstore, its Standard flavor); what
+// follows is how it behaves on one file. A semaphore has max(limit, live holders) slot rows. TryAcquire counts the
 // live holders inside its IMMEDIATE transaction and refuses when they are at
 // or above the stored limit; only then does it take the lowest free or
 // expired slot. That count, not the number of slot rows, is what keeps a
@@ -72,6 +74,16 @@
 // on a fresh store), the next term starts at backend now in microseconds:
 // terms grow by one per election, far slower than the clock, so the restart
 // is still above every earlier term.
+//
+// # Queues
+//
+// The queue runtime is the shared SQL store's Standard flavor
+// (backends/internal/sqlstore, queue_*.go), which this store runs as it
+// is: a push and a claim are one IMMEDIATE transaction each, so claims
+// never run at once and each takes the oldest claimable jobs of the whole
+// queue; the claim names its indexes (INDEXED BY). SQLite cannot push a
+// wake-up to another process, so WaitQueue polls a cheap read with a
+// backoff from 5 ms to 100 ms.
 //
 // # Schema
 //

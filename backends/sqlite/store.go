@@ -3,18 +3,16 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
 	"github.com/coordd/coordd/spec"
 
 	msqlite "modernc.org/sqlite" // the "sqlite" driver (pure Go, no cgo); importing registers it
@@ -23,7 +21,7 @@ import (
 
 // ErrReadOnly is returned by every write on a store opened with
 // Options.ReadOnly.
-var ErrReadOnly = errors.New("store is opened read-only")
+var ErrReadOnly = sqlstore.ErrReadOnly
 
 // Compile-time checks of the capabilities the store implements.
 var (
@@ -36,6 +34,9 @@ var (
 	_ backends.Leader         = (*Store)(nil)
 	_ backends.CronAdmin      = (*Store)(nil)
 	_ backends.QueueAdmin     = (*Store)(nil)
+	_ backends.Queues         = (*Store)(nil)
+	_ backends.DeadJobs       = (*Store)(nil)
+	_ backends.DeadJobReader  = (*Store)(nil)
 )
 
 // busyTimeoutMS bounds how long a statement waits for another process's
@@ -52,36 +53,27 @@ const nowSQL = `(CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) * 1000)`
 // qNow reads the backend clock.
 const qNow = `SELECT ` + nowSQL
 
-// qHasSchema reports whether the store was ever migrated.
-const qHasSchema = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`
-
 // Store is one handle on a SQLite file. It is safe for concurrent use, and
 // several Stores (in one process or several) may share one file.
 type Store struct {
+	// Core is what every SQL store shares: the cluster's state, hosts,
+	// the leader lease, cron pauses, waiter lines.
+	sqlstore.Core
+
 	name string
 	path string
 	opts backends.Options
 	db   *sql.DB
-	// absent is set when the file did not exist and the store was opened
-	// read-only: db is then an empty in-memory database.
-	absent bool
-	trips  atomic.Uint64
-	// schema caches a positive qHasSchema: migrations are never undone.
-	schema atomic.Bool
-	// hostsTable caches a positive qHostsTable (hosts.go).
-	hostsTable atomic.Bool
-
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt // prepared statements by query
-
-	// writeTurn lets one write transaction of this handle run at a time,
-	// in arrival order. SQLite admits one writer per file anyway, and a
-	// writer that finds the file locked sleeps in a busy handler that is
-	// not fair: under contention one goroutine could wait for seconds,
-	// longer than a short lease, while others take turns. Waiting here,
-	// in a queue, keeps every wait short; other processes still contend
-	// through busy_timeout.
-	writeTurn chan struct{}
+	// pool runs every statement. Its write transactions queue behind each
+	// other, one at a time, in arrival order: SQLite admits one writer per
+	// file anyway, and a writer that finds the file locked sleeps in a
+	// busy handler that is not fair: under contention one goroutine could
+	// wait for seconds, longer than a short lease, while others take
+	// turns. Waiting in a queue keeps every wait short; other processes
+	// still contend through busy_timeout. Statements are prepared once and
+	// reused: SQLite then skips parsing, a third of the cost of a small
+	// write.
+	pool *sqlstore.Pool
 }
 
 // Open opens (and unless opts.ReadOnly creates) the SQLite file at path. It
@@ -95,13 +87,14 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 	if err != nil {
 		return nil, fmt.Errorf("sqlite path %q: %w", path, err)
 	}
-	s := &Store{name: name, path: abs, opts: opts, stmts: map[string]*sql.Stmt{}, writeTurn: make(chan struct{}, 1)}
+	s := &Store{name: name, path: abs, opts: opts}
+	absent := false
 	var dsn string
 	created := false // this Open makes the file (see perm.go)
 	switch {
 	case opts.ReadOnly:
 		if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
-			s.absent = true
+			absent = true
 			dsn = "file::memory:?" + dsnParams(true)
 		} else if err != nil {
 			return nil, fmt.Errorf("sqlite %s: %w", abs, err)
@@ -119,12 +112,18 @@ func Open(ctx context.Context, name, path string, opts backends.Options) (*Store
 	if err != nil {
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 	}
-	if s.absent {
+	if absent {
 		// Each :memory: connection is its own database; one is enough.
 		db.SetMaxOpenConns(1)
 	}
 	s.db = db
-	s.trips.Add(1)
+	s.pool = &sqlstore.Pool{
+		SQL: db, D: dialect, ReadOnly: opts.ReadOnly, Prepare: true, OneWriter: true,
+		Attempts: writeRaces, Absent: absent, Schema: s.Schema, NoSuchColumn: isNoSuchColumn,
+	}
+	s.pool.Init()
+	s.Core = sqlstore.Core{DB: s.pool}
+	s.pool.CountTrip()
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
@@ -236,218 +235,33 @@ func (s *Store) DB() *sql.DB { return s.db }
 
 // RoundTrips counts statements and transactions sent since Open: one per
 // statement, plus one per transaction for its BEGIN and COMMIT.
-func (s *Store) RoundTrips() uint64 { return s.trips.Load() }
+func (s *Store) RoundTrips() uint64 { return s.pool.RoundTrips() }
 
 // Close closes the handle; other handles on the file are unaffected.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	for q, st := range s.stmts {
-		st.Close()
-		delete(s.stmts, q)
-	}
-	s.mu.Unlock()
+	s.pool.Close()
 	return s.db.Close()
-}
-
-// Now reads the backend clock (see nowSQL).
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var us int64
-	if err := s.on(nil).row(ctx, qNow).Scan(&us); err != nil {
-		return time.Time{}, fmt.Errorf("read clock: %w", err)
-	}
-	return fromMicros(us), nil
-}
-
-// hasSchema reports whether the store has been migrated at least once.
-// Migrate applies every pending migration in one transaction, so a store
-// with the version table holds some binary's complete schema.
-func (s *Store) hasSchema(ctx context.Context) (bool, error) {
-	if s.schema.Load() {
-		return true, nil
-	}
-	if s.absent {
-		return false, nil
-	}
-	var n int
-	if err := s.on(nil).row(ctx, qHasSchema).Scan(&n); err != nil {
-		return false, fmt.Errorf("read schema: %w", err)
-	}
-	if n > 0 {
-		s.schema.Store(true)
-	}
-	return n > 0, nil
-}
-
-// explain adds what to do to an error from a statement that names a column
-// or table the store lacks because an older binary migrated it: reads that
-// need nothing new keep working there (status during a rolling upgrade),
-// the others say "run coordd apply" instead of "no such column".
-func (s *Store) explain(ctx context.Context, err error) error {
-	if err == nil || !(strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "no such table")) {
-		return err
-	}
-	if info, serr := s.Schema(ctx); serr == nil {
-		if old := backends.SchemaCurrent(info.Version, info.Latest); old != nil {
-			return fmt.Errorf("%w (%w)", old, err)
-		}
-	}
-	return err
 }
 
 // read runs fn in a read transaction, which gives fn one consistent
 // snapshot. It reports false, without running fn, when the store has no
 // schema: such a store reads as empty.
 func (s *Store) read(ctx context.Context, fn func(c conn) error) (bool, error) {
-	ok, err := s.hasSchema(ctx)
-	if err != nil || !ok {
-		return false, err
-	}
-	s.trips.Add(1)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback()
-	if err := fn(s.on(tx)); err != nil {
-		return false, s.explain(ctx, err)
-	}
-	return true, tx.Commit()
+	return s.pool.ReadTx(ctx, fn)
 }
 
-// errNoSchema is returned by writes on a store that was never migrated.
-var errNoSchema = backends.ErrNoSchema
-
-// write runs fn in a write transaction that began IMMEDIATE, so fn holds the
-// file's write lock from its first read. fn's error rolls it back.
+// write runs fn in a write transaction that began IMMEDIATE, so fn holds
+// the file's write lock from its first read. fn's error rolls it back.
 func (s *Store) write(ctx context.Context, fn func(c conn) error) error {
-	if s.opts.ReadOnly {
-		return ErrReadOnly
-	}
-	ok, err := s.hasSchema(ctx)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errNoSchema
-	}
-	return s.explain(ctx, s.writeTx(ctx, fn))
+	return s.pool.WriteTx(ctx, fn)
 }
 
-// writeTx is write without the schema check, for migrations.
-func (s *Store) writeTx(ctx context.Context, fn func(c conn) error) error {
-	select {
-	case s.writeTurn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.writeTurn }()
-	s.trips.Add(1)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(s.on(tx)); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
+// conn sends statements on a transaction or on the pool.
+type conn = *sqlstore.Tx
 
-// conn sends statements, on a transaction or (tx nil) on the pool, and
-// counts each as a round trip. Every query is a constant, so statements are
-// prepared once per Store and reused: SQLite then skips parsing, which is a
-// third of the cost of a small write.
-type conn struct {
-	s  *Store
-	tx *sql.Tx
-	// txStmts holds the statements already bound to tx.
-	txStmts map[string]*sql.Stmt
-}
-
-func (s *Store) on(tx *sql.Tx) conn {
-	c := conn{s: s, tx: tx}
-	if tx != nil {
-		c.txStmts = map[string]*sql.Stmt{}
-	}
-	return c
-}
-
-// stmt returns query prepared, bound to the transaction if there is one.
-func (c conn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st, ok := c.txStmts[query]; ok {
-		return st, nil
-	}
-	c.s.mu.Lock()
-	st, ok := c.s.stmts[query]
-	c.s.mu.Unlock()
-	if !ok {
-		var err error
-		if st, err = c.s.db.PrepareContext(ctx, query); err != nil {
-			if c.tx == nil {
-				return nil, err
-			}
-			// The pool cannot see what this transaction created yet (a
-			// migration's tables): prepare on the transaction alone.
-			if st, err = c.tx.PrepareContext(ctx, query); err != nil {
-				return nil, err
-			}
-			c.txStmts[query] = st
-			return st, nil
-		}
-		c.s.mu.Lock()
-		if prev, ok := c.s.stmts[query]; ok {
-			st.Close()
-			st = prev
-		} else {
-			c.s.stmts[query] = st
-		}
-		c.s.mu.Unlock()
-	}
-	if c.tx != nil {
-		st = c.tx.StmtContext(ctx, st) // closed with the transaction
-		c.txStmts[query] = st
-	}
-	return st, nil
-}
-
-func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	c.s.trips.Add(1)
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx, args...)
-}
-
-func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	c.s.trips.Add(1)
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(ctx, args...)
-}
-
-// row is QueryRow. A statement that fails to prepare is sent unprepared,
-// so that its error surfaces through Scan like any other.
-func (c conn) row(ctx context.Context, query string, args ...any) *sql.Row {
-	c.s.trips.Add(1)
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		if c.tx != nil {
-			return c.tx.QueryRowContext(ctx, query, args...)
-		}
-		return c.s.db.QueryRowContext(ctx, query, args...)
-	}
-	return st.QueryRowContext(ctx, args...)
-}
-
-// script runs several statements unprepared (a migration file); it needs
-// a transaction.
-func (c conn) script(ctx context.Context, text string) error {
-	c.s.trips.Add(1)
-	_, err := c.tx.ExecContext(ctx, text)
-	return err
+// isNoSuchColumn reports a statement naming a column the store lacks.
+func isNoSuchColumn(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such column")
 }
 
 // fromMicros converts a stored time to UTC.
@@ -475,15 +289,4 @@ func leaseMicros(d time.Duration) (int64, error) {
 		return 0, fmt.Errorf("lease %v: must be at least 1µs", d)
 	}
 	return d.Microseconds(), nil
-}
-
-// namesJSON binds a list of names as one JSON array parameter, expanded in
-// SQL by json_each: one statement for any number of names, and the names
-// stay data.
-func namesJSON(names []string) (string, error) {
-	if names == nil {
-		names = []string{}
-	}
-	b, err := json.Marshal(names)
-	return string(b), err
 }

@@ -1,0 +1,79 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// qJobMayClaim is WaitQueue's poll: true when a job is claimable now or a
+// running job's visibility expired (Claim makes it ready again). No row:
+// the queue is absent. Argument: queue.
+var qJobMayClaim = Query{SQL: `SELECT EXISTS (SELECT 1 FROM {p}queue_jobs j{index queue_jobs_ready}
+  WHERE j.queue = q.name AND ` + jobClaimable + `)
+  OR EXISTS (SELECT 1 FROM {p}queue_jobs
+  WHERE queue = q.name AND state = 'running' AND expires_at <= {now})
+FROM {p}queues q WHERE q.name = ?`}
+
+// Poll backoff of WaitQueue: the interval doubles from queueWaitMin up to
+// queueWaitMax.
+const (
+	queueWaitMin = 5 * time.Millisecond
+	queueWaitMax = 100 * time.Millisecond
+)
+
+// WaitQueue polls, with a backoff from 5 ms to 100 ms, until a job may be
+// claimable (one is ready and available, or a running job's visibility
+// expired), maxWait elapsed or ctx ended: for a store that cannot push a
+// wake-up to another process (SQLite). It returns nil in the first two
+// cases and ctx's error in the last. An absent queue (or a store never
+// migrated) returns nil at once, so that Claim reports it.
+func (s *Core) WaitQueue(ctx context.Context, queue string, maxWait time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(maxWait)
+	timer := time.NewTimer(queueWaitMax)
+	timer.Stop()
+	defer timer.Stop()
+	for backoff := queueWaitMin; ; backoff = min(2*backoff, queueWaitMax) {
+		may, err := s.mayClaim(ctx, queue)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("wait queue %q: %w", queue, err)
+		case may:
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		timer.Reset(min(backoff, left))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// mayClaim runs qJobMayClaim outside a transaction. An absent queue, or a
+// store without its tables (never migrated), may: Claim then says why.
+func (s *Core) mayClaim(ctx context.Context, queue string) (bool, error) {
+	d := s.DB.Dialect()
+	var may bool
+	err := s.DB.Direct(ctx, func(c Conn) error {
+		return c.QueryRow(ctx, d.Text(qJobMayClaim), queue).Scan(&may)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || d.IsNoSuchTable(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return may, nil
+}
