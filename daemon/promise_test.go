@@ -17,7 +17,7 @@ import (
 )
 
 // Promises of docs/operations.md ("The daemon", "Deploying on N servers",
-// "The GitOps flow") that no test held to before issue 13.
+// "The GitOps flow"), each held to by a test.
 
 // TestPromiseAutoApplyFollowsGuardRails: "Automatic apply follows the
 // safety rules of `coordd apply` without flags: an empty spec,

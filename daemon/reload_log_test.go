@@ -10,7 +10,7 @@ import (
 	"github.com/coordd/coordd/internal/proctest"
 )
 
-// TestReloadLogsBrokenSpecOnce (issue 16): a broken spec is logged once
+// TestReloadLogsBrokenSpecOnce: a broken spec is logged once
 // per broken version, not again at every reload that finds it unchanged
 // (each event in its directory and each SIGHUP reloads), and the recovery
 // is logged.

@@ -19,7 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Benchmarks of issue 3 on the embedded store. Each iteration runs for a
+// Benchmarks of the scheduler on the embedded store. Each iteration runs for a
 // fixed wall time (about 45 s and 25 s), so run them with -benchtime 1x:
 //
 //	go test -run '^$' -bench . -benchtime 1x ./scheduler/
@@ -136,7 +136,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // minus the scheduled instant (COORDD_SCHEDULED_AT). start-p50/p99 are the
 // part before the command: the scheduled instant to the scheduler's
 // "starting" log line, written after the claim, right before the fork.
-// Target (issue 3): p99 <= 20 ms.
+// Target: p99 <= 20 ms (docs/benchmarks.md).
 func BenchmarkCronLateness(b *testing.B) {
 	const occurrences = 40
 	dir := b.TempDir()

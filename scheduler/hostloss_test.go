@@ -11,7 +11,7 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// TestRetryable is the retry rule of issue 13, item 3: a lost attempt gets
+// TestRetryable is the retry rule of on_host_loss: a lost attempt gets
 // one attempt beyond max_attempts under on_host_loss retry, a failed or
 // timed-out one none.
 func TestRetryable(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/coordd/coordd/semaphore"
 )
 
-// Benchmarks of issue 3 on the embedded store. Each iteration does a fixed
+// Benchmarks of semaphores on the embedded store. Each iteration does a fixed
 // amount of work, so run them with -benchtime 1x (or Nx to repeat):
 //
 //	go test -run '^$' -bench . -benchtime 1x ./semaphore/

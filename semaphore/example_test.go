@@ -62,7 +62,7 @@ func ExampleClient_Acquire_noWait() {
 	// Output: not acquired: no free slot
 }
 
-// Coalesce per data key (seed 003): a keyed semaphore with limit 1 and
+// Coalesce per data key (one runs, one waits, the rest are dropped): a keyed semaphore with limit 1 and
 // max_waiting 1 lets one run and one wait per user id; a third caller of
 // the same key is dropped at once, and another key is independent.
 func ExampleClient_Acquire_keyed() {

@@ -45,7 +45,7 @@
 // A keyed semaphore (`keyed: true`) is acquired with AcquireOptions.Key:
 // each key is an instance of its own, with the semaphore's limit and
 // max_waiting, its own holders and its own line (backends/instance.go), so
-// that seed 003's "one runs, one waits, the rest are dropped" holds per
+// that "one runs, one waits, the rest are dropped" holds per
 // user id or per file. Everything above applies to the instance.
 //
 // In one process, waiters are woken on release with no lost wake-ups: a
@@ -649,7 +649,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 // lease is lost. onRenew, when not nil, gets the send time of each
 // successful renewal (a child supervisor moves its kill deadline with it).
 // Renew only while the work is really alive: a stuck worker whose timer keeps
-// renewing holds its slot for ever (seed 001's warning).
+// renewing holds its slot for ever.
 func (l *Lease) KeepAlive(ctx context.Context, onRenew func(sentAt time.Time)) {
 	every := max(l.lease/3, 10*time.Millisecond)
 	t := time.NewTimer(every)
