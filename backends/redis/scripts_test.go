@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	lua "github.com/yuin/gopher-lua"
+	luaparse "github.com/yuin/gopher-lua/parse"
 )
 
 // luaTestScript is a script of a test: src with its include lines written
@@ -232,6 +234,85 @@ func TestLuaConstantsAgree(t *testing.T) {
 			if !strings.Contains(string(b), u) {
 				t.Errorf("lua/%s does not contain %q", file, u)
 			}
+		}
+	}
+}
+
+// luaGlobalsAllowed are the globals a script may read: the ones Redis gives
+// a script (Lua 5.1's base library and the libraries Redis loads).
+var luaGlobalsAllowed = map[string]bool{
+	"redis": true, "KEYS": true, "ARGV": true,
+	"string": true, "table": true, "math": true, "cjson": true, "cmsgpack": true, "bit": true, "struct": true,
+	"tonumber": true, "tostring": true, "type": true, "ipairs": true, "pairs": true, "next": true,
+	"unpack": true, "select": true, "error": true, "pcall": true, "assert": true,
+}
+
+// luaGlobals compiles src (Lua 5.1, as Redis runs it) and returns the
+// globals it reads and writes. The compiler resolves locals, upvalues and
+// scopes, so what is left in GETGLOBAL and SETGLOBAL is a true global.
+func luaGlobals(name, src string) (read, written []string, err error) {
+	chunk, err := luaparse.Parse(strings.NewReader(src), name)
+	if err != nil {
+		return nil, nil, err
+	}
+	proto, err := lua.Compile(chunk, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	var walk func(p *lua.FunctionProto)
+	walk = func(p *lua.FunctionProto) {
+		for _, inst := range p.Code {
+			// Lua 5.1's layout: the opcode in the top 6 bits, Bx (a
+			// constant's index) in the low 18.
+			op, bx := int(inst>>26), int(inst&0x3ffff)
+			switch op {
+			case lua.OP_GETGLOBAL:
+				read = append(read, p.Constants[bx].String())
+			case lua.OP_SETGLOBAL:
+				written = append(written, p.Constants[bx].String())
+			}
+		}
+		for _, f := range p.FunctionPrototypes {
+			walk(f)
+		}
+	}
+	walk(proto)
+	return read, written, nil
+}
+
+// TestLuaScriptsUseNoUnknownGlobal: no script reads a global Redis does not
+// define (a misspelt helper or a local out of scope, which Redis reports
+// only when that line runs, maybe on a rare path) or writes one (Redis
+// refuses). The check itself must find both in a sample.
+func TestLuaScriptsUseNoUnknownGlobal(t *testing.T) {
+	read, written, err := luaGlobals("sample", "local function f() return now_uss() end\nx = f()\nreturn redis.call('TIME')\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(read)
+	if !slices.Equal(read, []string{"now_uss", "redis"}) || !slices.Equal(written, []string{"x"}) {
+		t.Fatalf("the check reads the sample's globals as %v, written %v", read, written)
+	}
+	if len(luaScripts) == 0 {
+		t.Fatal("no script loaded")
+	}
+	for name := range luaScripts {
+		src, err := luaSource(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, written, err := luaGlobals(name, src)
+		if err != nil {
+			t.Errorf("lua/%s: %v", name, err)
+			continue
+		}
+		for _, g := range read {
+			if !luaGlobalsAllowed[g] {
+				t.Errorf("lua/%s reads the unknown global %s", name, g)
+			}
+		}
+		for _, g := range written {
+			t.Errorf("lua/%s writes the global %s", name, g)
 		}
 	}
 }
