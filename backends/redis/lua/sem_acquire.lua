@@ -1,19 +1,18 @@
 -- sem_acquire.lua takes a token and records its holder. Unless the live
--- holders already reach the limit, or waiters are in line and it is not
--- the caller's turn (the line's rule, in semaphore_scripts.go; the grant
--- takes the caller out of the line), it pops the first free token (a junk
--- or duplicate token left by drift is dropped: ZADD NX refuses a slot that
--- is held), rebuilds a lost free list from cfg and the holder set, and
--- when no token is free reclaims the tokens whose lease expired (so that a
--- crashed holder's slot comes back): it takes the lowest and frees the
--- others, up to the limit.
--- Tokens missing from a list that still exists are drift: nobody is
--- admitted on them until PutSemaphore repairs the list. The fencing
--- counter, when missing, restarts at TIME in µs. The common case is eight
--- commands: HMGET, TIME, ZCARD, ZCARD, LPOP, ZADD, INCR, HSET, and does not
--- run the library. The ZCARD guard is what keeps the live holders within the
--- limit when tokens are in surplus (drift, a list rebuilt below a lowered
--- limit); the token list alone would not.
+-- holders already reach the limit, or waiters are in line and it is not the
+-- caller's turn (the line's rule, in semaphore_scripts.go; the grant takes
+-- the caller out of the line), it pops the first free token (a junk or
+-- duplicate token left by drift is dropped: ZADD NX refuses a slot that is
+-- held), rebuilds a lost free list from cfg and the holder set, and when no
+-- token is free reclaims the tokens whose lease expired (so that a crashed
+-- holder's slot comes back): it takes the lowest and frees the others, up
+-- to the limit. Tokens missing from a list that still exists are drift:
+-- nobody is admitted on them until PutSemaphore repairs the list. The
+-- fencing counter, when missing, restarts at TIME in µs. The common case is
+-- eight commands: HMGET, TIME, ZCARD, ZCARD, LPOP, ZADD, INCR, HSET, and
+-- does not run the library. The ZCARD guard is what keeps the live holders
+-- within the limit when tokens are in surplus (drift, a list rebuilt below
+-- a lowered limit); the token list alone would not.
 --
 --   ARGV[1] owner  ARGV[2] host  ARGV[3] pid  ARGV[4] lease µs
 --
