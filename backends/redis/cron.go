@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/coordd/coordd/backends"
 )
 
@@ -46,81 +44,16 @@ const cronObserveChunk = 500
 // none (or is absent), as in the SQL stores.
 const cronDefaultHistory = 100
 
-// cronPutScript stores a task's definition and history limit. A new task
-// gets next_exec as given; an existing one keeps its next_exec unless
-// resetNext, so a definition-only change never moves or repeats a run.
-//
-//	KEYS[1] the schedule (zset: name -> next_exec µs)
-//	KEYS[2] the definitions (hash: name -> def JSON)
-//	KEYS[3] the history limits (hash: name -> limit)
-//	ARGV[1] name, ARGV[2] def, ARGV[3] next_exec µs ("" for none)
-//	ARGV[4] resetNext ("1" or "0"), ARGV[5] history limit
-//
-// Returns 1.
-var cronPutScript = goredis.NewScript(`
-local new = redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
-if new or ARGV[4] == '1' then
-  if ARGV[3] == '' then
-    redis.call('ZREM', KEYS[1], ARGV[1])
-  else
-    redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-  end
-end
-return 1
-`)
+// cronPutScript stores a task's definition and history limit
+// (lua/cron_put.lua).
+var cronPutScript = luaScript("cron_put.lua")
 
-// cronDeleteScript removes a task: its schedule entry, definition, history
-// limit and fencing counter (a task created again starts its counter at
-// the server's TIME, above any number handed out before). Its occurrences
-// keep their records and finish.
-//
-//	KEYS[1] the schedule, KEYS[2] the definitions, KEYS[3] the history
-//	limits, KEYS[4] the fencing counters (hash: name -> last number),
-//	KEYS[5] the operators' pauses (hash: name -> pause JSON)
-//	ARGV[1] name
-//
-// Returns 1.
-var cronDeleteScript = goredis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('HDEL', KEYS[5], ARGV[1])
-return 1
-`)
+// cronDeleteScript removes a task (lua/cron_delete.lua).
+var cronDeleteScript = luaScript("cron_delete.lua")
 
-// cronObserveScript reads many tasks at one instant (read-only).
-//
-//	KEYS[1] the schedule, KEYS[2] the definitions, KEYS[3] the operators'
-//	pauses
-//	KEYS[3+i] task i's running set (zset: id -> run lease expiry µs)
-//	ARGV[i] task i's name
-//
-// Returns, for each task, {def or "", next_exec µs or "", running, pause
-// JSON or ""}: def is "" when the task is absent, running counts unexpired
-// run leases.
-var cronObserveScript = goredis.NewScript(`
-local t = redis.call('TIME')
-local now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-local out = {}
-for i, name in ipairs(ARGV) do
-  local def = redis.call('HGET', KEYS[2], name)
-  if def then
-    out[#out + 1] = def
-    out[#out + 1] = redis.call('ZSCORE', KEYS[1], name) or ''
-    out[#out + 1] = redis.call('ZCOUNT', KEYS[3 + i], '(' .. now, '+inf')
-    out[#out + 1] = redis.call('HGET', KEYS[3], name) or ''
-  else
-    out[#out + 1] = ''
-    out[#out + 1] = ''
-    out[#out + 1] = 0
-    out[#out + 1] = ''
-  end
-end
-return out
-`)
+// cronObserveScript reads many tasks at one instant (read-only;
+// lua/cron_observe.lua).
+var cronObserveScript = luaScript("cron_observe.lua")
 
 // cronHistoryLimit is the history_limit of a definition as the SQL stores
 // read it: an integer (in int64) clamped at 0, else the default.

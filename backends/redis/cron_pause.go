@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/coordd/coordd/backends"
 )
 
@@ -19,36 +17,11 @@ var _ backends.CronPauser = (*Store)(nil)
 // true in the definition) at the instant they decide.
 
 // cronPauseScript records an operator's pause at the server's TIME unless
-// the task is already paused: the first pause is kept.
-//
-//	KEYS[1] the definitions, KEYS[2] the pauses
-//	ARGV[1] name, ARGV[2] host, ARGV[3] reason
-//
-// Returns {0} when the task is absent, else {1, pause JSON, 1 when this
-// call wrote it or 0 when an earlier pause is kept}.
-var cronPauseScript = goredis.NewScript(cronLuaNow + `
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {0} end
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur then return {1, cur, 0} end
-local rec = cjson.encode({host = ARGV[2], at = nows, reason = ARGV[3]})
-redis.call('HSET', KEYS[2], ARGV[1], rec)
-return {1, rec, 1}
-`)
+// the task is already paused (lua/cron_pause.lua).
+var cronPauseScript = luaScript("cron_pause.lua")
 
-// cronResumeScript removes an operator's pause.
-//
-//	KEYS[1] the definitions, KEYS[2] the pauses
-//	ARGV[1] name
-//
-// Returns {0} when the task is absent, else {1, the removed pause JSON or
-// ""}.
-var cronResumeScript = goredis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {0} end
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur then return {1, ''} end
-redis.call('HDEL', KEYS[2], ARGV[1])
-return {1, cur}
-`)
+// cronResumeScript removes an operator's pause (lua/cron_resume.lua).
+var cronResumeScript = luaScript("cron_resume.lua")
 
 // cronPauseRecord is a pause as the scripts write it.
 type cronPauseRecord struct {

@@ -25,64 +25,17 @@ var _ backends.HostRegistry = (*Store)(nil)
 func (k keys) hostRecords() string { return k.global("hosts") }
 func (k keys) hostsSeen() string   { return k.global("hosts:seen") }
 
-// hostBeatScript upserts one host's record at the server's TIME. The start
-// time is kept while the stored record has the same run id (the same
-// daemon process) and is TIME otherwise.
-//
-//	KEYS[1] the records (hash: host -> record JSON)
-//	KEYS[2] last seen (sorted set: host -> µs)
-//	ARGV[1] host, ARGV[2] run id, ARGV[3] pid, ARGV[4] version,
-//	ARGV[5] spec hash, ARGV[6] heartbeat period in ns, ARGV[7] stopped ("1" or "0")
-//
-// Returns the time of the heartbeat in µs.
-var hostBeatScript = goredis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local nows = string.format('%d', now)
-local started = nows
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur then
-  local ok, old = pcall(cjson.decode, cur)
-  if ok and type(old) == 'table' and old.run_id == ARGV[2] and type(old.started_us) == 'string' then
-    started = old.started_us
-  end
-end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({run_id = ARGV[2], pid = ARGV[3], version = ARGV[4],
-  spec_hash = ARGV[5], heartbeat_ns = ARGV[6], stopped = ARGV[7], started_us = started, seen_us = nows}))
-redis.call('ZADD', KEYS[2], nows, ARGV[1])
-return now
-`)
+// hostBeatScript upserts one host's record at the server's TIME
+// (lua/host_beat.lua).
+var hostBeatScript = luaScript("host_beat.lua")
 
-// hostsListScript reads every record and the server's clock (read-only).
-//
-//	KEYS[1] the records
-//
-// Returns {now µs, {host, record, host, record, ...}}.
-var hostsListScript = goredis.NewScript(`
-local t = redis.call('TIME')
-return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('HGETALL', KEYS[1])}
-`)
+// hostsListScript reads every record and the server's clock (read-only;
+// lua/hosts_list.lua).
+var hostsListScript = luaScript("hosts_list.lua")
 
 // hostsPruneScript deletes the records last seen before TIME minus a
-// duration, from both keys.
-//
-//	KEYS[1] the records, KEYS[2] last seen
-//	ARGV[1] the duration in µs
-//
-// Returns how many records it deleted.
-var hostsPruneScript = goredis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[1])))
-local i = 1
-while i <= #old do
-  local j = math.min(i + 499, #old)
-  redis.call('HDEL', KEYS[1], unpack(old, i, j))
-  redis.call('ZREM', KEYS[2], unpack(old, i, j))
-  i = j + 1
-end
-return #old
-`)
+// duration, from both keys (lua/hosts_prune.lua).
+var hostsPruneScript = luaScript("hosts_prune.lua")
 
 // hostRecord is a record as the scripts store it.
 type hostRecord struct {

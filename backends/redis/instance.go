@@ -11,13 +11,13 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// Instances of keyed semaphores: see instance_scripts.go for the keys and
-// the scripts, backends/instance.go for the rules.
+// Instances of keyed semaphores: see instance_scripts.go and lua/inst_*.lua
+// for the keys and the scripts, backends/instance.go for the rules.
 
 // plainKey matches instance keys written into key names as they are; any
-// other key appears as '=' and its bytes in hex (instObserveLua's enc_key
-// does the same in Lua), so no key produces key syntax or collides with
-// another (a plain key never holds '=').
+// other key appears as '=' and its bytes in hex (enc_key in
+// lua/lib/inst_observe.lua does the same in Lua), so no key produces key
+// syntax or collides with another (a plain key never holds '=').
 var plainKey = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // encodeKey is an instance key as it appears inside a key name.

@@ -23,7 +23,7 @@ import (
 //
 // KEYS: the fixed keys, then the ready set of the partition.
 // ARGV: partition, count.
-var queueInsertScript = queueScript(`
+var queueInsertScript = luaTestScript(`--#include lib/queue.lua
 local p, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = now_us()
 if redis.call('EXISTS', K_IDS) == 0 then redis.call('SET', K_IDS, string.format('%d', now)) end

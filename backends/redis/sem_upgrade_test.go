@@ -12,7 +12,9 @@ import (
 
 // semAcquireV01 is the acquire script of the binaries before the one-slot
 // mode (commit f77a00d), as Redis received it: what an older coordd sends
-// during a rolling upgrade.
+// during a rolling upgrade. `diff testdata/sem_acquire_v0.1.lua
+// lua/sem_acquire.lua` shows what changed since (the old text has the
+// library written out where the file has its include lines).
 //
 //go:embed testdata/sem_acquire_v0.1.lua
 var semAcquireV01 string

@@ -107,10 +107,11 @@ func (s *Store) semKeys(name string) []string { return s.semEntry(name).keys }
 
 // semLockTTL is the one-slot lock's key TTL in ms for a lease: the lease in
 // whole ms (rounded down: the lock's TTL never outlasts the lease it
-// records) plus semLockGraceMs.
+// records) plus semLockGrace.
 func semLockTTL(d time.Duration) int64 { return d.Milliseconds() + semLockGrace.Milliseconds() }
 
-// semLockGrace is semLockGraceMs.
+// semLockGrace is how long a one-slot lock outlives its lease: GRACE_MS
+// in lua/lib/sem_consts.lua.
 const semLockGrace = time.Hour
 
 // semOwnerArg is the owner as the one-slot scripts take it: its length, a

@@ -198,7 +198,10 @@ func BenchmarkSemScriptCost(b *testing.B) {
 	}
 	ks := s.keys.semaphore("s")
 	lk := []string{s.keys.object("sem", "s", "lock"), s.keys.object("sem", "s", "fencing")}
-	benchNopLib := semScript(`return 1`)
+	benchNopLib := luaTestScript(`--#include lib/sem_keys.lua
+--#include lib/sem_consts.lua
+--#include lib/sem.lua
+return 1`)
 	for _, sc := range []*goredis.Script{semAcquireScript, semReleaseScript, benchLockScript, benchUnlockScript, benchNopScript, benchNopLib} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			b.Fatal(err)

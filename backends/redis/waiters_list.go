@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/coordd/coordd/backends"
 )
 
@@ -19,53 +17,16 @@ var _ backends.WaiterLister = (*Store)(nil)
 // instance's "i:<key>:" when the line is an instance's), maps a waiter's
 // owner to "<since µs> <pid> <host>" (since 0: unknown, a record entered by
 // a binary from before it). The enter scripts write it; nothing else
-// touches it. A field outlives its waiter's record (a grant or a leave
-// removes the record only): it is never listed, since the list follows
-// wseq and wexp, and the enter scripts sweep such fields once they
-// outnumber the live waiters twice over. The hash expires with the line's
-// latest waiter record, and an idle instance's settle deletes it.
-
-// waiterInfoLua is winfo_put, prepended to the enter scripts.
-//
-// winfo_put records owner's host and pid for the line wseq/wexp, with
-// since = now when the owner is new in line (fresh) and kept for a
-// renewal; it keeps the hash alive until the waiter record's expiry exp.
-const waiterInfoLua = `
-local function winfo_put(wseq, wexp, owner, host, pid, now, exp, fresh)
-  local k = string.sub(wseq, 1, -5) .. 'winfo'
-  if fresh then
-    redis.call('HSET', k, owner, string.format('%d', now) .. ' ' .. (pid or '0') .. ' ' .. (host or ''))
-  elseif redis.call('HEXISTS', k, owner) == 0 then
-    redis.call('HSET', k, owner, '0 ' .. (pid or '0') .. ' ' .. (host or ''))
-  end
-  if redis.call('HLEN', k) > 2 * redis.call('ZCARD', wexp) + 8 then
-    for _, o in ipairs(redis.call('HKEYS', k)) do
-      if not redis.call('ZSCORE', wexp, o) then redis.call('HDEL', k, o) end
-    end
-  end
-  local want = math.floor((exp - now) / 1000) + 1
-  if redis.call('PTTL', k) < want then redis.call('PEXPIRE', k, want) end
-end
-`
+// touches it (winfo_put, lua/lib/waiter_info.lua). A field outlives its
+// waiter's record (a grant or a leave removes the record only): it is never
+// listed, since the list follows wseq and wexp, and the enter scripts sweep
+// such fields once they outnumber the live waiters twice over. The hash
+// expires with the line's latest waiter record, and an idle instance's
+// settle deletes it.
 
 // waiterListScript lists the live waiters of one line in line order, as
-// pairs {expiry µs, info}. Read-only.
-//
-//	KEYS[1] wseq  KEYS[2] wexp
-var waiterListScript = goredis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local info = string.sub(KEYS[1], 1, -5) .. 'winfo'
-local out = {}
-for _, o in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local e = redis.call('ZSCORE', KEYS[2], o)
-  if e and tonumber(e) > now then
-    out[#out + 1] = e
-    out[#out + 1] = redis.call('HGET', info, o) or ''
-  end
-end
-return out
-`)
+// pairs {expiry µs, info} (lua/waiter_list.lua).
+var waiterListScript = luaScript("waiter_list.lua")
 
 // ListWaiters lists the live waiters of semaphore or instance name in line
 // order (backends.WaiterLister). For a keyed semaphore each instance's

@@ -1,0 +1,25 @@
+-- lib/sem_keys.lua opens every semaphore script but the one-slot fast ones
+-- (sem_fast_acquire.lua, sem_fast_release.lua, which build these names
+-- in lib/sem_derived_keys.lua): it names the KEYS, the keys of one
+-- semaphore in the order of semKeyNames (keys.semaphore), all under the
+-- hash tag {sem:<name>}. How the scripts use them: semaphore_scripts.go.
+--
+--   KEYS[1] cfg      hash: limit, lease, mode, wake, max_waiting, max_hold
+--                    (durations in ns); the source of truth for the limit
+--   KEYS[2] free     list: free tokens (slot numbers "0", "1", ...), then
+--                    the sentinel "#" at the tail
+--   KEYS[3] exp      sorted set: held slot -> lease expiry (µs, Redis TIME)
+--   KEYS[4] holders  hash: held slot -> holder record (lib/sem.lua), and
+--                    "o:<owner>" -> "<slot> <expiry µs>" (the owner index;
+--                    one hash, so that one HSET writes both and one HDEL
+--                    removes both)
+--   KEYS[5] fencing  string: the fencing counter
+--   KEYS[6] wake     list: wake elements for blocked callers of
+--                    WaitSemaphore that are not in line (BLPOP)
+--   KEYS[7] wseq     sorted set: waiter owner -> ticket (the line, FIFO)
+--   KEYS[8] wexp     sorted set: waiter owner -> expiry (µs)
+--   KEYS[9] lock     string: the holder record of a one-slot semaphore
+--
+-- A script that takes more (KEYS[10] on) says so.
+local K_CFG, K_FREE, K_EXP, K_HOLD, K_FENCE, K_WAKE, K_WSEQ, K_WEXP, K_LOCK =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]

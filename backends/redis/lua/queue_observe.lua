@@ -1,0 +1,48 @@
+-- queue_observe.lua reads one queue (ObserveQueues). It writes nothing.
+--
+-- KEYS: the fixed keys, then the ready sets of partitions 0..n-1, n at
+-- least the stored span.
+-- ARGV: none.
+-- It returns {1, config JSON, partitions, ready, in flight, dead, delayed,
+-- oldest ready enqueued_at µs or -1, stranded, the first delayed job's
+-- available_at µs or -1}; {0} when absent; {-1, n}
+-- when it got too few ready sets. Ready counts the ready sets and the
+-- delayed set (a delayed job is ready, not yet available); delayed counts
+-- the delayed jobs not yet due; in flight includes expired leases no claim
+-- has swept yet, as the SQL stores count them.
+--#include lib/queue.lua
+local m = redis.call('HMGET', K_META, 'span', 'partitions', 'config')
+if not m[2] then return {0} end
+local need = span_of({span = m[1], partitions = m[2]})
+if NLISTS < need then return {-1, need} end
+local P = tonumber(m[2])
+local now = now_us()
+local ready, stranded, oldest = 0, 0, nil
+for p = 0, need - 1 do
+  local n = redis.call('ZCARD', ready_key(p))
+  ready = ready + n
+  if p >= P then stranded = stranded + n end
+  if n > 0 then
+    local first = redis.call('ZRANGE', ready_key(p), 0, 0)
+    local rec = redis.call('HGET', K_JOBS, first[1])
+    if rec then
+      local j = decode(rec)
+      if not oldest or j.enq < oldest then oldest = j.enq end
+    end
+  end
+end
+local ndelayed = redis.call('ZCARD', K_DELAYED)
+local future = redis.call('ZCOUNT', K_DELAYED, '(' .. now, '+inf')
+local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 100)
+if #due > 0 then
+  local recs = redis.call('HMGET', K_JOBS, unpack(due))
+  for i = 1, #due do
+    if recs[i] then
+      local j = decode(recs[i])
+      if not oldest or j.enq < oldest then oldest = j.enq end
+    end
+  end
+end
+local first = redis.call('ZRANGEBYSCORE', K_DELAYED, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.call('LLEN', K_DEAD),
+  future, oldest or -1, stranded, first[2] and tonumber(first[2]) or -1}

@@ -1,0 +1,44 @@
+-- queue_retry.lua returns a failed job to the queue or the dead list
+-- (Retry).
+--
+-- KEYS: the fixed keys, then the ready sets of all partitions.
+-- ARGV: id, owner, reason.
+-- When owner holds the job (ErrLost otherwise) it records the reason and
+-- clears the owner; with max_attempts > 0 used up the job goes to the dead
+-- list, otherwise it is ready again at now + retry_backoff: in the delayed
+-- set with a backoff, in its ready set (its id keeps its place) without,
+-- and a wake element is pushed (also when a job with a key dies and its
+-- key has jobs waiting). It returns {1} (ready), {2} (dead), {3}
+-- (the owner does not hold it, or the queue is gone), or {-1, P}.
+--#include lib/queue.lua
+local m = redis.call('HMGET', K_META, 'partitions', 'max_attempts', 'backoff')
+if not m[1] then return {3} end
+local P = tonumber(m[1])
+if NLISTS ~= P then return {-1, P} end
+local id, owner = ARGV[1], ARGV[2]
+local rec = redis.call('HGET', K_JOBS, id)
+if not rec then return {3} end
+local j = decode(rec)
+if j.owner == '' or j.owner ~= owner then return {3} end
+redis.call('ZREM', K_INFLIGHT, id)
+j.owner, j.err = '', ARGV[3]
+local maxatt, backoff = tonumber(m[2]), tonumber(m[3])
+if j.key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(j.key, id)) end
+if maxatt > 0 and j.attempt >= maxatt then
+  redis.call('RPUSH', K_DEAD, id)
+  redis.call('HSET', K_JOBS, id, encode(j))
+  if j.key ~= '' and oldest_keyed(K_KREADY, j.key) then wake(1) end
+  return {2}
+end
+local now = now_us()
+j.avail = now + backoff
+j.part = j.part % P
+if backoff > 0 then
+  redis.call('ZADD', K_DELAYED, j.avail, id)
+else
+  redis.call('ZADD', ready_key(j.part), id, id)
+end
+if j.key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(j.key, id)) end
+redis.call('HSET', K_JOBS, id, encode(j))
+wake(1)
+return {1}
