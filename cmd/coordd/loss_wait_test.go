@@ -161,7 +161,7 @@ semaphores:
 		// A --no-wait client that met the server down reports that, with
 		// 125: it waits for nothing, a backend included. Never "not
 		// applied".
-		down := r.client >= waiting && r.code == 125 && strings.Contains(r.out, "connect to") && !strings.Contains(r.out, "not applied")
+		down := r.client >= waiting && r.code == 125 && serverDown(r.out) && !strings.Contains(r.out, "not applied")
 		if !slices.Contains(ok, r.code) && !down {
 			t.Errorf("client c%d exited %d at %v after the restart:\n%s", r.client, r.code, r.at.Sub(restarted).Round(time.Millisecond), r.out)
 		}
@@ -251,4 +251,11 @@ cron:
 	if !strings.Contains(daemon.Output(), "lost its data") {
 		t.Errorf("the daemon did not report the loss:\n%s", daemon.Output())
 	}
+}
+
+// serverDown reports an error text that says the server could not be
+// reached: Redis's "connect to ..." or a refused connection (memcached's
+// "stats on ...: connection refused").
+func serverDown(out string) bool {
+	return strings.Contains(out, "connect to") || strings.Contains(out, "connection refused")
 }
