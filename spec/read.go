@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -85,7 +86,7 @@ func call[T any](r *reader, op func() (T, error)) (T, error) {
 	done := make(chan result, 1)
 	go func() {
 		defer func() { <-pendingReads }()
-		v, err := op()
+		v, err := withSignalsBlocked(op)
 		done <- result{v, err}
 	}()
 	select {
@@ -99,6 +100,30 @@ func call[T any](r *reader, op func() (T, error)) (T, error) {
 		}
 		return zero, r.stopped()
 	}
+}
+
+// withSignalsBlocked runs op on a thread of its own that blocks every
+// signal. The kernel hands a process-directed signal (TERM, INT) to any
+// thread that does not block it; given to a thread held in an open that
+// only a fatal signal ends (a hung NFS or FUSE mount, a fanotify
+// permission wait), it stayed pending there until some other thread next
+// entered the kernel, which for an idle process was the read deadline.
+// With the mask set, the signal goes to a thread that can take it at once.
+func withSignalsBlocked[T any](op func() (T, error)) (T, error) {
+	runtime.LockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^all.Val[i]
+	}
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		runtime.UnlockOSThread()
+		return op()
+	}
+	defer func() {
+		_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+		runtime.UnlockOSThread()
+	}()
+	return op()
 }
 
 // stat is os.Stat, bounded.
