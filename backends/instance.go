@@ -9,8 +9,8 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Keyed semaphores (seed 003 per data key: one runs, one waits, the rest
-// are dropped, for each user id or file). A semaphore applied with
+// Keyed semaphores (per data key: one runs, one waits, the rest are
+// dropped, for each user id or file). A semaphore applied with
 // SemaphoreConfig.Keyed holds no slot of its own. Each key given at run
 // time is an instance of it: its own holders and its own line of waiters,
 // under the semaphore's limit, max_waiting, lease and max_hold. An instance

@@ -76,8 +76,8 @@ func BenchmarkSemaphorePairs(b *testing.B) {
 // in Acquire of the same Client: from the moment the holder calls Release
 // to the moment the waiter's Acquire returns with the slot. That span holds
 // the release write, the waiter's TryAcquire write and the removal of its
-// waiter record (Acquire leaves the line before it returns). Target (issue
-// 3): p99 <= 5 ms.
+// waiter record (Acquire leaves the line before it returns). Target:
+// p99 <= 5 ms.
 func BenchmarkSemaphoreWakeInProcess(b *testing.B) {
 	const samples = 300
 	st := newStore(b, b.TempDir(), "s", 1)

@@ -12,8 +12,8 @@ import (
 )
 
 // TestNewChecksHost: the host is recorded with every holder and printed by
-// `sem status`, so New refuses one outside spec.CheckHostID; before issue
-// 14 a host with a newline and terminal escapes was stored as is.
+// `sem status`, so New refuses one outside spec.CheckHostID: a host with a newline and
+// terminal escapes is never stored as is.
 func TestNewChecksHost(t *testing.T) {
 	st := newStore(t, t.TempDir(), "s", 1)
 	for _, host := range []string{"", "a\n\x1b[2J", "web 1", strings.Repeat("h", spec.MaxHostIDLen+1)} {

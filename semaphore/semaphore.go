@@ -52,8 +52,8 @@
 // waiter reads its name's release count *before* it tries to acquire, and
 // registers its wake channel only if no release came since (else it tries
 // again at once), so a release that lands between a failed try and the
-// wait still wakes it (the scheme of a condition variable, as in seed
-// 004). An acquire that gets its slot and a release that finds nobody
+// wait still wakes it (the scheme of a condition variable, as in the
+// DBM message queue design). An acquire that gets its slot and a release that finds nobody
 // waiting in the process touch no channel and no lock: the uncontended
 // pair costs the backend's two round trips and little else. Across processes the backend's WaitSemaphore takes over: a
 // blocking pop on each waiter's own list on Redis, a statement parked in

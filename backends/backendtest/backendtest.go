@@ -35,8 +35,8 @@ type Harness struct {
 	// DeleteSlot simulates drift: removes slot `slot` of semaphore `name`
 	// behind coordd's back.
 	DeleteSlot func(t *testing.T, b backends.Backend, name string, slot int)
-	// InsertJobs adds n ready jobs to partition p of queue (Queues.Push
-	// arrives in a later issue).
+	// InsertJobs adds n ready jobs to partition p of queue (without
+	// going through Queues.Push).
 	InsertJobs func(t *testing.T, b backends.Backend, queue string, p, n int)
 	// SemaphoreModes lists the semaphore modes the backend holds besides
 	// lease, optionally with a wake strategy ("session", "session/kill").

@@ -55,7 +55,7 @@ func (c *crn) wantPaused(task string, at time.Time, what string) {
 	}
 }
 
-// testCronsPause checks CronPauser (issue 16): a pause is stored beside the
+// testCronsPause checks CronPauser: a pause is stored beside the
 // definition with its host, backend time and reason; a scheduled claim, a
 // skip and a retry of a paused task are refused in the claim itself; an
 // apply keeps the pause; a resume lets the missed times be claimed from

@@ -43,7 +43,7 @@ func testKeyed(t *testing.T, h Harness) {
 		name string
 		run  func(t *testing.T, h Harness)
 	}{
-		{"OneRunsOneWaits", testKeyedSeed003},
+		{"OneRunsOneWaits", testKeyedOneRunsOneWaits},
 		{"LeavesNothingBehind", testKeyedNothingLeft},
 		{"CrashedHolderReclaimed", testKeyedCrashedHolder},
 		{"ExpiredWaiterLeavesNothing", testKeyedExpiredWaiter},
@@ -90,12 +90,12 @@ func keyedClient(t *testing.T, b backends.Backend, host string) *semaphore.Clien
 	return lineClient(t, b, host)
 }
 
-// testKeyedSeed003 is seed 003 per key: limit 1, max_waiting 1. Of three
-// callers of one key one runs, one waits and the third is refused at once
-// with ErrTooManyWaiters; another key is independent. When the first
-// releases, the waiter runs; once all release, nothing of either instance
-// is left.
-func testKeyedSeed003(t *testing.T, h Harness) {
+// testKeyedOneRunsOneWaits is one runs, one waits, the rest are refused,
+// per key: limit 1, max_waiting 1. Of three callers of one key one runs,
+// one waits and the third is refused at once with ErrTooManyWaiters;
+// another key is independent. When the first releases, the waiter runs;
+// once all release, nothing of either instance is left.
+func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, open := fresh(t, h)
 	s := semOf(t, b)

@@ -13,8 +13,8 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// testQueueOrder checks the claim order of backends.Queues.Claim (issue
-// 13): jobs come back oldest first whatever their partition, and the jobs
+// testQueueOrder checks the claim order of backends.Queues.Claim:
+// jobs come back oldest first whatever their partition, and the jobs
 // of one key run one at a time in push order, through retries, expired
 // leases, returns and the dead set, while other keys' jobs run beside them.
 func testQueueOrder(t *testing.T, h Harness) {

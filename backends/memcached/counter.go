@@ -11,7 +11,8 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// Mode counter is seed 002 as written: the gate is one counter key, ctr.
+// Mode counter is the memcached counter mutex as published: the gate is
+// one counter key, ctr.
 // An acquirer increments it; the one whose increment returns 1 holds the
 // semaphore, every other decrements it again and fails. Release decrements.
 // The counter expires with the holder's lease (absolute server time; Extend

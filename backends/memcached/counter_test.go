@@ -64,7 +64,7 @@ func waitPast(t *testing.T, s *memcached.Store, at time.Time) {
 	}
 }
 
-// TestCounterMode: seed 002's counter holds one at a time, with
+// TestCounterMode: the counter mutex (incr/decr) holds one at a time, with
 // owner-checked extend and release, fencing and a holder record.
 func TestCounterMode(t *testing.T) {
 	s, open := counterStore(t)

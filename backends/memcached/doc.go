@@ -35,7 +35,8 @@
 //
 // # Mode counter (limit 1)
 //
-// Seed 002 as written (counter.go), with its weak points tested.
+// The published memcached counter mutex, incr to take and decr to give
+// back (counter.go), with its weak points tested.
 //
 // # Time and restarts
 //

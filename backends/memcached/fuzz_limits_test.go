@@ -10,7 +10,7 @@ import (
 
 // FuzzLimits: memcached holds semaphores only, so this checks the host ids
 // of holders: accepted exactly when the shared limits accept them, and
-// listed byte for byte (before issue 14 any host id was stored).
+// listed byte for byte (a refused host id is never stored).
 func FuzzLimits(f *testing.F) {
 	backendtest.FuzzLimits(f, func(tb testing.TB) backends.Backend {
 		addr, prefix := testenv.MemcachedAddr(tb)

@@ -24,7 +24,7 @@ import (
 //	fencing  the fencing counter (decimal, incr), no expiry
 //	slot:<i> slot i while held, mode lease: the holder record, expiring at
 //	         the lease's end (absolute server time)
-//	ctr      mode counter: seed 002's counter (incr/decr), expiring with the
+//	ctr      mode counter: the counter mutex (incr/decr), expiring with the
 //	         holder's lease
 //	hold     mode counter: the holder record (bookkeeping, not the gate)
 //

@@ -14,8 +14,8 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Benchmarks of issue 4 on MariaDB (the shared test server, a database of
-// their own):
+// Benchmarks with round-trip and latency targets on MariaDB (the shared
+// test server, a database of their own):
 //
 //	go test -run '^$' -bench 'AcquireRelease|CronClaimFinish' -benchtime 2000x ./backends/mysql/
 //
@@ -92,8 +92,8 @@ func measure(b *testing.B, op, raw func()) (opT, rawT, soloT time.Duration) {
 
 // BenchmarkLeaseAcquireRelease is one client taking and giving back the only
 // slot of a lease-mode semaphore through the Store (TryAcquire then Release),
-// against two single-row autocommit UPDATEs measured in the same run. Target
-// (issue 4): ns/op <= 2.5 x two UPDATEs, i.e. x-two-updates <= 2.5.
+// against two single-row autocommit UPDATEs measured in the same run. Target:
+// ns/op <= 2.5 x two UPDATEs, i.e. x-two-updates <= 2.5.
 func BenchmarkLeaseAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	s := migrated(b, testenv.MySQLDSN(b), "coordd_")
@@ -116,7 +116,7 @@ func BenchmarkLeaseAcquireRelease(b *testing.B) {
 // statements sent in one request is one round trip; a transaction of
 // separate statements counts one per statement plus one for its BEGIN and
 // COMMIT) and times it against the raw autocommit UPDATE of the same run.
-// Target (issue 4): trips/op <= 3.
+// Target: trips/op <= 3.
 func BenchmarkCronClaimFinish(b *testing.B) {
 	ctx := context.Background()
 	s := migrated(b, testenv.MySQLDSN(b), "coordd_")
@@ -172,7 +172,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 // only slot of a session-mode semaphore through the Store (TryAcquire then
 // Release), against its raw reference measured in the same run (measure):
 // GET_LOCK and RELEASE_LOCK on one connection plus one single-row autocommit
-// UPDATE for the fencing number. Target (issue 4): x-raw <= 1.5.
+// UPDATE for the fencing number. Target: x-raw <= 1.5.
 func BenchmarkSessionAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	s := migrated(b, testenv.MySQLDSN(b), "coordd_")

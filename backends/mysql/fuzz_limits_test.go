@@ -10,8 +10,8 @@ import (
 
 // FuzzLimits: the server accepts exactly the keys, payloads and host ids
 // the shared limits accept, and reads them back byte for byte; a refused
-// one fails with the limits' sentinel, not a raw driver error (before
-// issue 14, a 300-byte key was error 1406, invalid UTF-8 error 1366).
+// one fails with the limits' sentinel, not a raw driver error (such as
+// error 1406 for a 300-byte key or 1366 for invalid UTF-8).
 func FuzzLimits(f *testing.F) {
 	backendtest.FuzzLimits(f, func(tb testing.TB) backends.Backend {
 		return openStore(tb, testenv.MySQLDSN(tb), "coordd_", backends.Options{Version: "0.1.0"})

@@ -17,7 +17,8 @@ import (
 	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 )
 
-// Dedicated connections and parking: seed 000's SLEEP/KILL wake-up.
+// Dedicated connections and parking: the MySQL semaphore design's wake-up,
+// a waiter in SLEEP woken by KILL QUERY.
 //
 // Some work must stay on one connection for longer than a statement: a
 // GET_LOCK slot belongs to the session that took it, and a parked waiter

@@ -20,9 +20,9 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Queue benchmarks of issue 4 on MariaDB (the shared test server, a
-// database of their own). Each iteration does a fixed amount of work, so
-// run them once:
+// Queue benchmarks with throughput and latency targets on MariaDB (the
+// shared test server, a database of their own). Each iteration does a
+// fixed amount of work, so run them once:
 //
 //	go test -run '^$' -bench Queue -benchtime 1x ./backends/mysql/
 //
@@ -258,8 +258,8 @@ func drainBench(b *testing.B, drain func(s *mysql.Store, queue string)) {
 // (Work with Drain, the Go API a daemon uses) with 8 handlers: one Work
 // with concurrency 8 and batch 8 (workers=1x8), and 8 Works with
 // concurrency 1 on one Store (workers=8x1); and, to show what the size of
-// a claim buys, one Work with concurrency and batch 32 (workers=1x32). Target (issue 4): >= 5,000
-// jobs/s. <mode>-jobs/s counts claim, handler and ack per job;
+// a claim buys, one Work with concurrency and batch 32 (workers=1x32).
+// Target: >= 5,000 jobs/s. <mode>-jobs/s counts claim, handler and ack per job;
 // <mode>-trips/job is the Store's round trips per job; <mode>-dbcpu-us/job
 // is the CPU time the database server used per job while draining (when
 // it runs on this machine, serverCPU: what bounds a drain here);
@@ -332,7 +332,7 @@ func BenchmarkQueuePush(b *testing.B) {
 // through a second Store (as another host would), so only the backend's
 // wake-up (KILL QUERY of the parked statement) can wake the worker; with
 // pusher=same through the worker's own queue.Client, whose in-process
-// wake-up ends the park at once. Target (issue 4): p50 <= 50 ms. idle-q/s
+// wake-up ends the park at once. Target: p50 <= 50 ms. idle-q/s
 // is the statements the worker's Store sends while the queue is idle
 // (measured over 5 s after the samples).
 func BenchmarkQueueEnqueueToStart(b *testing.B) {
@@ -439,7 +439,7 @@ func BenchmarkQueueDrainStore(b *testing.B) {
 // processes have), each one Work of concurrency and batch 4, no-op
 // handlers. Queues of 1 and 4 partitions (claim partition) alternate round
 // by round, so both see the same load. It is the measurement that kept the
-// default at 4 partitions rather than 1 (issue 13, docs/benchmarks.md):
+// default at 4 partitions rather than 1 (docs/benchmarks.md):
 // p1/p4 is how many times longer the one-partition queue took to drain.
 func BenchmarkQueueDrainHosts(b *testing.B) {
 	for _, hosts := range []int{2, 4} {

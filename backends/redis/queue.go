@@ -24,8 +24,9 @@ var _ backends.QueueAdmin = (*Store)(nil)
 //
 //	meta       hash: config (the QueueConfig as JSON, for ObserveQueues),
 //	           partitions, span, vis (µs), max_attempts, backoff (µs),
-//	           unique, max_payload, cursor (where claims of coordd
-//	           before issue 13 started their round robin; unused since)
+//	           unique, max_payload, cursor (where claims of older
+//	           coordd versions started their round robin over the
+//	           partitions; no longer read or written)
 //	ids        the id counter (INCR; recreated at TIME µs when missing)
 //	jobs       hash: id -> the job's record (cmsgpack of partition,
 //	           attempt, enqueued_at, available_at, owner, key, last_error)

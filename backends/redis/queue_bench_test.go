@@ -16,8 +16,9 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Queue benchmarks of issue 5 on the shared Redis (a key prefix of their
-// own). Each iteration does a fixed amount of work, so run them once:
+// Queue benchmarks with throughput and latency targets, on the shared
+// Redis (a key prefix of their own). Each iteration does a fixed amount of
+// work, so run them once:
 //
 //	go test -run '^$' -bench Queue -benchtime 1x ./backends/redis/
 //
@@ -50,7 +51,7 @@ const drainJobs = 50000
 // Drain set, no-op handlers: one Work with concurrency and batch 64
 // (workers=1x64) or 8 (workers=1x8), or 8 Works with concurrency and batch
 // 8 on one Store (workers=8x8, whose claims the Store groups). Target
-// (issue 5): >= 25,000 jobs/s. jobs/s counts claim, handler and ack per
+// >= 25,000 jobs/s. jobs/s counts claim, handler and ack per
 // job; trips/job is the Store's round trips per job while draining;
 // script-us/job the time Redis spent running scripts per job (INFO
 // commandstats: every client of the server counts, and the shared server
@@ -116,7 +117,7 @@ func BenchmarkQueueDrain(b *testing.B) {
 // the start of the handler on an idle queue: one Work (concurrency 8)
 // parked in WaitQueue's BLPOP between jobs, each push through a second
 // Store (as another host would, so only the wake list can wake the
-// worker) after a random 20-60 ms pause. Target (issue 5): p50 <= 5 ms.
+// worker) after a random 20-60 ms pause. Target: p50 <= 5 ms.
 // Then the queue stays idle for 6 s: idle-trips/s is what the worker's
 // Store sends meanwhile (Work claims and waits at most 5 s at a time:
 // one claim and one BLPOP per 5 s is the floor), and idle-blocking/s the

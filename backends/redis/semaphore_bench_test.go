@@ -36,9 +36,9 @@ func openSemBench(b *testing.B, n int) []*Store {
 
 // BenchmarkSemAcquireRelease is one client taking and giving back a slot
 // (TryAcquire then Release) against two sequential PINGs measured in the
-// same run. Targets (issue 5): x-two-pings <= 1.25, pairs/s >= 9,000.
-// distlock is the N = 1 alternative the issue names, SET NX PX with an
-// owner-checked release (with its fencing counter and holder record; its
+// same run. Targets: x-two-pings <= 1.25, pairs/s >= 9,000.
+// distlock is the N = 1 alternative, the Redis distlock pattern's SET NX
+// PX with an owner-checked release (with its fencing counter and holder record; its
 // release pushes no wake element and tells no expired lease, so it does a
 // little less than ours), measured to decide whether limit 1 needs its own
 // code path.
@@ -115,7 +115,7 @@ return 0
 
 // BenchmarkSemWakeup is the time from a release to the blocked waiter's
 // return from WaitSemaphore and successful TryAcquire, on another handle.
-// Target (issue 5): p99 <= 5 ms.
+// Target: p99 <= 5 ms.
 func BenchmarkSemWakeup(b *testing.B) {
 	ctx := context.Background()
 	ss := openSemBench(b, 2)

@@ -386,9 +386,10 @@ func TestSemWaitBoundedByLease(t *testing.T) {
 	}
 }
 
-// TestSemMaxWaiting is seed 003's scenario at the store level: on limit 1,
-// max_waiting 1, three arrivals while the first holds give one holder, one
-// waiter, and one refused at once; the waiter then gets the slot.
+// TestSemMaxWaiting is one runs, one waits, the rest are refused, at the
+// store level: on limit 1, max_waiting 1, three arrivals while the first
+// holds give one holder, one waiter, and one refused at once; the waiter
+// then gets the slot.
 func TestSemMaxWaiting(t *testing.T) {
 	t.Parallel()
 	s := openSemStores(t, 1)[0]

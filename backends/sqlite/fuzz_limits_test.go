@@ -9,8 +9,8 @@ import (
 )
 
 // FuzzLimits: the store accepts exactly the keys, payloads and host ids
-// the shared limits accept, and reads them back byte for byte (before
-// issue 14 it stored a 300-byte or invalid UTF-8 key, and any host id).
+// the shared limits accept, and reads them back byte for byte; a key of 300 bytes or of invalid
+// UTF-8, and a host id the limits refuse, are never stored.
 func FuzzLimits(f *testing.F) {
 	backendtest.FuzzLimits(f, func(tb testing.TB) backends.Backend {
 		return openStore(tb, filepath.Join(tb.TempDir(), "coordd.db"), backends.Options{Version: "0.1.0"})

@@ -1,12 +1,11 @@
 package main
 
-// Several hosts on one MariaDB or one Redis (issues 4 and 5, "Several
-// hosts"): three `coordd run` daemons with different --host-ids on a fresh
-// database of the shared MariaDB or a fresh key prefix of the shared Redis,
-// and clients and workers that name those hosts. Exactly-once cron and
-// leader failover are in daemon's TestThreeDaemonsEveryOccurrenceOnce (its
-// mysql and redis subtests); these cover the semaphore limit and the queue
-// under kill -9.
+// Several hosts on one MariaDB or one Redis: three `coordd run` daemons
+// with different --host-ids on a fresh database of the shared MariaDB or a
+// fresh key prefix of the shared Redis, and clients and workers that name
+// those hosts. Exactly-once cron and leader failover are in daemon's
+// TestThreeDaemonsEveryOccurrenceOnce (its mysql and redis subtests); these
+// cover the semaphore limit and the queue under kill -9.
 
 import (
 	"encoding/json"

@@ -67,8 +67,8 @@ func TestQueuePushKeyLimits(t *testing.T) {
 // TestHostIDFlagChecked: every command with --host-id refuses an invalid
 // one before it opens a backend, with its usage-error exit code (125 for
 // the commands that run a child, whose own codes pass through; 1
-// otherwise), and says what is wrong without echoing it raw. Before issue
-// 14 a host id with a newline and terminal escapes was stored as is.
+// otherwise), and says what is wrong without echoing it raw: a host id with a newline
+// and terminal escapes is never stored as is.
 func TestHostIDFlagChecked(t *testing.T) {
 	c := newCLI(t)
 	p := writeSpec(t, limitsSpec)

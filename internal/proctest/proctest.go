@@ -7,7 +7,7 @@
 //     the command itself with O_APPEND;
 //   - continuity checks over that log that need no precise timing.
 //
-// Issues 4–7 reuse it against MySQL, Redis and memcached by writing a spec
+// Tests reuse it against MySQL, Redis and memcached by writing a spec
 // with another backend.
 package proctest
 
