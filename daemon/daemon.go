@@ -303,69 +303,94 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer signal.Stop(own)
 		sigs = own
 	}
+	r := d.start(ctx)
+	defer r.stop()
+	defer r.stopServer()
+	sig, dup := d.waitForStop(ctx, sigs, r)
+	return d.shutdown(ctx, sigs, r, sig, dup)
+}
 
+// running is what start started and shutdown stops, in this order: stop
+// (no new claims; the loops end), the scheduler's shutdown, stopElector
+// (hands back the leader lease), stopServer, then wg.Wait.
+type running struct {
+	stop        context.CancelFunc // ends runCtx, the context of the loops and the scheduler
+	stopElector context.CancelFunc
+	stopServer  context.CancelFunc
+	wg          sync.WaitGroup // the elector, watcher, loops and listener
+	schedDone   chan error     // the scheduler's Run returned
+	// requestReload asks reloadLoop for a reload (coalesced).
+	requestReload func()
+}
+
+// start starts the elector, the scheduler, the reload loop, the spec
+// watcher, the leader, marker and host loops and, with a listener, the
+// HTTP server.
+func (d *Daemon) start(ctx context.Context) *running {
+	r := &running{schedDone: make(chan error, 1)}
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
+	r.stop = stop
 	elCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
-	wg.Add(1)
-	go func() { defer wg.Done(); d.elector.Run(elCtx) }()
-	schedDone := make(chan error, 1)
-	go func() { schedDone <- d.sched.Run(runCtx) }()
+	r.stopElector = stopElector
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.elector.Run(elCtx) }()
+	go func() { r.schedDone <- d.sched.Run(runCtx) }()
 	// Reloads run one at a time on their own goroutine, never in the
-	// signal loop below or in the watcher: a reload stuck in the file
-	// system must not keep SIGTERM from being handled. Requests made while
-	// one runs coalesce into one more. Shutdown does not wait for it, for
-	// the same reason; a reload that ends after shutdown began changes
-	// nothing (reload checks stopping).
+	// signal loop (waitForStop) or in the watcher: a reload stuck in the
+	// file system must not keep SIGTERM from being handled. Requests made
+	// while one runs coalesce into one more. Shutdown does not wait for
+	// it, for the same reason; a reload that ends after shutdown began
+	// changes nothing (reload checks stopping).
 	reloads := make(chan struct{}, 1)
-	requestReload := func() {
+	r.requestReload = func() {
 		select {
 		case reloads <- struct{}{}:
 		default:
 		}
 	}
 	go d.reloadLoop(runCtx, reloads)
-	wg.Add(1)
+	r.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer r.wg.Done()
 		w := &watcher{path: d.cfg.SpecPath, debounce: d.cfg.Debounce, poll: d.cfg.Poll}
-		if err := w.run(runCtx, requestReload); err != nil {
+		if err := w.run(runCtx, r.requestReload); err != nil {
 			d.log.Error("spec watcher stopped", "error", err)
 		}
 	}()
-	wg.Add(1)
-	go func() { defer wg.Done(); d.leaderLoop(runCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); d.markerLoop(runCtx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); d.hostLoop(runCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.leaderLoop(runCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.markerLoop(runCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.hostLoop(runCtx) }()
 	// The listener outlives runCtx: /healthz reports 503 while running
 	// commands finish, and it closes when Run returns.
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServer()
+	r.stopServer = stopServer
 	if d.ln != nil {
 		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String(), "dashboard", d.dash.h != nil)
-		wg.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.wg.Done()
 			if err := metrics.ServeHandler(srvCtx, d.ln, d.handler()); err != nil {
 				d.log.Error("metrics listener stopped", "error", err)
 			}
 		}()
 	}
-
 	d.log.Info("coordd running", "host", d.cfg.HostID, "spec", safetext.Line(d.cfg.SpecPath), "spec_hash", short(d.Spec().Hash()), "version", d.cfg.Version)
-	var sig os.Signal
-	// dup names the signal that ended ctx, whose copy on sigs is not a
-	// second signal (signalCause).
-	dup := ""
-loop:
+	return r
+}
+
+// waitForStop waits until ctx ends or a shutdown signal arrives; SIGHUP
+// meanwhile requests a reload. It returns the signal that asked for the
+// shutdown (nil when ctx ended) and dup, the name of the signal that ended
+// ctx, whose copy on sigs is not a second signal (signalCause).
+func (d *Daemon) waitForStop(ctx context.Context, sigs <-chan os.Signal, r *running) (sig os.Signal, dup string) {
+	schedDone := r.schedDone
 	for {
 		select {
 		case <-ctx.Done():
-			dup = signalCause(ctx)
-			break loop
+			return nil, signalCause(ctx)
 		case err := <-schedDone:
 			if err != nil && ctx.Err() == nil {
 				d.log.Error("scheduler stopped", "error", err)
@@ -374,18 +399,24 @@ loop:
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				d.log.Info("SIGHUP: reloading the spec")
-				requestReload()
+				r.requestReload()
 				continue
 			}
-			sig = s
-			break loop
+			return s, ""
 		}
 	}
+}
+
+// shutdown stops claiming, lets running commands finish within the grace
+// period (a second signal on sigs, other than SIGHUP or the copy dup of
+// the one that ended ctx, ends it early), hands back the leader lease,
+// stops what start started and closes the backends.
+func (d *Daemon) shutdown(ctx context.Context, sigs <-chan os.Signal, r *running, sig os.Signal, dup string) error {
 	d.log.Info("shutting down: no new claims; running commands may finish", "grace", d.cfg.ShutdownGrace, "signal", fmt.Sprint(sig))
 	d.mu.Lock()
 	d.stopping = true
 	d.mu.Unlock()
-	stop()
+	r.stop()
 	graceCtx, cancelGrace := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownGrace)
 	go func() {
 		for {
@@ -411,9 +442,9 @@ loop:
 	}
 	d.waitManualRuns(graceCtx)
 	cancelGrace()
-	stopElector()
-	stopServer()
-	wg.Wait()
+	r.stopElector()
+	r.stopServer()
+	r.wg.Wait()
 	d.lastHeartbeat(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -124,125 +124,161 @@ func (l *runLease) keep(ctx context.Context) {
 // started, if not nil, is called once when the command started or the run
 // ended without starting it.
 func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, stdout, stderr io.Writer, started func()) (backends.RunResult, int) {
-	def := t.def
-	var startedOnce sync.Once
-	markStarted := func() {
-		if started != nil {
-			startedOnce.Do(started)
-		}
+	r := s.newCronRun(ctx, cb, t, occ, sent, started)
+	defer r.stopRenewals()
+	if res, ok := r.acquireSlot(); !ok {
+		return r.record(res)
 	}
-	log := s.log.With("task", t.name, "scheduled_at", occ.ScheduledAt.UTC().Format(time.RFC3339Nano), "attempt", occ.Attempt, "run_id", occ.RunID)
-	ext := func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-		return s.extendOccurrence(ctx, cb, occ, lease)
+	if res, ok := r.renewBeforeStart(); !ok {
+		return r.record(res)
 	}
-	rl := &runLease{ext: ext, occ: occ, lease: def.RunLease, lastSent: sent, lost: make(chan struct{})}
-	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopKeep()
-	go rl.keep(kctx)
+	spec, out := r.childSpec(stdout, stderr)
+	p, err := r.startChild(spec)
+	if err != nil {
+		code := child.ExitCode(child.Result{StartErr: err})
+		return r.record(backends.RunResult{Status: backends.RunFailed, ExitCode: code, Error: err.Error()})
+	}
+	stopped := r.supervise(p, spec.Grace)
+	return r.record(r.classify(p.Wait(), stopped, out))
+}
+
+// cronRun is one claimed occurrence on its way from the claim to its
+// recorded result. Its phases, in order: acquireSlot (the task's
+// semaphore, if any), renewBeforeStart, childSpec and startChild,
+// supervise, classify and record. Every path ends in record, which also
+// ends the renewals of the run lease and of the slot.
+type cronRun struct {
+	s       *Scheduler
+	ctx     context.Context
+	cb      *cronBackend
+	t       *task
+	occ     backends.Occurrence
+	log     hclog.Logger
+	started func() // nil, or called once by markStarted
+	once    sync.Once
+
+	// The run lease, renewed in the background until stopKeep.
+	rl       *runLease
+	stopKeep context.CancelFunc
 
 	// The semaphore slot, once taken, and the end of its renewals.
-	var slot *semaphore.Lease
-	stopSlot := func() {}
+	slot     *semaphore.Lease
+	stopSlot func()
 	// The command's time limit: the task's timeout, or the semaphore's
 	// max_hold when that is shorter, so that a hung command cannot keep
 	// the slot renewed forever (the bound `sem run` holders have too).
-	timeout, timedOut := def.Timeout, fmt.Sprintf("timed out after %s", def.Timeout)
+	// timedOut is the error recorded when the limit stops it.
+	timeout  time.Duration
+	timedOut string
+}
 
-	finish := func(res backends.RunResult, code int) (backends.RunResult, int) {
-		markStarted()
-		// The command ended (or never started): the run no longer
-		// overlaps anything, though it stays live until recorded.
-		s.ended(occ.Owner)
-		// The slot goes first, so that the next holder need not wait for
-		// the record; the run lease is renewed meanwhile, and until the
-		// result is recorded (the record may wait for a burst's starts).
-		if slot != nil {
-			stopSlot()
-			releaseSlot(context.WithoutCancel(ctx), log, slot)
-		}
-		// A result that is not recorded leaves the run "running" until its
-		// lease expires (renewals stop below) and then counts it as a lost
-		// host: retry a blip.
-		err := retry.Final(context.WithoutCancel(ctx), retry.Budget, func(ctx context.Context) error {
-			fctx, cancel := context.WithTimeout(ctx, finishTimeout)
-			defer cancel()
-			return s.finishOccurrence(fctx, cb, occ, res)
-		}, func(err error, next time.Duration) {
-			if next > 0 {
-				log.Warn("recording the result failed; retrying", "status", res.Status, "retry_in", next, "error", err)
-			}
-		})
-		stopKeep()
-		if err != nil {
-			log.Warn("recording the result failed", "status", res.Status, "error", err)
-			if !errors.Is(err, backends.ErrLost) {
-				res.Status, res.Error = statusNotRecorded, err.Error()
-			}
-		}
-		log.Info("finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
-		if o := s.cfg.Observer; o != nil {
-			o.CronFinished(t.name, res.Status)
-		}
-		return res, code
+// newCronRun starts renewing the run lease of occ, claimed at sent.
+func (s *Scheduler) newCronRun(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, started func()) *cronRun {
+	def := t.def
+	r := &cronRun{
+		s: s, ctx: ctx, cb: cb, t: t, occ: occ, started: started,
+		log:      s.log.With("task", t.name, "scheduled_at", occ.ScheduledAt.UTC().Format(time.RFC3339Nano), "attempt", occ.Attempt, "run_id", occ.RunID),
+		stopSlot: func() {},
+		timeout:  def.Timeout,
+		timedOut: fmt.Sprintf("timed out after %s", def.Timeout),
 	}
+	ext := func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
+		return s.extendOccurrence(ctx, cb, occ, lease)
+	}
+	r.rl = &runLease{ext: ext, occ: occ, lease: def.RunLease, lastSent: sent, lost: make(chan struct{})}
+	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopKeep = stopKeep
+	go r.rl.keep(kctx)
+	return r
+}
 
-	// The semaphore slot is taken before the command starts, while the run
-	// lease is renewed.
-	if def.Semaphore != "" {
-		if s.cfg.Semaphore == nil {
-			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: "no semaphore resolver"}, exitCoorddFailed)
-		}
-		cl, cfg, err := s.cfg.Semaphore(def.Semaphore)
-		if err != nil {
-			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, exitCoorddFailed)
-		}
-		actx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-rl.lost:
-				cancel()
-			case <-actx.Done():
-			}
-		}()
-		acquired, err := cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
-		cancel()
-		if err != nil {
-			select {
-			case <-rl.lost:
-				return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost while waiting for the semaphore"}, child.ExitLeaseLost)
-			default:
-			}
-			return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, exitNotAcquired)
-		}
-		slot = acquired
-		if cfg.MaxHold > 0 && (timeout == 0 || cfg.MaxHold < timeout) {
-			timeout, timedOut = cfg.MaxHold, fmt.Sprintf("held semaphore %q longer than its max_hold %s", def.Semaphore, cfg.MaxHold)
-		}
-		sctx, cancelSlot := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancelSlot()
-		stopSlot = cancelSlot
-		go slot.KeepAlive(sctx, nil)
+// markStarted calls started, once.
+func (r *cronRun) markStarted() {
+	if r.started != nil {
+		r.once.Do(r.started)
 	}
-	// A claim (or a semaphore wait) that hung in a stalled backend leaves
-	// the command little of its lease: the supervisor would stop it at
-	// once. Renew first, so that it starts with a fresh lease.
-	if left := rl.trustLeft(); left < def.RunLease/2 && left > 0 {
-		if err := rl.extend(ctx, left); err != nil {
-			log.Debug("renewing the run lease before the start failed", "error", err)
-		}
-	}
-	if !rl.trusted() || rl.isLost() {
-		return finish(backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost before the start"}, child.ExitLeaseLost)
-	}
+}
 
+// stopRenewals ends the renewals of the slot and of the run lease (record
+// has done so already on every path; this is the backstop).
+func (r *cronRun) stopRenewals() {
+	r.stopSlot()
+	r.stopKeep()
+}
+
+// acquireSlot takes the task's semaphore slot, if it names a semaphore,
+// before the command starts, while the run lease is renewed. A wait is cut
+// short when the run lease is lost. It reports false with the result to
+// record when no slot was taken.
+func (r *cronRun) acquireSlot() (backends.RunResult, bool) {
+	def := r.t.def
+	if def.Semaphore == "" {
+		return backends.RunResult{}, true
+	}
+	if r.s.cfg.Semaphore == nil {
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: "no semaphore resolver"}, false
+	}
+	cl, cfg, err := r.s.cfg.Semaphore(def.Semaphore)
+	if err != nil {
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, false
+	}
+	actx, cancel := context.WithCancel(r.ctx)
+	go func() {
+		select {
+		case <-r.rl.lost:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	acquired, err := cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
+	cancel()
+	if err != nil {
+		select {
+		case <-r.rl.lost:
+			return backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost while waiting for the semaphore"}, false
+		default:
+		}
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("semaphore %q: %v", def.Semaphore, err)}, false
+	}
+	r.slot = acquired
+	if cfg.MaxHold > 0 && (r.timeout == 0 || cfg.MaxHold < r.timeout) {
+		r.timeout, r.timedOut = cfg.MaxHold, fmt.Sprintf("held semaphore %q longer than its max_hold %s", def.Semaphore, cfg.MaxHold)
+	}
+	sctx, cancelSlot := context.WithCancel(context.WithoutCancel(r.ctx))
+	r.stopSlot = cancelSlot
+	go r.slot.KeepAlive(sctx, nil)
+	return backends.RunResult{}, true
+}
+
+// renewBeforeStart makes sure the command starts with a trusted run lease.
+// A claim (or a semaphore wait) that hung in a stalled backend leaves the
+// command little of its lease: the supervisor would stop it at once.
+// Renew first, so that it starts with a fresh lease. It reports false with
+// the result to record when the lease is lost or no longer trusted.
+func (r *cronRun) renewBeforeStart() (backends.RunResult, bool) {
+	if left := r.rl.trustLeft(); left < r.t.def.RunLease/2 && left > 0 {
+		if err := r.rl.extend(r.ctx, left); err != nil {
+			r.log.Debug("renewing the run lease before the start failed", "error", err)
+		}
+	}
+	if !r.rl.trusted() || r.rl.isLost() {
+		return backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost before the start"}, false
+	}
+	return backends.RunResult{}, true
+}
+
+// childSpec builds the command's child.Spec, with its output copied to
+// stdout and stderr and the end of it kept in out for the record.
+func (r *cronRun) childSpec(stdout, stderr io.Writer) (child.Spec, *tail) {
+	def := r.t.def
 	out := &tail{}
 	spec := child.Spec{
 		Dir:    def.Workdir,
-		Env:    env(t, occ, slot),
+		Env:    env(r.t, r.occ, r.slot),
 		Stdout: io.MultiWriter(stdout, out),
 		Stderr: io.MultiWriter(stderr, out),
-		Lease:  def.RunLease, Margin: rl.margin(), Grace: min(def.RunLease/3, 10*time.Second),
-		Timeout: timeout, KillGrace: max(def.KillGrace, time.Millisecond),
+		Lease:  def.RunLease, Margin: r.rl.margin(), Grace: min(def.RunLease/3, 10*time.Second),
+		Timeout: r.timeout, KillGrace: max(def.KillGrace, time.Millisecond),
 		// Set by coordd's main; empty (no guard) in other programs. One
 		// guard process starts every command: a shim per command would
 		// cost a process start per run, which a burst of runs cannot
@@ -255,7 +291,7 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 		// one pipe and one copy less.
 		spec.Stderr = spec.Stdout
 	}
-	if f := s.cfg.ChildEnvUnset; f != nil {
+	if f := r.s.cfg.ChildEnvUnset; f != nil {
 		spec.Unset = f()
 	}
 	if len(def.Command.Argv) > 0 {
@@ -263,50 +299,58 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	} else {
 		spec.Shell = def.Command.Shell
 	}
+	return spec, out
+}
+
+// startChild starts the command, under the run lease's lock so that every
+// renewal from now on reaches the child.
+func (r *cronRun) startChild(spec child.Spec) (*child.Process, error) {
+	rl := r.rl
 	// AcquiredAt is the send time of the last renewal; renewals from now on
 	// reach the child.
 	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	spec.AcquiredAt = rl.lastSent
-	log.Info("starting")
-	if o := s.cfg.Observer; o != nil {
-		o.CronStarted(t.name, occ.ScheduledAt, occ.Attempt, time.Now())
+	r.log.Info("starting")
+	if o := r.s.cfg.Observer; o != nil {
+		o.CronStarted(r.t.name, r.occ.ScheduledAt, r.occ.Attempt, time.Now())
 	}
-	p, err := child.Start(ctx, spec)
-	markStarted()
+	p, err := child.Start(r.ctx, spec)
+	r.markStarted()
 	if err == nil {
 		rl.proc = p
 		// A renewal between reading lastSent and setting proc.
 		p.Renewed(rl.lastSent)
 	}
-	rl.mu.Unlock()
-	if err != nil {
-		code := child.ExitCode(child.Result{StartErr: err})
-		return finish(backends.RunResult{Status: backends.RunFailed, ExitCode: code, Error: err.Error()}, code)
-	}
+	return p, err
+}
 
-	lost := false
+// supervise waits for the command to end. When the run lease or the
+// semaphore slot is lost meanwhile, it stops the command: SIGTERM, then
+// SIGKILL after grace. It reports whether it stopped the command.
+func (r *cronRun) supervise(p *child.Process, grace time.Duration) bool {
+	stopped := false
 	var slotLost <-chan struct{}
-	if slot != nil {
-		slotLost = slot.Lost()
+	if r.slot != nil {
+		slotLost = r.slot.Lost()
 	}
-	runLost := rl.lost
-	grace := spec.Grace
-	for done := false; !done; {
-		stop := func(why string) {
-			if lost {
-				return
-			}
-			lost = true
-			log.Warn("stopping the command", "reason", why)
-			_ = p.Signal(syscall.SIGTERM)
-			go func() {
-				select {
-				case <-p.Done():
-				case <-time.After(grace):
-					_ = p.Signal(syscall.SIGKILL)
-				}
-			}()
+	runLost := r.rl.lost
+	stop := func(why string) {
+		if stopped {
+			return
 		}
+		stopped = true
+		r.log.Warn("stopping the command", "reason", why)
+		_ = p.Signal(syscall.SIGTERM)
+		go func() {
+			select {
+			case <-p.Done():
+			case <-time.After(grace):
+				_ = p.Signal(syscall.SIGKILL)
+			}
+		}()
+	}
+	for {
 		select {
 		case <-runLost:
 			runLost = nil
@@ -315,18 +359,20 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			slotLost = nil
 			stop("semaphore slot lost")
 		case <-p.Done():
-			done = true
+			return stopped
 		}
 	}
-	res := p.Wait()
+}
+
+// classify turns the command's end into the result to record; stopped
+// says whether supervise stopped it for a lost lease or slot.
+func (r *cronRun) classify(res child.Result, stopped bool, out *tail) backends.RunResult {
 	rr := backends.RunResult{ExitCode: child.ExitCode(res), Output: out.Bytes()}
-	code := rr.ExitCode
 	switch {
-	case lost || res.LeaseLost:
-		rr.Status, rr.Error, code = backends.RunLost, "lease lost: the command was stopped", child.ExitLeaseLost
-		rr.ExitCode = code
+	case stopped || res.LeaseLost:
+		rr.Status, rr.Error, rr.ExitCode = backends.RunLost, "lease lost: the command was stopped", child.ExitLeaseLost
 	case res.TimedOut:
-		rr.Status, rr.Error = backends.RunTimedOut, timedOut
+		rr.Status, rr.Error = backends.RunTimedOut, r.timedOut
 	case res.Canceled:
 		rr.Status, rr.Error = backends.RunLost, "stopped: coordd shut down or was interrupted"
 	case rr.ExitCode == 0:
@@ -339,7 +385,50 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 			rr.Error = fmt.Sprintf("exit status %d", rr.ExitCode)
 		}
 	}
-	return finish(rr, code)
+	return rr
+}
+
+// record ends the run: it frees the slot, records res and stops renewing
+// the run lease. It returns the result as recorded (statusNotRecorded when
+// recording failed) and res's exit code, the exit code for `cron run`.
+func (r *cronRun) record(res backends.RunResult) (backends.RunResult, int) {
+	ctx := context.WithoutCancel(r.ctx)
+	code := res.ExitCode
+	r.markStarted()
+	// The command ended (or never started): the run no longer
+	// overlaps anything, though it stays live until recorded.
+	r.s.ended(r.occ.Owner)
+	// The slot goes first, so that the next holder need not wait for
+	// the record; the run lease is renewed meanwhile, and until the
+	// result is recorded (the record may wait for a burst's starts).
+	if r.slot != nil {
+		r.stopSlot()
+		releaseSlot(ctx, r.log, r.slot)
+	}
+	// A result that is not recorded leaves the run "running" until its
+	// lease expires (renewals stop below) and then counts it as a lost
+	// host: retry a blip.
+	err := retry.Final(ctx, retry.Budget, func(ctx context.Context) error {
+		fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
+		return r.s.finishOccurrence(fctx, r.cb, r.occ, res)
+	}, func(err error, next time.Duration) {
+		if next > 0 {
+			r.log.Warn("recording the result failed; retrying", "status", res.Status, "retry_in", next, "error", err)
+		}
+	})
+	r.stopKeep()
+	if err != nil {
+		r.log.Warn("recording the result failed", "status", res.Status, "error", err)
+		if !errors.Is(err, backends.ErrLost) {
+			res.Status, res.Error = statusNotRecorded, err.Error()
+		}
+	}
+	r.log.Info("finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
+	if o := r.s.cfg.Observer; o != nil {
+		o.CronFinished(r.t.name, res.Status)
+	}
+	return res, code
 }
 
 // releaseSlot frees a run's semaphore slot, retrying a failure for

@@ -541,6 +541,8 @@ type semStatusJSON struct {
 	Instances []backends.InstanceState `json:"instances,omitempty"`
 }
 
+// semStatus is `coordd sem status [--json] [--key K] [NAME...]`: the
+// declared semaphores (or the named ones), each observed on its backend.
 func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	fs := newFlags(c, env)
 	path := specFlag(fs, env)
@@ -564,6 +566,31 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	if !ok {
 		return 1
 	}
+	names, byBackend, ok := semStatusNames(env, s, pos, *key)
+	if !ok {
+		return 1
+	}
+	states, lines, ok := observeSemStatus(ctx, env, s, byBackend)
+	if !ok {
+		return 1
+	}
+	out := make([]semStatusJSON, 0, len(names))
+	for _, n := range names {
+		out = append(out, semStatusRow(n, s.Semaphores[n].Backend, states[n], lines[n], *key))
+	}
+	if *asJSON {
+		_ = writeJSON(env.stdout, out)
+		return 0
+	}
+	writeSemStatusText(env, out)
+	return 0
+}
+
+// semStatusNames returns the semaphores to show (pos, or every declared
+// one in name order) and groups them by backend. It reports false, having
+// said why on stderr, when one is not declared or --key names an instance
+// of one that is not keyed.
+func semStatusNames(env *cliEnv, s *spec.Spec, pos []string, key string) ([]string, map[string][]string, bool) {
 	var names []string
 	if len(pos) > 0 {
 		names = pos
@@ -578,27 +605,35 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		sem := s.Semaphores[n]
 		if sem == nil {
 			fmt.Fprintf(env.stderr, "coordd sem status: semaphore %q is not declared\n", n)
-			return 1
+			return nil, nil, false
 		}
-		if *key != "" && !sem.Keyed {
+		if key != "" && !sem.Keyed {
 			fmt.Fprintf(env.stderr, "coordd sem status: semaphore %q is not keyed: --key does not apply\n", n)
-			return 1
+			return nil, nil, false
 		}
 		byBackend[sem.Backend] = append(byBackend[sem.Backend], n)
 	}
+	return names, byBackend, true
+}
+
+// observeSemStatus reads the state of each semaphore and, on a backend
+// that keeps one, its line of waiters, one backend at a time (opened read
+// only and closed again). A semaphore never applied has a nil state. It
+// reports false, having said why on stderr, when a backend fails.
+func observeSemStatus(ctx context.Context, env *cliEnv, s *spec.Spec, byBackend map[string][]string) (map[string]*backends.SemaphoreState, map[string][]backends.Waiter, bool) {
 	states := map[string]*backends.SemaphoreState{}
 	lines := map[string][]backends.Waiter{}
 	for bn, ns := range byBackend {
 		adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, bn, "semaphores", true)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
-			return 1
+			return nil, nil, false
 		}
 		m, err := adm.ObserveSemaphores(ctx, ns)
 		if err != nil {
 			b.Close()
 			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
-			return 1
+			return nil, nil, false
 		}
 		for n, st := range m {
 			states[n] = st
@@ -608,37 +643,44 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		}
 		b.Close()
 	}
-	out := make([]semStatusJSON, 0, len(names))
-	for _, n := range names {
-		row := semStatusJSON{Name: n, Backend: s.Semaphores[n].Backend, Holders: []backends.Holder{}}
-		if st := states[n]; st != nil {
-			row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
-			row.Mode = st.Config.Mode
-			row.Holders = append(row.Holders, st.Holders...)
-			row.Waiters, row.Line = st.Waiters, lines[n]
-			row.Keyed, row.Instances = st.Config.Keyed, st.Instances
-			if *key != "" {
-				// One instance: an idle one has no holder and no waiter.
-				row.Key, row.Holders, row.Waiters, row.Instances, row.Line = *key, []backends.Holder{}, 0, nil, nil
-				for _, i := range st.Instances {
-					if i.Key == *key {
-						row.Holders, row.Waiters = append(row.Holders, i.Holders...), i.Waiters
-						row.Instances = []backends.InstanceState{i}
-					}
-				}
-				for _, w := range lines[n] {
-					if w.Key == *key {
-						row.Line = append(row.Line, w)
-					}
-				}
+	return states, lines, true
+}
+
+// semStatusRow is semaphore n as `sem status` shows it, from its state st
+// (nil when not applied) and its line; with key, only that instance of a
+// keyed semaphore.
+func semStatusRow(n, backend string, st *backends.SemaphoreState, line []backends.Waiter, key string) semStatusJSON {
+	row := semStatusJSON{Name: n, Backend: backend, Holders: []backends.Holder{}}
+	if st == nil {
+		return row
+	}
+	row.Applied, row.Limit, row.Lease, row.Slots = true, st.Config.Limit, st.Config.Lease.String(), st.Slots
+	row.Mode = st.Config.Mode
+	row.Holders = append(row.Holders, st.Holders...)
+	row.Waiters, row.Line = st.Waiters, line
+	row.Keyed, row.Instances = st.Config.Keyed, st.Instances
+	if key != "" {
+		// One instance: an idle one has no holder and no waiter.
+		row.Key, row.Holders, row.Waiters, row.Instances, row.Line = key, []backends.Holder{}, 0, nil, nil
+		for _, i := range st.Instances {
+			if i.Key == key {
+				row.Holders, row.Waiters = append(row.Holders, i.Holders...), i.Waiters
+				row.Instances = []backends.InstanceState{i}
 			}
 		}
-		out = append(out, row)
+		for _, w := range line {
+			if w.Key == key {
+				row.Line = append(row.Line, w)
+			}
+		}
 	}
-	if *asJSON {
-		_ = writeJSON(env.stdout, out)
-		return 0
-	}
+	return row
+}
+
+// writeSemStatusText prints the rows of `sem status` as aligned text: a
+// line per semaphore, then its holders (per instance for a keyed one) and
+// its line of waiters.
+func writeSemStatusText(env *cliEnv, out []semStatusJSON) {
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	for _, r := range out {
 		if !r.Applied {
@@ -665,7 +707,6 @@ func semStatus(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		objectStatus{Line: r.Line}.writeLine(env, tw)
 	}
 	tw.Flush()
-	return 0
 }
 
 // writeHolders prints one line per holder, indented.
