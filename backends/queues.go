@@ -1,0 +1,147 @@
+package backends
+
+import (
+	"context"
+	"time"
+)
+
+// QueueConfig is a queue as the runtime enforces it.
+type QueueConfig struct {
+	Name              string        `json:"name"`
+	Partitions        int           `json:"partitions"`
+	VisibilityTimeout time.Duration `json:"visibility_timeout"`
+	MaxAttempts       int           `json:"max_attempts"`
+	RetryBackoff      time.Duration `json:"retry_backoff"`
+	Timeout           time.Duration `json:"timeout,omitempty"`
+	Unique            string        `json:"unique"`
+	MaxPayload        int64         `json:"max_payload"`
+	Claim             string        `json:"claim"`
+}
+
+// QueueState is what a backend observes of one queue.
+type QueueState struct {
+	Config QueueConfig `json:"config"`
+	// PartitionsPresent counts partition lock rows (or lists) present.
+	PartitionsPresent int `json:"partitions_present"`
+	// Ready counts the jobs waiting to be claimed, the Delayed ones
+	// included; ReadyNow is what the CLI and /metrics call ready.
+	Ready    int64 `json:"ready"`
+	InFlight int64 `json:"in_flight"`
+	Dead     int64 `json:"dead"`
+	// Delayed counts ready jobs whose available_at is in the future.
+	Delayed int64 `json:"delayed"`
+	// OldestReady is the enqueue time of the oldest ready job (zero: none).
+	OldestReady time.Time `json:"oldest_ready"`
+	// NextDelayed is when the first Delayed job becomes available (zero:
+	// none), for `queue work --drain` to say what it waits for.
+	NextDelayed time.Time `json:"next_delayed,omitempty"`
+	// Stranded counts jobs in partitions at or above Config.Partitions.
+	Stranded int64 `json:"stranded"`
+}
+
+// Jobs is the number of jobs a queue holds in any state.
+func (q *QueueState) Jobs() int64 { return q.Ready + q.InFlight + q.Dead }
+
+// ReadyNow counts the ready jobs that are available now: Ready without the
+// Delayed ones (a delayed push, a retry in its backoff). A job waiting
+// behind an earlier job of its key counts here too. coordd status, queue
+// stats and coordd_queue_ready all report this number.
+func (q *QueueState) ReadyNow() int64 { return q.Ready - q.Delayed }
+
+// QueueAdmin is reconcile's view of queues.
+type QueueAdmin interface {
+	// ObserveQueues observes many queues; absent ones are missing from the map.
+	ObserveQueues(ctx context.Context, names []string) (map[string]*QueueState, error)
+	// PutQueue creates or updates the queue and its partitions. Jobs in
+	// partitions that no longer exist move into the remaining ones in the
+	// same transaction, so none is lost. It returns how many moved.
+	PutQueue(ctx context.Context, cfg QueueConfig) (moved int64, err error)
+	// DeleteQueue removes the queue; with jobs left it returns ErrHasJobs
+	// unless force. Absent is not an error.
+	DeleteQueue(ctx context.Context, name string, force bool) error
+}
+
+// PayloadLimiter is implemented by a backend whose server bounds one job's
+// payload below spec.MaxPayloadCap whatever coordd does (MySQL's
+// max_allowed_packet, Redis's proto-max-bulk-len). Plan checks each queue's
+// max_payload against it, so that a queue never promises to take payloads
+// that every push would fail to store. A backend without it takes any
+// payload up to spec.MaxPayloadCap.
+type PayloadLimiter interface {
+	// MaxPayload is the largest payload, in bytes, that a push stores and
+	// a claim reads back with the server configured as it is now.
+	MaxPayload(ctx context.Context) (int64, error)
+}
+
+// Job is one queued job.
+type Job struct {
+	ID        int64  `json:"id"`
+	Queue     string `json:"queue"`
+	Partition int    `json:"partition"`
+	Payload   []byte `json:"-"`
+	// Key picks the partition and is the unique key when the queue has
+	// unique set.
+	Key         string    `json:"key,omitempty"`
+	Attempt     int       `json:"attempt"`
+	EnqueuedAt  time.Time `json:"enqueued_at"`
+	AvailableAt time.Time `json:"available_at"`
+	Owner       string    `json:"-"`          // set while claimed
+	ExpiresAt   time.Time `json:"expires_at"` // visibility deadline while claimed
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+// PushRequest enqueues one job.
+type PushRequest struct {
+	Payload []byte
+	// Key: jobs with one key run one at a time in push order (see
+	// Queues.Claim); empty spreads jobs over the partitions. With unique, a
+	// second push of a key returns the existing job and ErrDuplicate.
+	Key   string
+	Delay time.Duration
+}
+
+// Queues is the runtime side of queues.
+type Queues interface {
+	// Push enqueues a job (ErrPayloadTooLarge, ErrNotFound; ErrDuplicate
+	// with the existing job). It first runs CheckPush: a key outside
+	// spec.CheckKey is spec.ErrInvalidKey, with nothing written.
+	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
+	// Claim takes up to max claimable jobs, oldest (lowest id: push order)
+	// first, whatever their partition, each leased to owner for the queue's
+	// visibility timeout and counted as an attempt. A job whose visibility
+	// expired is ready again; one whose attempts are used up moves to the
+	// dead set instead. No job and no error when none is claimable.
+	//
+	// A ready job is claimable once its available_at has passed, except a
+	// job with a key (claim partition), which is claimable only while no
+	// job of its key is in flight and no ready job of its key (delayed ones
+	// included) is older: the jobs of one key run one at a time, in push
+	// order, and a claim takes at most one of them. A retried job keeps its
+	// id, so the next job of its key waits through its backoff; an expired
+	// lease keeps the key until a claim sweeps it, and the job then comes
+	// first; a dead job no longer holds its key. MySQL's claim skip_locked
+	// orders nothing: it takes available jobs in (available_at, id) order
+	// and ignores keys.
+	Claim(ctx context.Context, queue, owner string, max int) ([]Job, error)
+	// Ack deletes a finished job if j.Owner still holds it (ErrLost).
+	Ack(ctx context.Context, j Job) error
+	// Retry returns a failed job to the queue after the queue's
+	// retry_backoff, or moves it to the dead set when its attempts are used
+	// up, if j.Owner still holds it (ErrLost).
+	Retry(ctx context.Context, j Job, reason string) error
+	// ExtendJob renews j.Owner's visibility lease (ErrLost).
+	ExtendJob(ctx context.Context, j Job) (time.Time, error)
+	// ReturnJob puts a job j.Owner still holds (ErrLost) back as ready now,
+	// in its place in its partition, with the attempt its claim counted
+	// taken back and last_error kept: the job was never tried (a worker
+	// whose command cannot start). A job never goes to the dead set here.
+	ReturnJob(ctx context.Context, j Job) error
+	// WaitQueue blocks until a job may be ready, max elapsed or ctx ended.
+	WaitQueue(ctx context.Context, queue string, max time.Duration) error
+	// Dead lists dead jobs, oldest first.
+	Dead(ctx context.Context, queue string, limit int) ([]Job, error)
+	// RequeueDead makes every dead job ready again with attempts reset.
+	RequeueDead(ctx context.Context, queue string) (int64, error)
+	// PurgeDead deletes every dead job.
+	PurgeDead(ctx context.Context, queue string) (int64, error)
+}
