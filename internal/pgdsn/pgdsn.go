@@ -156,7 +156,9 @@ func parseKeywords(dsn string) (*Settings, error) {
 	return s, nil
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // Redact returns dsn with its password replaced by "****", or the whole
 // DSN hidden when it does not parse (it might hold a password anywhere).
