@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -83,7 +82,7 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("postgres %q: parse dsn: %w", name, errors.Unwrap(err))
+		return nil, fmt.Errorf("postgres %q: parse dsn: %w", name, err)
 	}
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
