@@ -30,12 +30,12 @@ const backendTypeList = "sqlite, mysql, postgres, redis or memcached"
 var backendFields = map[string][]string{
 	TypeSQLite:    {"type", "path"},
 	TypeMySQL:     {"type", "dsn", "table_prefix"},
-	TypePostgres:  {"type", "dsn", "schema", "table_prefix"},
+	TypePostgres:  {"type", "dsn", "schema", "table_prefix", "wake"},
 	TypeRedis:     {"type", "url", "sentinel", "key_prefix", "durable"},
 	TypeMemcached: {"type", "servers", "key_prefix"},
 }
 
-var allBackendFields = []string{"type", "path", "dsn", "schema", "table_prefix", "url", "sentinel", "key_prefix", "durable", "servers"}
+var allBackendFields = []string{"type", "path", "dsn", "schema", "table_prefix", "wake", "url", "sentinel", "key_prefix", "durable", "servers"}
 
 // sentinelFields are the fields of a redis backend's sentinel.
 var sentinelFields = []string{"master", "addrs", "db", "username", "password", "sentinel_password"}
@@ -190,6 +190,7 @@ func (l *loader) postgres(fs *fieldSet, b *Backend) {
 			fs.errf("table_prefix", "must be at most 32 letters, digits or \"_\", got %s", quote(v))
 		}
 	}
+	b.Wake, _ = fs.enum("wake", WakeNotify, WakeNotify, WakePoll)
 }
 
 // MaxMemcachedKeyPrefix bounds a memcached key_prefix in bytes. memcached

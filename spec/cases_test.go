@@ -179,6 +179,8 @@ var badCases = []badCase{
 		pos: "a.yaml:2:29", msg: `sslmode "on" is not one of disable, allow, prefer, require, verify-ca, verify-full`},
 	{name: "postgres schema not an identifier", files: one("backends:\n  db: {type: postgres, dsn: \"postgres://db1/c\", schema: \"a;drop\"}\n"),
 		pos: "a.yaml:2:57", msg: `backends.db.schema: must be a lower-case identifier`},
+	{name: "postgres wake unknown", files: one("backends:\n  db: {type: postgres, dsn: \"postgres://db1/c\", wake: listen}\n"),
+		pos: "a.yaml:2:55", msg: `backends.db.wake: must be one of notify, poll; got "listen"`},
 	{name: "schema on a mysql backend", files: one("backends:\n  db: {type: mysql, dsn: \"u@tcp(h)/d\", schema: x}\n"),
 		pos: "a.yaml:2:40", msg: `backends.db: field "schema" does not apply to mysql backends (it is for postgres)`},
 	{name: "missing backend type", files: one("backends:\n  db: {path: x.db}\n"),

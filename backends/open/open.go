@@ -52,6 +52,7 @@ func open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		}
 		return s, nil
 	case spec.TypePostgres:
+		opts.PollWake = b.Wake == spec.WakePoll
 		s, err := postgres.Open(ctx, b.Name, b.DSN, b.Schema, b.TablePrefix, opts)
 		if err != nil {
 			return nil, err

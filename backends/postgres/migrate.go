@@ -78,7 +78,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("create schema %s: %w", s.schema, err)
 		}
 		return sqlstore.Migrate(ctx, c, s.dialect, qCreateMigrations, ms, s.opts.Version, func(m migration.File) error {
-			return c.Script(ctx, s.indexNames(m.SQL))
+			return c.Script(ctx, strings.ReplaceAll(s.indexNames(m.SQL), "{channel}", channelName(s.schema, s.prefix)))
 		})
 	})
 	if err != nil {

@@ -62,6 +62,10 @@ type Store struct {
 	db      *sql.DB
 	dialect *sqlstore.Dialect
 	pool    *sqlstore.Pool
+	// listen wakes idle queue workers on NOTIFY (wake.go), unless
+	// pollWake.
+	listen   *listener
+	pollWake bool
 }
 
 // Open connects to the database named by dsn (a postgres:// URL or
@@ -98,7 +102,8 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db}
+	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake}
+	s.listen = &listener{cfg: cfg.Copy(), channel: channelName(schema, tablePrefix)}
 	s.dialect = newDialect(schema, tablePrefix)
 	s.pool = &sqlstore.Pool{
 		SQL: db, D: s.dialect, ReadOnly: opts.ReadOnly, Autocommit: true, Attempts: txAttempts,
@@ -148,6 +153,7 @@ func (s *Store) RoundTrips() uint64 { return s.pool.RoundTrips() }
 
 // Close closes the handle's connections.
 func (s *Store) Close() error {
+	s.listen.close()
 	s.pool.Close()
 	return s.db.Close()
 }
