@@ -29,6 +29,9 @@ func TestPromiseCronRunsAppliedDefinition(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		cronRunsApplied(t, fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db}\n", testenv.MySQLDSN(t)))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		cronRunsApplied(t, fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd}\ncluster: {backend: db}\n", testenv.PostgresDSN(t)))
+	})
 	t.Run("redis", func(t *testing.T) {
 		url, prefix := testenv.RedisURL(t)
 		cronRunsApplied(t, fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\ncluster: {backend: db}\n", url, prefix))

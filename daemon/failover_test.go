@@ -42,6 +42,13 @@ func TestThreeDaemonsEveryOccurrenceOnce(t *testing.T) {
   db: {type: mysql, dsn: %q, table_prefix: "t3_"}
 cluster: {backend: db, leader_lease: 2s}`, dsn))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := testenv.PostgresDSN(t)
+		threeDaemons(t, fmt.Sprintf(`backends:
+  db: {type: postgres, dsn: %q, schema: coordd, table_prefix: "t3_"}
+cluster: {backend: db, leader_lease: 2s}`, dsn))
+	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		url, prefix := testenv.RedisURL(t)

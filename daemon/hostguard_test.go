@@ -65,6 +65,9 @@ func TestHostIDConflictAcrossMachines(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		hostIDConflict(t, fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q, table_prefix: \"hg_\"}\n", testenv.MySQLDSN(t)))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		hostIDConflict(t, fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"hg_\"}\n", testenv.PostgresDSN(t)))
+	})
 	t.Run("redis", func(t *testing.T) {
 		url, prefix := testenv.RedisURL(t)
 		hostIDConflict(t, fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\n", url, prefix))

@@ -38,6 +38,12 @@ func TestHostLossRetriedWithDefaults(t *testing.T) {
   db: {type: mysql, dsn: %q, table_prefix: "hl_"}
 cluster: {backend: db, leader_lease: 2s}`, testenv.MySQLDSN(t)))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		hostLossRetried(t, fmt.Sprintf(`backends:
+  db: {type: postgres, dsn: %q, schema: coordd, table_prefix: "hl_"}
+cluster: {backend: db, leader_lease: 2s}`, testenv.PostgresDSN(t)))
+	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		url, prefix := testenv.RedisURL(t)

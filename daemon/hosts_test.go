@@ -97,6 +97,9 @@ func TestHostsDifferentSpecs(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		hostsDifferentSpecs(t, fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q, table_prefix: \"hr_\"}\ncluster: {backend: db}\n", testenv.MySQLDSN(t)))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		hostsDifferentSpecs(t, fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"hr_\"}\ncluster: {backend: db}\n", testenv.PostgresDSN(t)))
+	})
 	t.Run("redis", func(t *testing.T) {
 		url, prefix := testenv.RedisURL(t)
 		hostsDifferentSpecs(t, fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\ncluster: {backend: db}\n", url, prefix))

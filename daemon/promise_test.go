@@ -86,8 +86,9 @@ func TestPromiseRunExitsWhenBackendUnreachable(t *testing.T) {
 	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
 	// Port 1 on loopback: nothing listens, the dial is refused at once.
 	for typ, decl := range map[string]string{
-		"redis": `{type: redis, url: "redis://127.0.0.1:1/0"}`,
-		"mysql": `{type: mysql, dsn: "root@tcp(127.0.0.1:1)/coordd"}`,
+		"redis":    `{type: redis, url: "redis://127.0.0.1:1/0"}`,
+		"mysql":    `{type: mysql, dsn: "root@tcp(127.0.0.1:1)/coordd"}`,
+		"postgres": `{type: postgres, dsn: "postgres://postgres@127.0.0.1:1/coordd?sslmode=disable"}`,
 	} {
 		t.Run(typ, func(t *testing.T) {
 			writeFile(t, specPath, "backends:\n  far: "+decl+"\nsemaphores:\n  s: {limit: 1}\n")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/mysql"
+	"github.com/coordd/coordd/backends/postgres"
 	"github.com/coordd/coordd/backends/redis"
 	"github.com/coordd/coordd/internal/testenv"
 )
@@ -36,6 +37,20 @@ func clusterStores(t *testing.T) map[string]func(t *testing.T) func() leaderStor
 			dsn := testenv.MySQLDSN(t)
 			return func() leaderStore {
 				s, err := mysql.Open(context.Background(), "db", dsn, "coordd_", backends.Options{Version: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				if err := s.Migrate(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+		},
+		"postgres": func(t *testing.T) func() leaderStore {
+			dsn := testenv.PostgresDSN(t)
+			return func() leaderStore {
+				s, err := postgres.Open(context.Background(), "pg", dsn, "coordd", "coordd_", backends.Options{Version: "test"})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/memcached"
 	"github.com/coordd/coordd/backends/mysql"
+	"github.com/coordd/coordd/backends/postgres"
 	"github.com/coordd/coordd/backends/redis"
 	"github.com/coordd/coordd/internal/testenv"
 	"github.com/coordd/coordd/metrics"
@@ -39,6 +40,17 @@ func openEvery(t *testing.T) map[string]func(t *testing.T) store {
 		},
 		"mysql": func(t *testing.T) store {
 			s, err := mysql.Open(ctx, "db", testenv.MySQLDSN(t), "coordd_", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"postgres": func(t *testing.T) store {
+			s, err := postgres.Open(ctx, "pg", testenv.PostgresDSN(t), "coordd", "coordd_", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,16 +132,80 @@ func TestPromiseSemaphoreMetricsEveryBackend(t *testing.T) {
 // TestPromiseScrapeBoundedBySlowBackend: "Semaphores and queues are
 // observed ... bounded by 3 s: a slow backend shows as
 // coordd_backend_observe_successful 0 and does not hang the scrape". The
-// slow backend is a real MariaDB whose semaphore tables another session
-// holds under LOCK TABLES ... WRITE, so every read of them waits.
+// slow backend is a real server whose semaphore tables another session
+// holds locked, so every read of them waits: on MariaDB under LOCK TABLES
+// ... WRITE, on PostgreSQL under LOCK TABLE ... IN ACCESS EXCLUSIVE MODE in
+// an open transaction.
 func TestPromiseScrapeBoundedBySlowBackend(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.MySQLDSN(t)
-	st, err := mysql.Open(ctx, "db", dsn, "coordd_", backends.Options{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	t.Run("mysql", func(t *testing.T) {
+		dsn := testenv.MySQLDSN(t)
+		st, err := mysql.Open(ctx, "db", dsn, "coordd_", backends.Options{Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		scrapeBoundedBySlowBackend(t, st, func() func() {
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.ExecContext(ctx, "LOCK TABLES coordd_semaphores WRITE, coordd_semaphore_slots WRITE, coordd_semaphore_waiters WRITE"); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				defer conn.Close()
+				if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := testenv.PostgresDSN(t)
+		st, err := postgres.Open(ctx, "db", dsn, "coordd", "coordd_", backends.Options{Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		scrapeBoundedBySlowBackend(t, st, func() func() {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tables := st.Table("semaphores") + ", " + st.Table("semaphore_slots") + ", " + st.Table("semaphore_waiters")
+			if _, err := tx.ExecContext(ctx, "LOCK TABLE "+tables+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				_ = tx.Rollback()
+				t.Fatal(err)
+			}
+			return func() {
+				if err := tx.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+// scrapeBoundedBySlowBackend migrates st, a backend named db, and scrapes
+// its semaphore s before, while and after lock holds its semaphore tables
+// (until the function lock returns is called).
+func scrapeBoundedBySlowBackend(t *testing.T, st interface {
+	store
+	backends.Migrator
+}, lock func() (unlock func())) {
+	t.Helper()
+	ctx := context.Background()
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -142,28 +218,15 @@ func TestPromiseScrapeBoundedBySlowBackend(t *testing.T) {
 		t.Fatalf("before the stall:\n%s", body)
 	}
 
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "LOCK TABLES coordd_semaphores WRITE, coordd_semaphore_slots WRITE, coordd_semaphore_waiters WRITE"); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lock()
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Get(base + "/metrics")
 	if err != nil {
+		unlock()
 		t.Fatalf("a scrape while the backend stalls did not answer: %v", err)
 	}
 	body := readAll(t, resp)
-	if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	if resp.StatusCode != http.StatusOK || !hasLine(body, `coordd_backend_observe_successful{backend="db"} 0`) {
 		t.Fatalf("scrape while the backend stalls = %d:\n%s", resp.StatusCode, body)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/backends"
@@ -29,15 +30,15 @@ import (
 // cluster state lives on x where x can hold it, else on a local file.
 
 var (
-	clusterTypes = []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypeRedis}
-	objectTypes  = []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypeRedis, spec.TypeMemcached}
+	clusterTypes = []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypePostgres, spec.TypeRedis}
+	objectTypes  = []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypePostgres, spec.TypeRedis, spec.TypeMemcached}
 )
 
 // target is backend x of one type, on its own database, key prefix or file.
 type target struct {
 	typ  string
 	decl string // the YAML flow mapping declaring x
-	dsn  string // mysql
+	dsn  string // mysql and postgres
 	url  string // redis
 	addr string // memcached
 	pfx  string // redis and memcached key prefix
@@ -54,6 +55,9 @@ func newTarget(t *testing.T, typ string) *target {
 	case spec.TypeMySQL:
 		x.dsn = testenv.MySQLDSN(t)
 		x.decl = fmt.Sprintf("{type: mysql, dsn: %q}", x.dsn)
+	case spec.TypePostgres:
+		x.dsn = testenv.PostgresDSN(t)
+		x.decl = fmt.Sprintf("{type: postgres, dsn: %q, schema: coordd}", x.dsn)
 	case spec.TypeRedis:
 		x.url, x.pfx = testenv.RedisURL(t)
 		x.decl = fmt.Sprintf("{type: redis, url: %q, key_prefix: %q}", x.url, x.pfx)
@@ -90,6 +94,21 @@ func (x *target) written(t *testing.T) bool {
 		defer db.Close()
 		var n int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	case spec.TypePostgres:
+		db, err := sql.Open("pgx", x.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		// A table anywhere, or a schema besides the ones every database has.
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM information_schema.tables
+			WHERE table_schema NOT IN ('pg_catalog', 'information_schema'))
+			+ (SELECT COUNT(*) FROM pg_namespace
+			WHERE nspname NOT IN ('public', 'information_schema') AND nspname NOT LIKE 'pg\_%')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0
