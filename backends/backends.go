@@ -107,6 +107,10 @@ type Options struct {
 	// always and no replicas to fail over to). A restart then holds no
 	// semaphore (LossGuard).
 	Durable bool
+	// PollWake: idle queue workers poll instead of waiting for the
+	// server's notifications (PostgreSQL behind PgBouncer in transaction
+	// mode, where LISTEN does not work): spec wake: poll.
+	PollWake bool
 }
 
 // Backend is implemented by every backend.

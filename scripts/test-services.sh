@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-services.sh: make sure MariaDB, Redis and memcached are reachable for the
+# test-services.sh: make sure MariaDB, PostgreSQL, Redis and memcached are reachable for the
 # tests, run the tests, and tear down whatever this script started.
 #
 # Usage:
@@ -11,7 +11,8 @@
 # For each service:
 #   1. If its COORDD_TEST_* variable is already set, that server is used as-is.
 #   2. Otherwise, if the standard local instance answers (127.0.0.1:3306 as root
-#      with no password, 127.0.0.1:6379, 127.0.0.1:11211), it is used.
+#      with no password, 127.0.0.1:5432 as postgres with trust authentication,
+#      127.0.0.1:6379, 127.0.0.1:11211), it is used.
 #   3. Otherwise a PRIVATE instance is started on 127.0.0.1 (standard port if
 #      free, else a random free one) with its data in a temporary directory; it
 #      is stopped and the directory deleted when this script exits. Missing
@@ -19,6 +20,7 @@
 #
 # Environment:
 #   COORDD_TEST_MYSQL_DSN      e.g. root@tcp(127.0.0.1:3306)/   (go-sql-driver/mysql DSN)
+#   COORDD_TEST_POSTGRES_DSN   e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 #   COORDD_TEST_REDIS_URL      e.g. redis://127.0.0.1:6379/0
 #   COORDD_TEST_MEMCACHED      e.g. 127.0.0.1:11211
 #   COORDD_TEST_FORCE_PRIVATE  =1: start private instances even when standard ones answer
@@ -37,8 +39,8 @@ set -euo pipefail
 # Settings
 # ---------------------------------------------------------------------------
 
-readonly MYSQL_STD_PORT=3306 REDIS_STD_PORT=6379 MEMCACHED_STD_PORT=11211
-readonly MYSQL_START_TIMEOUT=90 REDIS_START_TIMEOUT=20 MEMCACHED_START_TIMEOUT=20 # seconds
+readonly MYSQL_STD_PORT=3306 POSTGRES_STD_PORT=5432 REDIS_STD_PORT=6379 MEMCACHED_STD_PORT=11211
+readonly MYSQL_START_TIMEOUT=90 POSTGRES_START_TIMEOUT=90 REDIS_START_TIMEOUT=20 MEMCACHED_START_TIMEOUT=20 # seconds
 readonly STOP_TIMEOUT=30                                                          # seconds
 FORCE_PRIVATE=${COORDD_TEST_FORCE_PRIVATE:-0}
 [[ $FORCE_PRIVATE == 1 || $FORCE_PRIVATE == true ]] && FORCE_PRIVATE=1 || FORCE_PRIVATE=0
@@ -119,6 +121,37 @@ mysql_ok() {
 		# Note: mysqladmin ping succeeds even on "access denied"; it only proves liveness.
 		"$admin" --no-defaults --protocol=TCP -h "$host" -P "$port" -u root \
 			--connect-timeout=3 ping </dev/null >/dev/null 2>&1
+	else
+		return 0
+	fi
+}
+
+# postgres_bin NAME -> path of a PostgreSQL program: PATH, then the newest of
+# Debian's /usr/lib/postgresql/<version>/bin.
+postgres_bin() {
+	local dir
+	if command -v "$1" >/dev/null 2>&1; then
+		command -v "$1"
+		return 0
+	fi
+	for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV); do
+		if [[ -x $dir/$1 ]]; then
+			echo "$dir/$1"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# postgres_ok HOST PORT: true if a PostgreSQL server there lets the user
+# postgres into the database postgres without a password. Falls back to a
+# bare TCP check when psql is not installed.
+postgres_ok() {
+	local host=$1 port=$2 psql
+	tcp_open "$host" "$port" || return 1
+	if psql=$(postgres_bin psql); then
+		PGCONNECT_TIMEOUT=3 "$psql" -X -w -h "$host" -p "$port" -U postgres -d postgres \
+			-Atc 'SELECT 1' </dev/null >/dev/null 2>&1
 	else
 		return 0
 	fi
@@ -355,6 +388,45 @@ start_mariadb() {
 	log "private MariaDB ready on 127.0.0.1:$port in $(since "$start") (install-db + start; data in $dir)"
 }
 
+# as_postgres CMD...: run CMD as the system user postgres when root
+# (PostgreSQL refuses to run as root), else as ourselves.
+as_postgres() {
+	if is_root; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+start_postgres() {
+	local port=$1 dir initdb server start pid
+	ensure_workdir
+	dir=$WORKDIR/postgres
+	mkdir -p "$dir"
+	initdb=$(postgres_bin initdb) || die "initdb not found"
+	server=$(postgres_bin postgres) || die "postgres not found"
+	if is_root; then
+		id postgres >/dev/null 2>&1 || die "the system user postgres is missing (install postgresql)"
+		chmod 711 "$WORKDIR"
+		chown postgres: "$dir"
+	fi
+	start=$(now_ms)
+	as_postgres "$initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C \
+		>"$dir/initdb.log" 2>&1 </dev/null || {
+		show_log "$dir/initdb.log"
+		die "initdb failed (log above: $dir/initdb.log)"
+	}
+	# fsync off: a crash of the server (not of the machine) loses nothing
+	# committed; these are throwaway test clusters.
+	as_postgres "$server" -D "$dir/data" -p "$port" -c listen_addresses=127.0.0.1 \
+		-c unix_socket_directories="$dir" -c max_connections=500 -c fsync=off \
+		</dev/null >"$dir/server.log" 2>&1 &
+	pid=$!
+	track PostgreSQL "$pid"
+	wait_ready PostgreSQL "$pid" "$POSTGRES_START_TIMEOUT" "$dir/server.log" postgres_ok 127.0.0.1 "$port"
+	log "private PostgreSQL ready on 127.0.0.1:$port in $(since "$start") (initdb + start; data in $dir)"
+}
+
 start_redis() {
 	local port=$1 dir server start pid
 	ensure_workdir
@@ -394,7 +466,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v go >/dev/null 2>&1 || die "go is not installed (see https://go.dev/doc/install)"
 
 # 1. Decide, per service, whether we must start a private instance.
-need_mysql=0 need_redis=0 need_memcached=0
+need_mysql=0 need_postgres=0 need_redis=0 need_memcached=0
 if [[ -n ${COORDD_TEST_MYSQL_DSN:-} ]]; then
 	log "MariaDB/MySQL: using COORDD_TEST_MYSQL_DSN from the environment"
 elif ((!FORCE_PRIVATE)) && mysql_ok 127.0.0.1 "$MYSQL_STD_PORT"; then
@@ -402,6 +474,14 @@ elif ((!FORCE_PRIVATE)) && mysql_ok 127.0.0.1 "$MYSQL_STD_PORT"; then
 	export COORDD_TEST_MYSQL_DSN="root@tcp(127.0.0.1:$MYSQL_STD_PORT)/"
 else
 	need_mysql=1
+fi
+if [[ -n ${COORDD_TEST_POSTGRES_DSN:-} ]]; then
+	log "PostgreSQL: using COORDD_TEST_POSTGRES_DSN from the environment"
+elif ((!FORCE_PRIVATE)) && postgres_ok 127.0.0.1 "$POSTGRES_STD_PORT"; then
+	log "PostgreSQL: using the running server on 127.0.0.1:$POSTGRES_STD_PORT"
+	export COORDD_TEST_POSTGRES_DSN="postgres://postgres@127.0.0.1:$POSTGRES_STD_PORT/postgres?sslmode=disable"
+else
+	need_postgres=1
 fi
 if [[ -n ${COORDD_TEST_REDIS_URL:-} ]]; then
 	log "Redis: using COORDD_TEST_REDIS_URL from the environment"
@@ -427,6 +507,10 @@ if ((need_mysql)); then
 	{ find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null 2>&1 ||
 		missing+=(mariadb-server)
 fi
+if ((need_postgres)); then
+	{ postgres_bin initdb && postgres_bin postgres && postgres_bin psql; } >/dev/null 2>&1 ||
+		missing+=(postgresql)
+fi
 ((need_redis)) && ! find_bin redis-server >/dev/null && missing+=(redis-server)
 ((need_memcached)) && ! find_bin memcached >/dev/null && missing+=(memcached)
 if (($# == 0)); then
@@ -443,7 +527,7 @@ if ((${#missing[@]})); then
 	else
 		die "not running as root, so cannot install: ${missing[*]}
     Install them with:  sudo apt-get install -y --no-install-recommends ${missing[*]}
-    (or point COORDD_TEST_MYSQL_DSN / COORDD_TEST_REDIS_URL / COORDD_TEST_MEMCACHED at servers you run yourself)"
+    (or point COORDD_TEST_MYSQL_DSN / COORDD_TEST_POSTGRES_DSN / COORDD_TEST_REDIS_URL / COORDD_TEST_MEMCACHED at servers you run yourself)"
 	fi
 fi
 
@@ -454,6 +538,12 @@ if ((need_mysql)); then
 	pick_port "$MYSQL_STD_PORT"
 	start_mariadb "$PORT"
 	export COORDD_TEST_MYSQL_DSN="root@tcp(127.0.0.1:$PORT)/"
+fi
+if ((need_postgres)); then
+	((FORCE_PRIVATE)) || log "PostgreSQL: nothing usable on 127.0.0.1:$POSTGRES_STD_PORT (postgres, trust); starting a private instance"
+	pick_port "$POSTGRES_STD_PORT"
+	start_postgres "$PORT"
+	export COORDD_TEST_POSTGRES_DSN="postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 fi
 if ((need_redis)); then
 	((FORCE_PRIVATE)) || log "Redis: nothing usable on 127.0.0.1:$REDIS_STD_PORT; starting a private instance"
@@ -469,6 +559,7 @@ if ((need_memcached)); then
 fi
 
 log "COORDD_TEST_MYSQL_DSN=$COORDD_TEST_MYSQL_DSN"
+log "COORDD_TEST_POSTGRES_DSN=$COORDD_TEST_POSTGRES_DSN"
 log "COORDD_TEST_REDIS_URL=$COORDD_TEST_REDIS_URL"
 log "COORDD_TEST_MEMCACHED=$COORDD_TEST_MEMCACHED"
 

@@ -11,25 +11,31 @@ import (
 	"strings"
 
 	"github.com/coordd/coordd/internal/mysqldsn"
+	"github.com/coordd/coordd/internal/pgdsn"
 	"go.yaml.in/yaml/v3"
 )
 
 // The backends section: each backend's fields by its type, its connection
 // fields expanded from variables and secret files, and what can be checked
 // of them before a connection is made (a MySQL DSN by the driver's rules,
+// a PostgreSQL DSN by libpq's,
 // a Redis URL, memcached servers and key prefix).
 
-var backendTypes = []string{TypeSQLite, TypeMySQL, TypeRedis, TypeMemcached}
+var backendTypes = []string{TypeSQLite, TypeMySQL, TypePostgres, TypeRedis, TypeMemcached}
+
+// backendTypeList is backendTypes for messages.
+const backendTypeList = "sqlite, mysql, postgres, redis or memcached"
 
 // backendFields lists the fields each backend type accepts.
 var backendFields = map[string][]string{
 	TypeSQLite:    {"type", "path"},
 	TypeMySQL:     {"type", "dsn", "table_prefix"},
+	TypePostgres:  {"type", "dsn", "schema", "table_prefix", "wake"},
 	TypeRedis:     {"type", "url", "sentinel", "key_prefix", "durable"},
 	TypeMemcached: {"type", "servers", "key_prefix"},
 }
 
-var allBackendFields = []string{"type", "path", "dsn", "table_prefix", "url", "sentinel", "key_prefix", "durable", "servers"}
+var allBackendFields = []string{"type", "path", "dsn", "schema", "table_prefix", "wake", "url", "sentinel", "key_prefix", "durable", "servers"}
 
 // sentinelFields are the fields of a redis backend's sentinel.
 var sentinelFields = []string{"master", "addrs", "db", "username", "password", "sentinel_password"}
@@ -63,7 +69,7 @@ func (l *loader) decodeBackends(s *Spec) {
 		}
 		b := &Backend{Name: name, Pos: d.file.posOf(d.key)}
 		if !fs.has("type") {
-			fs.missing("type", " (sqlite, mysql, redis or memcached)")
+			fs.missing("type", " ("+backendTypeList+")")
 			continue
 		}
 		t, ok := fs.str("type", false)
@@ -71,7 +77,7 @@ func (l *loader) decodeBackends(s *Spec) {
 			continue
 		}
 		if !contains(backendTypes, t) {
-			fs.errf("type", "unknown backend type %s%s; use sqlite, mysql, redis or memcached", quote(t), didYouMean(t, backendTypes))
+			fs.errf("type", "unknown backend type %s%s; use %s", quote(t), didYouMean(t, backendTypes), backendTypeList)
 			continue
 		}
 		b.Type = t
@@ -113,6 +119,8 @@ func (l *loader) decodeBackends(s *Spec) {
 					fs.errf("table_prefix", "must be at most 32 letters, digits or \"_\", got %s", quote(v))
 				}
 			}
+		case TypePostgres:
+			l.postgres(fs, b)
 		case TypeRedis:
 			switch {
 			case fs.has("url") && fs.has("sentinel"):
@@ -148,6 +156,41 @@ func (l *loader) decodeBackends(s *Spec) {
 		}
 		s.Backends[name] = b
 	}
+}
+
+// schemaRE is a PostgreSQL schema name coordd accepts: an unquoted
+// identifier of at most 63 bytes (NAMEDATALEN), lower case so that it
+// reads the same quoted or not.
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// postgres reads a postgres backend's fields: dsn (a URL or keyword/value
+// string), schema (default public) and table_prefix (default coordd_).
+func (l *loader) postgres(fs *fieldSet, b *Backend) {
+	if !fs.has("dsn") {
+		fs.missing("dsn", ", e.g. \"postgres://coordd:${DB_PASSWORD}@db1:5432/coordd?sslmode=verify-full\"")
+	} else if v, checkable, ok := l.expandField(fs, "dsn", true); ok {
+		b.DSN = v
+		if checkable {
+			if _, err := pgdsn.Parse(v); err != nil {
+				fs.errf("dsn", "is not a valid PostgreSQL DSN (a postgres:// URL or keyword=value pairs): %s", scrubSecret(err.Error(), v))
+			}
+		}
+	}
+	b.Schema = "public"
+	if v, checkable, ok := l.expandField(fs, "schema", false); ok {
+		b.Schema = v
+		if checkable && !schemaRE.MatchString(v) {
+			fs.errf("schema", "must be a lower-case identifier of at most 63 letters, digits or \"_\" (not starting with a digit), got %s", quote(v))
+		}
+	}
+	b.TablePrefix = defaultTablePrefix
+	if v, checkable, ok := l.expandField(fs, "table_prefix", false); ok {
+		b.TablePrefix = v
+		if checkable && !tablePrefixRE.MatchString(v) {
+			fs.errf("table_prefix", "must be at most 32 letters, digits or \"_\", got %s", quote(v))
+		}
+	}
+	b.Wake, _ = fs.enum("wake", WakeNotify, WakeNotify, WakePoll)
 }
 
 // MaxMemcachedKeyPrefix bounds a memcached key_prefix in bytes. memcached

@@ -14,7 +14,7 @@ func TestSpecLinksNoDatabaseDriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
-	banned := []string{"database/sql", "github.com/go-sql-driver/", "modernc.org/sqlite", "github.com/redis/", "github.com/bradfitz/gomemcache"}
+	banned := []string{"database/sql", "github.com/go-sql-driver/", "github.com/jackc/", "modernc.org/sqlite", "github.com/redis/", "github.com/bradfitz/gomemcache"}
 	deps := strings.Fields(string(out))
 	if len(deps) < 10 {
 		t.Fatalf("go list -deps listed %d packages: %q", len(deps), out)

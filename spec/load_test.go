@@ -698,6 +698,10 @@ func TestRedactSecrets(t *testing.T) {
 		{`bad value: xyzhunter2`, "u:hunter2@tcp(h)/d", `bad value: xyz****`},
 		{`short pw abc in abc`, "u:abc@tcp(h)/d", `short pw **** in ****`},
 		{`no password here`, "u@tcp(h)/d", `no password here`},
+		{`failed to connect to user=u: password s3cr3t-pw refused`, "host=db1 user=u password=s3cr3t-pw", `failed to connect to user=u: password **** refused`},
+		{`bad quoted s3 cr3t here`, "host=db1 password='s3 cr3t' user=u", `bad quoted **** here`},
+		{`cannot parse password='unterminated pw`, "host=db1 password='unterminated pw", `cannot parse password='****`},
+		{`connect postgres://u:pgpass99@db1/c failed`, "postgres://u:pgpass99@db1/c", `connect postgres://u:****@db1/c failed`},
 	}
 	for _, c := range cases {
 		if got := RedactSecrets(c.msg, c.value); got != c.want {

@@ -36,7 +36,7 @@ const (
 	maxMaxPayload          = MaxPayloadCap
 	positive               = time.Nanosecond // duration lower bound for "> 0"
 	implicitStoreFile      = "coordd.db"
-	memcachedClusterAdvice = "memcached cannot hold cluster state (inventory, leader lease); use sqlite, mysql or redis"
+	memcachedClusterAdvice = "memcached cannot hold cluster state (inventory, leader lease); use sqlite, mysql, postgres or redis"
 )
 
 func (l *loader) decodeCluster(s *Spec) {
@@ -150,7 +150,7 @@ func (l *loader) objectBackend(fs *fieldSet) (name, typ string) {
 // notOnMemcached reports an object of a kind memcached cannot hold.
 func notOnMemcached(fs *fieldSet, name, typ, what string) {
 	if typ == TypeMemcached {
-		fs.errf("backend", "backend %s is memcached, which holds semaphores only; put %s on a sqlite, mysql or redis backend", quote(name), what)
+		fs.errf("backend", "backend %s is memcached, which holds semaphores only; put %s on a sqlite, mysql, postgres or redis backend", quote(name), what)
 	}
 }
 
@@ -200,7 +200,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 			if v, ok := fs.intRange("max_waiting", 0, 0, 0); ok {
 				o.MaxWaiting = &v
 				if typ == TypeMemcached {
-					fs.errf("max_waiting", "memcached keeps no line of waiters, so it cannot bound them; backend %s is memcached (drop max_waiting, or put the semaphore on sqlite, mysql or redis)", quote(o.Backend))
+					fs.errf("max_waiting", "memcached keeps no line of waiters, so it cannot bound them; backend %s is memcached (drop max_waiting, or put the semaphore on sqlite, mysql, postgres or redis)", quote(o.Backend))
 				}
 			}
 		}
@@ -208,7 +208,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 		if o.Keyed = fs.boolean("keyed"); o.Keyed {
 			switch {
 			case typ == TypeMemcached:
-				fs.errf("keyed", "memcached cannot hold keyed semaphores: it cannot list a semaphore's instances (to drain them) and keeps no line of waiters; backend %s is memcached (put the semaphore on sqlite, mysql or redis)", quote(o.Backend))
+				fs.errf("keyed", "memcached cannot hold keyed semaphores: it cannot list a semaphore's instances (to drain them) and keeps no line of waiters; backend %s is memcached (put the semaphore on sqlite, mysql, postgres or redis)", quote(o.Backend))
 			case modeOK && o.Mode == ModeSession:
 				fs.errf("keyed", "keyed needs mode lease: in mode session a slot is a MySQL named lock that no row records, so an instance's holders could not be listed or drained")
 			}

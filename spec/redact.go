@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"github.com/coordd/coordd/internal/pgdsn"
+
 	"errors"
 	"net/url"
 	"regexp"
@@ -89,15 +91,25 @@ func urlPassword(u string) (colon, at int) {
 // message before it reaches the user.
 func scrubSecret(msg, value string) string { return RedactSecrets(msg, value) }
 
-// secretSpans lists the parts of value, a MySQL DSN or a redis URL, that
-// may hold a password, splitting it every way a parser might: as a DSN
-// (user:password@...), as a URL, and as a DSN whose "@" is missing, where
-// the driver takes user:password for the network's name.
+// secretSpans lists the parts of value, a MySQL DSN, a PostgreSQL DSN or
+// a redis URL, that may hold a password, splitting it every way a parser
+// might: as a DSN (user:password@...), as a URL, as a DSN whose "@" is
+// missing, where the driver takes user:password for the network's name,
+// and as PostgreSQL keyword/value pairs (password=...).
 func secretSpans(value string) []string {
 	var out []string
 	add := func(colon, at int) {
 		if colon >= 0 && at > colon+1 {
 			out = append(out, value[colon+1:at])
+		}
+	}
+	if loc := pgPasswordRE.FindStringIndex(value); loc != nil && !strings.Contains(value, "://") {
+		if s, err := pgdsn.Parse(value); err == nil && s.Password.End > s.Password.Start {
+			out = append(out, value[s.Password.Start:s.Password.End])
+		} else if rest := strings.Trim(value[loc[1]:], " '"); err != nil && rest != "" {
+			// Keyword/value pairs that do not parse: hide all after
+			// the keyword.
+			out = append(out, rest)
 		}
 	}
 	if strings.Contains(value, "://") {
@@ -116,6 +128,10 @@ func secretSpans(value string) []string {
 	}
 	return out
 }
+
+// pgPasswordRE finds the password keyword of PostgreSQL keyword/value
+// pairs.
+var pgPasswordRE = regexp.MustCompile(`(^|\s)password\s*=`)
 
 // minFragment is the shortest piece of a password that RedactSecrets
 // hides wherever it appears: a driver's message may quote a piece of a

@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"github.com/coordd/coordd/internal/pgdsn"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,7 +25,11 @@ type hashBackend struct {
 func (s *Spec) Hash() string {
 	bs := make(map[string]hashBackend, len(s.Backends))
 	for n, b := range s.Backends {
-		bs[n] = hashBackend{Backend: *b, DSN: RedactDSN(b.DSN), URL: RedactURL(b.URL)}
+		dsn := RedactDSN(b.DSN)
+		if b.Type == TypePostgres {
+			dsn = pgdsn.Redact(b.DSN)
+		}
+		bs[n] = hashBackend{Backend: *b, DSN: dsn, URL: RedactURL(b.URL)}
 	}
 	doc := struct {
 		Backends   map[string]hashBackend `json:"backends"`

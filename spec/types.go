@@ -54,6 +54,7 @@ func (p Pos) String() string {
 const (
 	TypeSQLite    = "sqlite"
 	TypeMySQL     = "mysql"
+	TypePostgres  = "postgres"
 	TypeRedis     = "redis"
 	TypeMemcached = "memcached"
 )
@@ -70,9 +71,14 @@ type Backend struct {
 
 	// sqlite
 	Path string `json:"path,omitempty"` // absolute after load
-	// mysql
+	// mysql, postgres
 	DSN         string `json:"-"` // may hold a password: never printed; see RedactedDSN
 	TablePrefix string `json:"table_prefix,omitempty"`
+	// postgres: the schema that holds coordd's tables.
+	Schema string `json:"schema,omitempty"`
+	// postgres: how idle queue workers learn of new jobs: WakeNotify
+	// (LISTEN/NOTIFY) or WakePoll (behind PgBouncer in transaction mode).
+	Wake string `json:"wake,omitempty"`
 	// redis
 	URL string `json:"-"` // may hold a password: never printed; see RedactedURL
 	// Sentinel, instead of URL, finds the primary through Redis Sentinel.
@@ -108,8 +114,9 @@ const (
 	ModeSession = "session"
 	ModeCounter = "counter"
 
-	WakePoll = "poll"
-	WakeKill = "kill"
+	WakePoll   = "poll"
+	WakeKill   = "kill"
+	WakeNotify = "notify"
 
 	CatchUpNone = "none"
 	CatchUpOnce = "once"

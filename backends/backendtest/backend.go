@@ -17,7 +17,7 @@ func testBackend(t *testing.T, h Harness) {
 		if b.Name() == "" {
 			t.Error("Name is empty")
 		}
-		types := []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypeRedis, spec.TypeMemcached}
+		types := []string{spec.TypeSQLite, spec.TypeMySQL, spec.TypePostgres, spec.TypeRedis, spec.TypeMemcached}
 		if !slices.Contains(types, b.Type()) {
 			t.Errorf("Type = %q, want one of %v", b.Type(), types)
 		}

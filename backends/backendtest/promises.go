@@ -22,6 +22,10 @@ var contract = map[string]map[string]bool{
 		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
 		"WakeRepairer": true, "PayloadLimiter": true,
 	},
+	spec.TypePostgres: {
+		"Migrator": true, "StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
+		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
+	},
 	spec.TypeRedis: {
 		"StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
 		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,

@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/memcached"
 	"github.com/coordd/coordd/backends/mysql"
+	"github.com/coordd/coordd/backends/postgres"
 	"github.com/coordd/coordd/backends/redis"
 	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/spec"
@@ -46,6 +47,13 @@ func open(ctx context.Context, b *spec.Backend, opts backends.Options) (backends
 		return s, nil
 	case spec.TypeMySQL:
 		s, err := mysql.Open(ctx, b.Name, b.DSN, b.TablePrefix, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case spec.TypePostgres:
+		opts.PollWake = b.Wake == spec.WakePoll
+		s, err := postgres.Open(ctx, b.Name, b.DSN, b.Schema, b.TablePrefix, opts)
 		if err != nil {
 			return nil, err
 		}

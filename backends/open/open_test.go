@@ -68,6 +68,24 @@ func TestOpenMySQL(t *testing.T) {
 	}
 }
 
+func TestOpenPostgres(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	b, err := open.Open(t.Context(), &spec.Backend{Name: "cluster", Type: spec.TypePostgres, DSN: dsn, Schema: "coordd", TablePrefix: "coordd_"}, backends.Options{Version: "0.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "cluster" || b.Type() != spec.TypePostgres {
+		t.Errorf("opened %s %s, want cluster postgres", b.Name(), b.Type())
+	}
+	if err := b.(backends.Migrator).Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if _, err := b.(backends.StateStore).LoadState(t.Context()); err != nil {
+		t.Fatalf("load state: %v", err)
+	}
+}
+
 func TestOpenMySQLError(t *testing.T) {
 	for _, sb := range []*spec.Backend{
 		{Name: "x", Type: spec.TypeMySQL, DSN: "not a dsn"},
@@ -132,6 +150,10 @@ func TestOpenErrorsHideThePassword(t *testing.T) {
 		{spec.Backend{Type: spec.TypeMySQL, DSN: "root:Wr0ng-Passw0rd-x@tcp(" + host + ")/coordd_none"}, []string{"Wr0ng-Passw0rd-x"}, "Access denied"},
 		{spec.Backend{Type: spec.TypeRedis, URL: "redis://u:q7Zr/ab#c?d@127.0.0.1:6379/0"}, []string{"q7Zr", "ab#c?d"}, "invalid port"},
 		{spec.Backend{Type: spec.TypeRedis, URL: "redis://u:Zq9%zzQ@127.0.0.1:6379/0"}, []string{"Zq9", "zzQ"}, "invalid URL escape"},
+		{spec.Backend{Type: spec.TypePostgres, DSN: "host=127.0.0.1 user=u password='Unterm1natedSecret"}, []string{"Unterm1natedSecret"}, "parse dsn"},
+		{spec.Backend{Type: spec.TypePostgres, DSN: "postgres://u:Pg%zzSecret99@127.0.0.1/x"}, []string{"Pg%zzSecret99", "Secret99"}, "parse dsn"},
+		{spec.Backend{Type: spec.TypePostgres, DSN: "postgres://u:RefusedSecret7@127.0.0.1:1/x?connect_timeout=5"}, []string{"RefusedSecret7"}, "127.0.0.1"},
+		{spec.Backend{Type: spec.TypePostgres, DSN: "host=127.0.0.1 port=1 user=u password=KwSecret8x connect_timeout=5"}, []string{"KwSecret8x"}, "127.0.0.1"},
 	}
 	for _, c := range cases {
 		c.b.Name = "db"

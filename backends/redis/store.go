@@ -42,7 +42,8 @@ type Store struct {
 func Open(ctx context.Context, name, url, keyPrefix string, opts backends.Options) (*Store, error) {
 	o, err := goredis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis %q: parse url %s: %w", name, spec.RedactURL(url), err)
+		// url.Parse's error quotes the whole URL, password included.
+		return nil, fmt.Errorf("redis %q: parse url %s: %s", name, spec.RedactURL(url), spec.RedactSecrets(spec.URLError(err), url))
 	}
 	// The pool's own retries would send a script twice after a timeout;
 	// every caller here decides itself whether a call may be repeated.

@@ -327,6 +327,12 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	case waitSig != nil:
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", t.label(), waitSig)
 		return 128 + int(waitSig.(syscall.Signal))
+	case *noWait && semaphore.Unreachable(err):
+		// --no-wait waits for nothing, the backend included: it could not
+		// be asked now, a temporary failure as a busy semaphore is (75),
+		// not a configuration error (125).
+		fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: backend %q could not be reached (--no-wait): %v\n", t.label(), t.local.Backend, err)
+		return child.ExitNotAcquired
 	case errors.Is(err, backends.ErrNotFound):
 		fmt.Fprintf(env.stderr, "coordd sem run: semaphore %q is not applied on backend %q; run coordd apply (%v)\n", name, t.local.Backend, err)
 		return child.ExitCoorddFailed

@@ -24,6 +24,9 @@ type server struct {
 	args        []string
 	dir         string
 	stopTimeout time.Duration
+	// cred, when set, runs the server as another user (PostgreSQL
+	// refuses to run as root).
+	cred *syscall.Credential
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -49,7 +52,7 @@ func (s *server) start(t testing.TB, addr string, timeout time.Duration, ping fu
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so that a ^C meant for go test does not reach
 	// it first; SIGKILL if this process dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 	err = cmd.Start()
 	logf.Close()
 	if err != nil {

@@ -203,3 +203,38 @@ func TestMemcachedAddr(t *testing.T) {
 		t.Fatalf("Delete: %v", err)
 	}
 }
+
+// TestPostgresDSNIsolatesAndDrops: each call gets a database of its own,
+// which is gone after the test.
+func TestPostgresDSNIsolatesAndDrops(t *testing.T) {
+	var name string
+	t.Run("use", func(t *testing.T) {
+		dsn := PostgresDSN(t)
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.QueryRowContext(ctxT(t), `SELECT current_database()`).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(name, DatabasePrefix) {
+			t.Fatalf("database %q, want %s<hex>", name, DatabasePrefix)
+		}
+		if other := PostgresDSN(t); other == dsn {
+			t.Fatalf("two calls returned the same database %s", dsn)
+		}
+	})
+	db, err := sql.Open("pgx", env(EnvPostgresDSN, DefaultPostgresDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctxT(t), `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("database %s still exists after its test", name)
+	}
+}

@@ -26,7 +26,7 @@ var (
 	qCronPut = Query{
 		SQL: `INSERT INTO {p}cron_tasks AS t (name, def, next_exec, updated, fencing) VALUES (?, ?, ?, {now}, {now})
 ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated = excluded.updated,
-  next_exec = CASE WHEN ? THEN excluded.next_exec ELSE t.next_exec END`,
+  next_exec = CASE WHEN ? <> 0 THEN excluded.next_exec ELSE t.next_exec END`,
 		MySQL: `INSERT INTO {p}cron_tasks (name, def, next_exec, updated, fencing) VALUES (?, ?, ?, {now}, {now})
 ON DUPLICATE KEY UPDATE def = VALUES(def), updated = VALUES(updated),
   next_exec = IF(?, VALUES(next_exec), next_exec)`,

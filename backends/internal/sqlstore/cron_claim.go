@@ -69,7 +69,7 @@ WHERE task = ? AND status = 'running' AND expires_at > {now})`}
 	// lease µs, finished (bool), error.
 	qCronInsert = Query{SQL: `INSERT INTO {p}cron_occurrences
   (task, scheduled_at, attempt, run_id, fencing, manual, owner, host, status, started_at, expires_at, finished_at, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now} + ?, CASE WHEN ? THEN {now} END, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now} + ?, CASE WHEN ? <> 0 THEN {now} END, ?)
 ON CONFLICT (task, scheduled_at, attempt) DO NOTHING
 RETURNING started_at, expires_at`}
 

@@ -114,8 +114,38 @@ type Dialect struct {
 	// a skip reason) into one its text columns accept, where the database
 	// refuses some strings (invalid UTF-8, NUL). Nil: stored as is.
 	StorableText func(string) string
+	// BoolAsInt sends a bound bool as the integer 0 or 1: the shared code
+	// binds bools to integer columns (flags), which SQLite and MySQL
+	// convert and PostgreSQL's strict types refuse.
+	BoolAsInt bool
 
 	texts sync.Map // template -> rendered text
+}
+
+// Args returns the arguments of a statement as the database takes them
+// (BoolAsInt); args itself when nothing changes.
+func (d *Dialect) Args(args []any) []any {
+	if !d.BoolAsInt {
+		return args
+	}
+	var out []any
+	for i, a := range args {
+		b, ok := a.(bool)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = int64(0)
+		if b {
+			out[i] = int64(1)
+		}
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 // maxCachedText bounds the templates Text caches: the constants, not the

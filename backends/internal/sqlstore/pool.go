@@ -351,6 +351,7 @@ func (c *Tx) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 func (c *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	c.p.trips.Add(1)
 	query = c.p.D.Render(query)
+	args = c.p.D.Args(args)
 	if c.p.Prepare {
 		st, err := c.stmt(ctx, query)
 		if err != nil {
@@ -368,6 +369,7 @@ func (c *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, e
 func (c *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	c.p.trips.Add(1)
 	query = c.p.D.Render(query)
+	args = c.p.D.Args(args)
 	if c.p.Prepare {
 		st, err := c.stmt(ctx, query)
 		if err != nil {
@@ -387,6 +389,7 @@ func (c *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 func (c *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	c.p.trips.Add(1)
 	query = c.p.D.Render(query)
+	args = c.p.D.Args(args)
 	if c.p.Prepare {
 		if st, err := c.stmt(ctx, query); err == nil {
 			return st.QueryRowContext(ctx, args...)

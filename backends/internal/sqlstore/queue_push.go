@@ -20,10 +20,10 @@ var (
 	// (Core.Push). Arguments: queue, key, whether running jobs count.
 	qJobDuplicate = Query{
 		SQL: "SELECT " + jobColumns + ` FROM {p}queue_jobs
-WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? AND state = 'running'))
+WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? <> 0 AND state = 'running'))
 ORDER BY id LIMIT 1`,
 		MySQL: "SELECT " + jobColumns + ` FROM {p}queue_jobs{index queue_jobs_unique}
-WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? AND state = 'running'))
+WHERE queue = ? AND unique_key = ? AND (state = 'ready' OR (? <> 0 AND state = 'running'))
 ORDER BY id LIMIT 1 FOR UPDATE`,
 	}
 

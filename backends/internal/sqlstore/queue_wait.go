@@ -77,3 +77,40 @@ func (s *Core) mayClaim(ctx context.Context, queue string) (bool, error) {
 	}
 	return may, nil
 }
+
+// qJobNextWake is qJobMayClaim and, when nothing may be claimed yet, how
+// long until something may without a push: the next delayed job comes due
+// or a running job's visibility ends (µs; NULL: nothing pending). No row:
+// the queue is absent. Argument: queue. least() skipping NULLs is
+// PostgreSQL's, the one store that wakes this way.
+var qJobNextWake = Query{SQL: `SELECT EXISTS (SELECT 1 FROM {p}queue_jobs j{index queue_jobs_ready}
+  WHERE j.queue = q.name AND ` + jobClaimable + `)
+  OR EXISTS (SELECT 1 FROM {p}queue_jobs
+  WHERE queue = q.name AND state = 'running' AND expires_at <= {now}),
+  least((SELECT min(available_at) FROM {p}queue_jobs WHERE queue = q.name AND state = 'ready' AND available_at > {now}),
+        (SELECT min(expires_at) FROM {p}queue_jobs WHERE queue = q.name AND state = 'running')) - {now}
+FROM {p}queues q WHERE q.name = ?`}
+
+// NextWake reports whether a job of queue may be claimable now and, if
+// not, how long until one may become so by the clock alone (a delayed job
+// due, a visibility ending; 0: nothing is pending): for a store that
+// learns of pushes from the database (PostgreSQL's LISTEN) and must wake
+// by itself for the rest. An absent queue, or a store without its tables,
+// may: Claim then says why.
+func (s *Core) NextWake(ctx context.Context, queue string) (may bool, next time.Duration, err error) {
+	d := s.DB.Dialect()
+	var in sql.NullInt64
+	err = s.DB.Direct(ctx, func(c Conn) error {
+		return c.QueryRow(ctx, d.Text(qJobNextWake), queue).Scan(&may, &in)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || d.IsNoSuchTable(err):
+		return true, 0, nil
+	case err != nil:
+		return false, 0, err
+	}
+	if in.Valid {
+		next = max(time.Duration(in.Int64)*time.Microsecond, time.Millisecond)
+	}
+	return may, next, nil
+}

@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
+	"github.com/coordd/coordd/spec"
+)
+
+// ErrReadOnly is returned by every write on a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = sqlstore.ErrReadOnly
+
+// Compile-time checks of the capabilities the store implements.
+var (
+	_ backends.Backend        = (*Store)(nil)
+	_ backends.Migrator       = (*Store)(nil)
+	_ backends.StateStore     = (*Store)(nil)
+	_ backends.SemaphoreAdmin = (*Store)(nil)
+	_ backends.Semaphores     = (*Store)(nil)
+	_ backends.Waiters        = (*Store)(nil)
+	_ backends.Leader         = (*Store)(nil)
+	_ backends.CronAdmin      = (*Store)(nil)
+	_ backends.Crons          = (*Store)(nil)
+	_ backends.QueueAdmin     = (*Store)(nil)
+	_ backends.Queues         = (*Store)(nil)
+	_ backends.DeadJobs       = (*Store)(nil)
+	_ backends.DeadJobReader  = (*Store)(nil)
+)
+
+// txAttempts bounds the runs of a write transaction that PostgreSQL rolled
+// back (a deadlock, a serialisation failure, a lock it could not take).
+const txAttempts = 6
+
+// Identifier rules, checked again here because the names are spliced into
+// SQL text (quoted): the spec loader's rules for schema and table_prefix.
+var (
+	schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	prefixPattern = regexp.MustCompile(`^[a-zA-Z0-9_]{0,32}$`)
+)
+
+// Store is one handle on a PostgreSQL database. It is safe for concurrent
+// use; several Stores (on one host or many) may share one database, schema
+// and prefix.
+type Store struct {
+	// Core is what every SQL store shares: the cluster's state, hosts,
+	// the leader lease, semaphores, cron, queues.
+	sqlstore.Core
+
+	name    string
+	schema  string
+	prefix  string
+	opts    backends.Options
+	db      *sql.DB
+	dialect *sqlstore.Dialect
+	pool    *sqlstore.Pool
+	// listen wakes idle queue workers on NOTIFY (wake.go), unless
+	// pollWake.
+	listen   *listener
+	pollWake bool
+}
+
+// Open connects to the database named by dsn (a postgres:// URL or
+// keyword/value pairs, as libpq reads them) and checks that it answers.
+// coordd's tables live in schema (created by Migrate when missing), named
+// with tablePrefix. It does not migrate; call Migrate. Every session runs
+// in UTC; nothing coordd stores depends on the zone, but messages read the
+// same on every host.
+func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backends.Options) (*Store, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	if !schemaPattern.MatchString(schema) {
+		return nil, fmt.Errorf("postgres %q: invalid schema %q", name, schema)
+	}
+	if !prefixPattern.MatchString(tablePrefix) {
+		return nil, fmt.Errorf("postgres %q: invalid table prefix %q", name, tablePrefix)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres %q: parse dsn: %w", name, err)
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["timezone"] = "UTC"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "coordd"
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(maxOpenConns)
+	db.SetMaxIdleConns(maxOpenConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake}
+	s.listen = &listener{cfg: cfg.Copy(), channel: channelName(schema, tablePrefix)}
+	s.dialect = newDialect(schema, tablePrefix)
+	s.pool = &sqlstore.Pool{
+		SQL: db, D: s.dialect, ReadOnly: opts.ReadOnly, Autocommit: true, Attempts: txAttempts,
+		Retryable: retryable, NoSuchColumn: isNoSuchColumn, Schema: s.Schema,
+	}
+	s.pool.Init()
+	s.Core = sqlstore.Core{DB: s.pool}
+	var version string
+	s.pool.CountTrip()
+	if err := db.QueryRowContext(ctx, qVersion).Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres %q at %s/%s: %w", name, cfg.Host, cfg.Database, err)
+	}
+	return s, nil
+}
+
+// maxOpenConns bounds the connections of the statement pool: enough for
+// every worker of a busy host, well below max_connections (100 by
+// default) for ten hosts.
+const maxOpenConns = 16
+
+// qVersion reads the server's version; Open sends it to check that the
+// server answers.
+const qVersion = `SELECT version()`
+
+// Name is the name the spec gave the backend.
+func (s *Store) Name() string { return s.name }
+
+// Type is spec.TypePostgres.
+func (s *Store) Type() string { return spec.TypePostgres }
+
+// SchemaName is the PostgreSQL schema that holds the store's tables
+// (Schema reports their migration state).
+func (s *Store) SchemaName() string { return s.schema }
+
+// DB exposes the underlying database for tests and drift simulation.
+// Statements sent through it are not counted by RoundTrips.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Table is the quoted, schema-qualified name of one of the store's tables
+// (base name without the prefix), for tests and operators' queries.
+func (s *Store) Table(base string) string { return s.dialect.Table(base) }
+
+// RoundTrips counts statements and transactions sent since Open: one per
+// statement, plus one per transaction for its BEGIN and COMMIT.
+func (s *Store) RoundTrips() uint64 { return s.pool.RoundTrips() }
+
+// Close closes the handle's connections.
+func (s *Store) Close() error {
+	s.listen.close()
+	s.pool.Close()
+	return s.db.Close()
+}

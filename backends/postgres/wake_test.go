@@ -1,0 +1,92 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/postgres"
+	"github.com/coordd/coordd/internal/testenv"
+)
+
+// twoHosts opens two migrated handles on one fresh database, as two hosts
+// would, with queue q applied.
+func twoHosts(t *testing.T, opts backends.Options) (a, b *postgres.Store) {
+	t.Helper()
+	dsn := testenv.PostgresDSN(t)
+	opts.Version = "0.1.0"
+	a = openStore(t, dsn, "coordd", opts)
+	b = openStore(t, dsn, "coordd", opts)
+	if err := a.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PutQueue(t.Context(), backends.QueueConfig{Name: "q", Partitions: 1, VisibilityTimeout: time.Minute, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// waitReturns runs WaitQueue on s and returns a channel that gets its
+// result.
+func waitReturns(t *testing.T, s *postgres.Store, maxWait time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.WaitQueue(t.Context(), "q", maxWait) }()
+	return done
+}
+
+// TestIdleWorkerWokenByAnotherHostsPush: a worker waiting on one handle is
+// woken by a push through another (NOTIFY), long before its fallback
+// poll, and a delayed job wakes it when it comes due.
+func TestIdleWorkerWokenByAnotherHostsPush(t *testing.T) {
+	a, b := twoHosts(t, backends.Options{})
+	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
+		done := waitReturns(t, a, time.Minute)
+		select {
+		case err := <-done:
+			t.Fatalf("WaitQueue returned on an empty queue: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		pushed := time.Now()
+		if _, err := b.Push(t.Context(), "q", backends.PushRequest{Payload: []byte("x"), Delay: delay}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bound is the fallback poll (2 s): a wake-up that came
+			// from it, not from the push, would take that long.
+			if took := time.Since(pushed); took < delay || took > delay+1500*time.Millisecond {
+				t.Errorf("delay %v: woken %v after the push", delay, took)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("delay %v: not woken", delay)
+		}
+		jobs, err := a.Claim(t.Context(), "q", "w", 1)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim = %v, %v", jobs, err)
+		}
+		if err := a.Ack(t.Context(), jobs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPollWakeNeedsNoNotifications: with wake: poll (PgBouncer in
+// transaction mode) a worker still finds another host's push.
+func TestPollWakeNeedsNoNotifications(t *testing.T) {
+	a, b := twoHosts(t, backends.Options{PollWake: true})
+	done := waitReturns(t, a, time.Minute)
+	if _, err := b.Push(t.Context(), "q", backends.PushRequest{Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("not woken")
+	}
+}
