@@ -48,6 +48,9 @@ func BenchmarkCronBurst(b *testing.B) {
 	b.Run("backend=mysql", func(b *testing.B) {
 		cronBurst(b, fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\n", testenv.MySQLDSN(b)))
 	})
+	b.Run("backend=postgres", func(b *testing.B) {
+		cronBurst(b, fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q}\n", testenv.PostgresDSN(b)))
+	})
 	b.Run("backend=redis", func(b *testing.B) {
 		url, prefix := testenv.RedisURL(b)
 		cronBurst(b, fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\n", url, prefix))

@@ -66,6 +66,8 @@ type Store struct {
 	// pollWake.
 	listen   *listener
 	pollWake bool
+	// batches gathers keyless pushes and acks (queue_batch.go).
+	batches queueBatches
 }
 
 // Open connects to the database named by dsn (a postgres:// URL or
@@ -104,6 +106,7 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake}
 	s.listen = &listener{cfg: cfg.Copy(), channel: channelName(schema, tablePrefix)}
+	s.batches.init()
 	s.dialect = newDialect(schema, tablePrefix)
 	s.pool = &sqlstore.Pool{
 		SQL: db, D: s.dialect, ReadOnly: opts.ReadOnly, Autocommit: true, Attempts: txAttempts,

@@ -150,7 +150,7 @@ func Owned(res sql.Result, err error) error {
 	return nil
 }
 
-// jobError wraps err of a write on job j with what it was.
-func jobError(verb string, j backends.Job, err error) error {
+// JobError wraps err of a write on job j with what it was.
+func JobError(verb string, j backends.Job, err error) error {
 	return fmt.Errorf("%s job %d of queue %q as %q: %w", verb, j.ID, j.Queue, j.Owner, err)
 }

@@ -55,7 +55,7 @@ WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
 // Ack deletes a finished job while j.Owner still holds it (ErrLost).
 func (s *Core) Ack(ctx context.Context, j backends.Job) error {
 	if err := s.AckJob(ctx, j); err != nil {
-		return jobError("ack", j, err)
+		return JobError("ack", j, err)
 	}
 	return nil
 }
@@ -85,7 +85,7 @@ func (s *Core) RetryJob(ctx context.Context, j backends.Job, reason string) (rea
 		return Owned(c.Exec(ctx, d.Text(qJobRetry), cfg.MaxAttempts, cfg.MaxAttempts, NonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
-		return false, jobError("retry", j, err)
+		return false, JobError("retry", j, err)
 	}
 	return ready, nil
 }
@@ -117,7 +117,7 @@ func (s *Core) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error)
 		return c.QueryRow(ctx, d.Text(qJobExpiry), j.ID, j.Owner).Scan(&exp)
 	})
 	if err != nil {
-		return time.Time{}, jobError("extend", j, err)
+		return time.Time{}, JobError("extend", j, err)
 	}
 	return FromMicros(exp), nil
 }
@@ -126,7 +126,7 @@ func (s *Core) ExtendJob(ctx context.Context, j backends.Job) (time.Time, error)
 // with its attempt not counted.
 func (s *Core) ReturnJob(ctx context.Context, j backends.Job) error {
 	if err := Owned(s.DB.WriteOne(ctx, s.DB.Dialect().Text(qJobReturn), j.ID, j.Queue, j.Owner)); err != nil {
-		return jobError("return", j, err)
+		return JobError("return", j, err)
 	}
 	return nil
 }

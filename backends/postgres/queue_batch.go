@@ -1,0 +1,225 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/internal/group"
+	"github.com/coordd/coordd/backends/internal/sqlstore"
+)
+
+// Pushes without a key and acks are batched: requests that arrive while
+// one batch is in flight go together in the next, in one statement and one
+// commit, which on PostgreSQL costs far more than the statement (a WAL
+// flush). A lone request goes at once, as one statement. Keyed pushes take
+// the shared path (the queue's row locked, the key's duplicate checked).
+
+// Bounds of a batch.
+const (
+	maxPushBatch  = 500
+	maxAckBatch   = 500
+	batchDeadline = 30 * time.Second
+)
+
+// queueBatches holds a Store's batchers.
+type queueBatches struct {
+	pushes group.Batcher[*pushItem]
+	acks   group.Batcher[backends.Job]
+}
+
+func (q *queueBatches) init() {
+	q.pushes.Limit, q.pushes.Timeout = maxPushBatch, batchDeadline
+	q.acks.Limit, q.acks.Timeout = maxAckBatch, batchDeadline
+}
+
+// pushItem is one push of a batch and, once done, its job.
+type pushItem struct {
+	queue string
+	req   backends.PushRequest
+	job   backends.Job
+}
+
+var (
+	// qPushMany inserts a queue's keyless jobs in one statement, in the
+	// order given (ids follow it). Arguments: queue, partitions,
+	// payloads, delays (µs).
+	qPushMany = sqlstore.Query{SQL: `INSERT INTO {p}queue_jobs ("partition", payload, queue, unique_key, attempt, state, available_at, enqueued_at, last_error)
+SELECT u.p, u.pl, ?, NULL, 0, 'ready', {now} + u.d, {now}, ''
+FROM unnest(?::bigint[], ?::bytea[], ?::bigint[]) WITH ORDINALITY AS u(p, pl, d, n)
+ORDER BY u.n
+RETURNING id, "partition", payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error`}
+
+	// qAckMany deletes finished jobs their owners still hold and returns
+	// the ids it deleted. Arguments: ids, queues, owners.
+	qAckMany = sqlstore.Query{SQL: `DELETE FROM {p}queue_jobs j
+USING unnest(?::bigint[], ?::text[], ?::text[]) AS a(id, queue, owner)
+WHERE j.id = a.id AND j.queue = a.queue AND j.owner = a.owner AND j.state = 'running'
+RETURNING j.id`}
+)
+
+// Push adds a job; see backends.Queues. Keyless pushes are batched.
+func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest) (backends.Job, error) {
+	if req.Key != "" {
+		return s.Core.Push(ctx, queue, req)
+	}
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	it := &pushItem{queue: queue, req: req}
+	if err := s.batches.pushes.Do(ctx, it, s.pushBatch); err != nil {
+		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	return it.job, nil
+}
+
+// pushBatch inserts a batch of keyless pushes in one transaction: per
+// queue, its config read in share mode (as the shared push does) and one
+// INSERT of its jobs. A push refused (an absent queue, a payload over
+// max_payload) gets its own error and the others go in.
+func (s *Store) pushBatch(ctx context.Context, items []*pushItem) []error {
+	errs := make([]error, len(items))
+	if s.opts.ReadOnly {
+		for i := range errs {
+			errs[i] = ErrReadOnly
+		}
+		return errs
+	}
+	err := s.pool.Write(ctx, func(c sqlstore.Conn) error {
+		clear(errs)
+		byQueue := map[string][]int{}
+		var order []string
+		for i, it := range items {
+			if byQueue[it.queue] == nil {
+				order = append(order, it.queue)
+			}
+			byQueue[it.queue] = append(byQueue[it.queue], i)
+		}
+		for _, q := range order {
+			if err := s.pushQueue(ctx, c, q, items, byQueue[q], errs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// pushQueue inserts the items idx of one queue.
+func (s *Store) pushQueue(ctx context.Context, c sqlstore.Conn, queue string, items []*pushItem, idx []int, errs []error) error {
+	cfg, err := sqlstore.LoadQueueConfig(ctx, c, s.dialect, queue, "{share}")
+	if errors.Is(err, backends.ErrNotFound) {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var parts, delays []int64
+	var payloads [][]byte
+	var take []int
+	for _, i := range idx {
+		req := items[i].req
+		if err := backends.CheckPayload(len(req.Payload), cfg.MaxPayload); err != nil {
+			errs[i] = err
+			continue
+		}
+		p := req.Payload
+		if p == nil {
+			p = []byte{} // the column is NOT NULL
+		}
+		take = append(take, i)
+		parts = append(parts, int64(s.JobPartition("", cfg.Partitions)))
+		payloads = append(payloads, p)
+		delays = append(delays, sqlstore.NonNegMicros(req.Delay))
+	}
+	if len(take) == 0 {
+		return nil
+	}
+	rows, err := c.Query(ctx, s.dialect.Text(qPushMany), queue, parts, payloads, delays)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var jobs []backends.Job
+	for rows.Next() {
+		j, err := sqlstore.ScanJob(rows, queue)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(jobs) != len(take) {
+		return fmt.Errorf("pushed %d jobs, the database returned %d", len(take), len(jobs))
+	}
+	// Ids follow the insert order, which is the order given.
+	slices.SortFunc(jobs, func(a, b backends.Job) int { return int(a.ID - b.ID) })
+	for k, i := range take {
+		items[i].job = jobs[k]
+	}
+	return nil
+}
+
+// Ack deletes a finished job while j.Owner still holds it (ErrLost);
+// concurrent acks are batched.
+func (s *Store) Ack(ctx context.Context, j backends.Job) error {
+	if err := s.batches.acks.Do(ctx, j, s.ackBatch); err != nil {
+		return sqlstore.JobError("ack", j, err)
+	}
+	return nil
+}
+
+// ackBatch deletes a batch of jobs in one statement; a job its owner no
+// longer holds gets ErrLost.
+func (s *Store) ackBatch(ctx context.Context, jobs []backends.Job) []error {
+	errs := make([]error, len(jobs))
+	if len(jobs) == 1 {
+		errs[0] = s.AckJob(ctx, jobs[0])
+		return errs
+	}
+	ids := make([]int64, len(jobs))
+	queues := make([]string, len(jobs))
+	owners := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], queues[i], owners[i] = j.ID, j.Queue, j.Owner
+	}
+	deleted := map[int64]bool{}
+	err := s.pool.Write(ctx, func(c sqlstore.Conn) error {
+		clear(deleted)
+		rows, err := c.Query(ctx, s.dialect.Text(qAckMany), ids, queues, owners)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			deleted[id] = true
+		}
+		return rows.Err()
+	})
+	for i, j := range jobs {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case !deleted[j.ID]:
+			errs[i] = backends.ErrLost
+		}
+	}
+	return errs
+}
