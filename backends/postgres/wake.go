@@ -177,40 +177,30 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 	if !listening {
 		return s.Core.WaitQueue(ctx, queue, min(maxWait, listenRetry))
 	}
-	// A notification may be for a job not due yet (a delayed push): look
-	// again and wait on, for the new due time.
-	deadline := time.Now().Add(maxWait)
-	t := time.NewTimer(0)
-	<-t.C
-	defer t.Stop()
-	for {
-		may, next, err := s.NextWake(ctx, queue)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			return err
-		case may:
-			return nil
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
-		}
-		wait := min(left, notifyFallback)
-		if next > 0 {
-			wait = min(wait, next)
-		}
-		t.Reset(wait)
-		select {
-		case <-ch:
-			if !t.Stop() {
-				<-t.C
-			}
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	may, next, err := s.NextWake(ctx, queue)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return err
+	case may:
+		return nil
 	}
+	wait := min(maxWait, notifyFallback)
+	if next > 0 {
+		wait = min(wait, next)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	// A notification returns at once, even for a job not due yet (a
+	// delayed push): the claim that follows finds nothing then, and the
+	// next wait reads the new due time. Looking first would cost every
+	// wake-up a round trip.
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
