@@ -61,6 +61,11 @@ type row struct {
 	coordd  side
 	target  float64 // coordd/peers[0] to reach
 	note    string
+	// latency rows compare one delay per side (side.took, ops 1): the
+	// table prints milliseconds, the ratio is peer/coordd (above 1 when
+	// coordd is quicker), and the target is coordd's own bound, limit.
+	latency bool
+	limit   time.Duration
 }
 
 // result collects the rows as they finish.
@@ -85,6 +90,10 @@ func printTable() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| measure | peer | peer rate | coordd | coordd/peer | target | met |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
+		if r.latency {
+			fmt.Fprint(&b, latencyLine(r))
+			continue
+		}
 		first := r.peers[0]
 		var others []string
 		for _, p := range r.peers[1:] {
@@ -107,6 +116,23 @@ func printTable() {
 			r.measure, first.name, peer, name, human(r.coordd.rate()), ratio, r.target, met)
 	}
 	fmt.Print(b.String())
+}
+
+// latencyLine is a latency row of the table.
+func latencyLine(r row) string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+	var peers []string
+	for _, p := range r.peers {
+		peers = append(peers, fmt.Sprintf("%s %s", p.name, ms(p.took)))
+	}
+	met := "yes"
+	if r.coordd.took > r.limit {
+		met = "**no**"
+	}
+	first := r.peers[0]
+	return fmt.Sprintf("| %s | %s | %s | %s: %s | %.2fx | <= %s | %s |\n",
+		r.measure, first.name, strings.Join(peers, "; "), r.coordd.name, ms(r.coordd.took),
+		float64(first.took)/float64(max(r.coordd.took, 1)), ms(r.limit), met)
 }
 
 // human prints a rate with thousands separators.
