@@ -318,8 +318,18 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		case <-time.After(time.Second):
 		}
 	}
+	if err != nil {
+		return acquireFailed(env, t, name, err, waitSig, *noWait)
+	}
+	return runHolding(ctx, env, t, l, argv, sigs)
+}
+
+// acquireFailed reports why sem run got no slot and returns its exit
+// code: 75 when the slot was not granted (busy, the line full, and with
+// --no-wait a backend that could not be asked), 128+N when a signal ended
+// the wait, 125 for what needs an operator (a semaphore never applied).
+func acquireFailed(env *cliEnv, t *semTarget, name string, err error, waitSig os.Signal, noWait bool) int {
 	switch {
-	case err == nil:
 	case errors.Is(err, semaphore.ErrNotAcquired), errors.Is(err, backends.ErrTooManyWaiters):
 		// err says "not acquired" and why (semaphore.ErrNotAcquired).
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: %v\n", t.label(), err)
@@ -327,7 +337,7 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	case waitSig != nil:
 		fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", t.label(), waitSig)
 		return 128 + int(waitSig.(syscall.Signal))
-	case *noWait && semaphore.Unreachable(err):
+	case noWait && semaphore.Unreachable(err):
 		// --no-wait waits for nothing, the backend included: it could not
 		// be asked now, a temporary failure as a busy semaphore is (75),
 		// not a configuration error (125).
@@ -340,7 +350,6 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "coordd sem run: %v\n", err)
 		return child.ExitCoorddFailed
 	}
-	return runHolding(ctx, env, t, l, argv, sigs)
 }
 
 // tellWaiting tells a person at a terminal what sem run waits for, once the
