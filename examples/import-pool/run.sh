@@ -3,6 +3,7 @@
 #
 #   examples/import-pool/run.sh         # embedded SQLite store, no setup
 #   examples/import-pool/run.sh redis   # Redis at $COORDD_REDIS_URL (default redis://127.0.0.1:6379/0)
+#   examples/import-pool/run.sh postgres   # PostgreSQL at $COORDD_POSTGRES_DSN
 #
 # It needs `coordd` on PATH (or bin/coordd from `make build`). State goes to
 # $COORDD_DATA_DIR, a new temp dir (removed at exit) when unset. It checks what it shows and

@@ -3,6 +3,7 @@
 #
 #   examples/nightly-report/run.sh         # embedded SQLite store, no setup
 #   examples/nightly-report/run.sh mysql   # MySQL/MariaDB at $COORDD_MYSQL_DSN
+#   examples/nightly-report/run.sh postgres   # PostgreSQL at $COORDD_POSTGRES_DSN
 #
 # It needs `coordd` on PATH (or bin/coordd from `make build`). State goes to
 # $COORDD_DATA_DIR, a new temp dir (removed at exit) when unset. It checks what it shows and

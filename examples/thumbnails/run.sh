@@ -2,7 +2,8 @@
 # A thumbnail queue: push, deduplicate, work, retry, dead set. Run from
 # anywhere:
 #
-#   examples/thumbnails/run.sh
+#   examples/thumbnails/run.sh            # embedded SQLite store, no setup
+#   examples/thumbnails/run.sh postgres   # PostgreSQL at $COORDD_POSTGRES_DSN
 #
 # It needs `coordd` on PATH (or bin/coordd from `make build`). State goes to
 # $COORDD_DATA_DIR, a new temp dir (removed at exit) when unset. It checks what it shows and
