@@ -36,7 +36,7 @@ help: ## Show this list of targets
 build: ## Build bin/coordd (version/commit stamped from git when available)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/coordd
 
-test: ## Vet and run all tests with -race against real MariaDB/Redis/memcached (started if needed)
+test: ## Vet and run all tests with -race against real MariaDB/PostgreSQL/Redis/memcached (started if needed)
 	bash scripts/test-services.sh
 
 test-short: ## Run go test ./... without starting any services
@@ -49,16 +49,17 @@ lint: ## gofmt check, go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipping (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaDB, Redis and memcached as `make test` does)
+bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaDB, PostgreSQL, Redis and memcached as `make test` does)
 	bash scripts/test-services.sh bash -euo pipefail -c '\
 	$(GO) test -p 1 -run "^$$" -bench . -benchtime 1x -timeout 60m ./reconcile/ ./semaphore/ ./queue/ ./scheduler/ ./bench/; \
 	$(GO) test -run "^$$" -bench "AcquireRelease|CronClaimFinish" -benchtime 2000x ./backends/mysql/; \
 	$(GO) test -run "^$$" -bench Queue -benchtime 1x -timeout 30m ./backends/mysql/; \
+	$(GO) test -run "^$$" -bench AcquireRelease -benchtime 2000x ./backends/postgres/; \
 	$(GO) test -run "^$$" -bench "Sem|CronClaimFinish" ./backends/redis/; \
 	$(GO) test -run "^$$" -bench Queue -benchtime 1x ./backends/redis/; \
 	$(GO) test -run "^$$" -bench AcquireRelease -benchtime 2000x ./backends/memcached/'
 
-bench-peers: ## Measure coordd against bsm/redislock, go-redsync, asynq, goqite, River and textbook MySQL, side by side (bench/peers, its own module; ~5 min)
+bench-peers: ## Measure coordd against bsm/redislock, go-redsync, asynq, goqite, River (PostgreSQL) and textbook MySQL, side by side (bench/peers, its own module; ~7 min)
 	bash scripts/test-services.sh bash -euo pipefail -c '\
 	cd bench/peers && $(GO) test -count=1 -run "^$$" -bench . -benchtime 1x -timeout 60m .'
 
