@@ -26,10 +26,10 @@ import (
 )
 
 // The dashboard is tested as an operator uses it: a real store (SQLite,
-// and MariaDB and Redis for the read pages) filled through the backends'
-// own calls, the dashboard served over HTTP, and a real headless Chromium
-// loading its pages, submitting its forms and taking the screenshots of
-// docs/dashboard.md.
+// and MariaDB, PostgreSQL and Redis for the read pages) filled through the
+// backends' own calls, the dashboard served over HTTP, and a real headless
+// Chromium loading its pages, submitting its forms and taking the
+// screenshots of docs/dashboard.md.
 
 // hostile is what a pusher or a command may write: markup, a bidi
 // override, a control character. The pages must show it as text.
@@ -85,6 +85,9 @@ var backendsUnderTest = []struct {
 	{"sqlite", func(t *testing.T) string { return "" }},
 	{"mysql", func(t *testing.T) string {
 		return fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db}\n", testenv.MySQLDSN(t))
+	}},
+	{"postgres", func(t *testing.T) string {
+		return fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd}\ncluster: {backend: db}\n", testenv.PostgresDSN(t))
 	}},
 	{"redis", func(t *testing.T) string {
 		u, prefix := testenv.RedisURL(t)

@@ -48,8 +48,8 @@ func allocated(fn func()) uint64 {
 // view of the queue's page, a search of its dead set and a view of one
 // dead job each allocate less than 8 MiB in this process (the pages read
 // a cut payload from the store, never the whole dead set), on SQLite,
-// MariaDB and Redis; the job page shows the first 64 KiB and says how
-// many bytes it leaves out.
+// MariaDB, PostgreSQL and Redis; the job page shows the first 64 KiB and
+// says how many bytes it leaves out.
 func TestDashboardDeadJobsReadBounded(t *testing.T) {
 	const (
 		jobs  = 64

@@ -26,7 +26,7 @@ import (
 )
 
 // childVarBackends are the backends that hold cron tasks and queues.
-var childVarBackends = []string{"sqlite", "mysql", "redis"}
+var childVarBackends = []string{"sqlite", "mysql", "postgres", "redis"}
 
 // clusterBackend is the backends section and cluster line of a spec whose
 // backend "db" is a fresh store of type typ.

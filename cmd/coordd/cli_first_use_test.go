@@ -285,7 +285,7 @@ func TestSemRunSaysWhatItWaitsFor(t *testing.T) {
 // delayed job, on every backend that holds queues; --ready-only does not
 // wait for it.
 func TestQueueDrainSaysWhatItWaitsFor(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql", "redis"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
 		t.Run(typ, func(t *testing.T) {
 			decl := "queues:\n  q: {}\n"
 			if typ != "sqlite" {

@@ -187,6 +187,11 @@ func unmigratedStore(t *testing.T, typ string) (header string, tables func() int
 		header = fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\n", dsn)
 		db, err = sql.Open("mysql", dsn)
 		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
+	case "postgres":
+		dsn := testenv.PostgresDSN(t)
+		header = fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd}\n", dsn)
+		db, err = sql.Open("pgx", dsn)
+		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +212,7 @@ func unmigratedStore(t *testing.T, typ string) (header string, tables func() int
 // codes and a message saying what to do, and create no table; once an
 // apply migrated the store they work.
 func TestPromiseUnmigratedStoreFailsCleanly(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(typ, func(t *testing.T) {
 			header, tables := unmigratedStore(t, typ)
 			p := writeSpec(t, header+`semaphores:
@@ -260,7 +265,7 @@ queues:
 // newer binary of the same minor version would; this binary, standing for
 // the older one, starts and runs everything on it.
 func TestPromiseRollbackIgnoresUnknownSchema(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(typ, func(t *testing.T) {
 			header, _ := unmigratedStore(t, typ)
 			objects := `semaphores:
@@ -316,6 +321,7 @@ func migrateFurther(t *testing.T, typ, header string) {
 	var err error
 	var list string
 	var stmts []string
+	alter := "ALTER TABLE `%s` ADD COLUMN future_col INTEGER NOT NULL DEFAULT 7"
 	switch typ {
 	case "sqlite":
 		path := header[strings.Index(header, `path: "`)+len(`path: "`):]
@@ -336,6 +342,16 @@ func migrateFurther(t *testing.T, typ, header string) {
 			"INSERT INTO coordd_future_things (what) VALUES ('from a newer binary')",
 			"INSERT INTO coordd_schema_migrations (version, name, min_binary, applied_at, applied_by) VALUES (9999, 'future', '0.1.0', 0, '0.1.99')",
 		}
+	case "postgres":
+		// The header unmigratedStore wrote: schema coordd, the default prefix.
+		db, err = sql.Open("pgx", mysqlDSNOf(t, header))
+		list = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'coordd'"
+		stmts = []string{
+			`CREATE TABLE coordd.coordd_future_things (id bigserial PRIMARY KEY, what text NOT NULL)`,
+			`INSERT INTO coordd.coordd_future_things (what) VALUES ('from a newer binary')`,
+			`INSERT INTO coordd.coordd_schema_migrations (version, name, min_binary, applied_at, applied_by) VALUES (9999, 'future', '0.1.0', 0, '0.1.99')`,
+		}
+		alter = `ALTER TABLE coordd."%s" ADD COLUMN future_col bigint NOT NULL DEFAULT 7`
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +374,7 @@ func migrateFurther(t *testing.T, typ, header string) {
 		t.Fatalf("tables %v: the store is not migrated", names)
 	}
 	for _, n := range names {
-		stmts = append(stmts, fmt.Sprintf("ALTER TABLE `%s` ADD COLUMN future_col INTEGER NOT NULL DEFAULT 7", n))
+		stmts = append(stmts, fmt.Sprintf(alter, n))
 	}
 	for _, s := range stmts {
 		if _, err := db.Exec(s); err != nil {

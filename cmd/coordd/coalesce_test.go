@@ -23,12 +23,15 @@ func TestSemOneRunsOneWaitsRestDropped(t *testing.T) {
 		"mysql": func(t *testing.T) string {
 			return fmt.Sprintf("backends:\n  b: {type: mysql, dsn: %q, table_prefix: \"s3_\"}\n", testenv.MySQLDSN(t))
 		},
+		"postgres": func(t *testing.T) string {
+			return fmt.Sprintf("backends:\n  b: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"s3_\"}\n", testenv.PostgresDSN(t))
+		},
 		"redis": func(t *testing.T) string {
 			url, prefix := testenv.RedisURL(t)
 			return fmt.Sprintf("backends:\n  b: {type: redis, url: %q, key_prefix: %q}\n", url, prefix)
 		},
 	}
-	for _, typ := range []string{"sqlite", "mysql", "redis"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
 		t.Run(typ, func(t *testing.T) {
 			head := backendsYAML[typ](t)
 			decl := "{limit: 1, max_waiting: 1, lease: 10s}"

@@ -25,7 +25,7 @@ import (
 
 // The examples/ tree must not rot: every spec in it validates, every
 // example's run.sh runs as written against the embedded store and, for its
-// backend variants (a subdirectory named mysql, redis or memcached), against
+// backend variants (a subdirectory named mysql, postgres, redis or memcached), against
 // the real servers of internal/testenv; the quickstart's README commands
 // work; the alert rules name only metrics coordd registers; and every
 // coordd flag quoted in the operator docs and the examples exists.
@@ -98,6 +98,8 @@ func variantEnv(t *testing.T, variant string) []string {
 		return nil
 	case "mysql":
 		return []string{"COORDD_MYSQL_DSN=" + testenv.MySQLDSN(t)}
+	case "postgres":
+		return []string{"COORDD_POSTGRES_DSN=" + testenv.PostgresDSN(t)}
 	case "redis":
 		url, prefix := testenv.RedisURL(t)
 		return []string{"COORDD_REDIS_URL=" + url, "COORDD_REDIS_PREFIX=" + prefix}

@@ -38,11 +38,11 @@ type hosts struct {
 }
 
 // hostBackends are the cluster backends the several-hosts tests run on.
-var hostBackends = []string{"mysql", "redis"}
+var hostBackends = []string{"mysql", "postgres", "redis"}
 
 // hostsBackend returns the backends section and cluster line of a spec on
-// a fresh database of the shared MariaDB or a fresh key prefix of the
-// shared Redis.
+// a fresh database of the shared MariaDB or PostgreSQL or a fresh key
+// prefix of the shared Redis.
 func hostsBackend(t *testing.T, typ string) string {
 	t.Helper()
 	switch typ {
@@ -54,6 +54,8 @@ func hostsBackend(t *testing.T, typ string) string {
 			dsn += "?" + mysqlHostPool
 		}
 		return fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q, table_prefix: \"mh_\"}\ncluster: {backend: db, leader_lease: 2s}\n", dsn)
+	case "postgres":
+		return fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"mh_\"}\ncluster: {backend: db, leader_lease: 2s}\n", testenv.PostgresDSN(t))
 	case "redis":
 		url, prefix := testenv.RedisURL(t)
 		return fmt.Sprintf("backends:\n  db: {type: redis, url: %q, key_prefix: %q}\ncluster: {backend: db, leader_lease: 2s}\n", url, prefix)

@@ -20,7 +20,7 @@ import (
 // ready, delayed and in-flight numbers, on every backend that holds
 // queues. Ready means ready now: a delayed job is counted once, as delayed.
 func TestQueueCountsAgree(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql", "redis"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
 		t.Run(typ, func(t *testing.T) { queueCountsAgree(t, typ) })
 	}
 }

@@ -19,7 +19,7 @@ import (
 // commands append start and end lines to one file (O_APPEND: the file's
 // line order is the order of the events), which the test reads.
 func TestQueueKeyOrderProcesses(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql", "redis"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
 		t.Run(typ, func(t *testing.T) { queueKeyOrderProcesses(t, typ) })
 	}
 }

@@ -24,7 +24,7 @@ import (
 )
 
 // semBackends are the backends that hold semaphores.
-var semBackends = []string{"sqlite", "mysql", "redis", "memcached"}
+var semBackends = []string{"sqlite", "mysql", "postgres", "redis", "memcached"}
 
 // semBackend is the backends section and cluster line of a spec whose
 // backend "db" is a fresh store of type typ for semaphores (memcached's
@@ -137,10 +137,10 @@ func TestPromiseSemStatusSessionConnection(t *testing.T) {
 // slot behind the holder's back (as after a lease that ran out while the
 // holder was stalled); the holder's next renewal finds it, stops the
 // command and exits 122. On the stores where a slot is a row: sqlite and
-// mysql mode lease (mode session: TestSemRunSessionLost; redis and
-// memcached: TestBackendLossHolderStops).
+// mysql mode lease, postgres (mode session: TestSemRunSessionLost; redis
+// and memcached: TestBackendLossHolderStops).
 func TestPromiseSemRunSlotLost(t *testing.T) {
-	for _, typ := range []string{"sqlite", "mysql"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres"} {
 		t.Run(typ, func(t *testing.T) {
 			header, sqlitePath := semBackend(t, typ)
 			specPath := writeSpec(t, header+"semaphores:\n  s: {backend: db, limit: 1, lease: 3s}\n")
@@ -156,11 +156,16 @@ func TestPromiseSemRunSlotLost(t *testing.T) {
 			}
 			var db *sql.DB
 			steal := "UPDATE semaphore_slots SET owner = 'thief' WHERE name = 's' AND owner IS NOT NULL"
-			if typ == "sqlite" {
+			switch typ {
+			case "sqlite":
 				db, err = sql.Open("sqlite", "file:"+sqlitePath+"?_pragma=busy_timeout(10000)")
-			} else {
+			case "mysql":
 				db, err = sql.Open("mysql", mysqlDSNOf(t, header))
 				steal = "UPDATE mh_semaphore_slots SET owner = 'thief' WHERE name = 's' AND state = 'LOCK'"
+			case "postgres":
+				// hostsBackend's schema and prefix.
+				db, err = sql.Open("pgx", mysqlDSNOf(t, header))
+				steal = `UPDATE coordd.mh_semaphore_slots SET owner = 'thief' WHERE name = 's' AND owner IS NOT NULL`
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +191,8 @@ func TestPromiseSemRunSlotLost(t *testing.T) {
 	}
 }
 
-// mysqlDSNOf is the DSN in a header written by hostsBackend.
+// mysqlDSNOf is the DSN in a header written by hostsBackend (mysql or
+// postgres; a postgres URL has no pool parameters to strip).
 func mysqlDSNOf(t *testing.T, header string) string {
 	t.Helper()
 	i := strings.Index(header, `dsn: "`)
