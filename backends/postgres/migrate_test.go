@@ -179,3 +179,23 @@ func TestOpenRefusesUnsafeIdentifiers(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolMaxConnsBoundsThePool: pool_max_conns in the DSN bounds the
+// statement pool and is not sent to the server (which would refuse an
+// unknown setting); a bad value is refused at Open.
+func TestPoolMaxConnsBoundsThePool(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	s := openStore(t, dsn+"&pool_max_conns=2", "coordd", backends.Options{Version: "0.1.0"})
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.DB().Stats().MaxOpenConnections; got != 2 {
+		t.Errorf("max open connections = %d, want 2", got)
+	}
+	for _, v := range []string{"0", "many"} {
+		if b, err := postgres.Open(t.Context(), "pg", dsn+"&pool_max_conns="+v, "coordd", "coordd_", backends.Options{}); err == nil {
+			b.Close()
+			t.Errorf("pool_max_conns=%s accepted", v)
+		}
+	}
+}

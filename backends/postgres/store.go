@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,10 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
+	conns, err := poolSize(cfg.RuntimeParams)
+	if err != nil {
+		return nil, fmt.Errorf("postgres %q: %w", name, err)
+	}
 	cfg.RuntimeParams["timezone"] = "UTC"
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "coordd"
@@ -101,8 +106,8 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(maxOpenConns)
-	db.SetMaxIdleConns(maxOpenConns)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake}
 	s.listen = &listener{cfg: cfg.Copy(), channel: channelName(schema, tablePrefix)}
@@ -123,10 +128,25 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	return s, nil
 }
 
-// maxOpenConns bounds the connections of the statement pool: enough for
-// every worker of a busy host, well below max_connections (100 by
-// default) for ten hosts.
+// maxOpenConns bounds the connections of the statement pool unless the
+// DSN's pool_max_conns says otherwise: enough for every worker of a busy
+// host.
 const maxOpenConns = 16
+
+// poolSize takes pool_max_conns (pgxpool's name for it) out of the DSN's
+// parameters, which pgx would otherwise send to the server as a setting.
+func poolSize(params map[string]string) (int, error) {
+	v, ok := params["pool_max_conns"]
+	if !ok {
+		return maxOpenConns, nil
+	}
+	delete(params, "pool_max_conns")
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, fmt.Errorf("pool_max_conns %q: want a number from 1 to 1000", v)
+	}
+	return n, nil
+}
 
 // qVersion reads the server's version; Open sends it to check that the
 // server answers.
