@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,26 +191,50 @@ func readStarts(t *testing.T, path string) []time.Time {
 }
 
 // TestCronSemaphoreWaitsOutLossHold: a cron task (on the embedded store)
-// takes a semaphore on a private redis-server that restarts empty. The
-// occurrences that fall due during the hold wait for the semaphore (as for
-// a busy slot) and run once it is back; none fails for a semaphore "not
-// applied", and the task runs again within the lease plus 5 s of the
-// restart.
+// takes a semaphore on a private redis-server or memcached that restarts
+// empty. The occurrences that fall due during the hold wait for the
+// semaphore (as for a busy slot) and run once it is back; none fails for a
+// semaphore "not applied", and the task runs again within the lease plus
+// 5 s of the restart.
 func TestCronSemaphoreWaitsOutLossHold(t *testing.T) {
-	const lease = 3 * time.Second
+	for _, typ := range []string{"redis", "memcached"} {
+		t.Run(typ, func(t *testing.T) { cronSemaphoreWaitsOutLossHold(t, typ) })
+	}
+}
+
+// restartable is a private server a test restarts empty.
+type restartable interface {
+	Kill()
+	Start(t testing.TB)
+}
+
+// privateCache starts a private redis-server or memcached and returns it
+// with the spec line of a backend named cache on it.
+func privateCache(t *testing.T, typ string) (restartable, string) {
+	t.Helper()
+	if typ == "memcached" {
+		m := testenv.StartMemcached(t)
+		return m, fmt.Sprintf(`cache: {type: memcached, servers: [%q], key_prefix: "lc:"}`, m.Addr())
+	}
 	r := testenv.StartRedis(t)
+	return r, fmt.Sprintf(`cache: {type: redis, url: %q, key_prefix: "lc:"}`, r.URL())
+}
+
+func cronSemaphoreWaitsOutLossHold(t *testing.T, typ string) {
+	const lease = 3 * time.Second
+	r, cache := privateCache(t, typ)
 	dir := t.TempDir()
 	ran := filepath.Join(dir, "ran")
 	specPath := filepath.Join(dir, "coordd.yaml")
 	writeFileT(t, specPath, fmt.Sprintf(`backends:
-  cache: {type: redis, url: %q, key_prefix: "lc:"}
+  %s
   local: {type: sqlite}
 cluster: {backend: local}
 semaphores:
   s: {backend: cache, limit: 1, lease: %s}
 cron:
   tick: {backend: local, schedule: "@every 1s", semaphore: s, command: 'date +%%s.%%N >> %s'}
-`, r.URL(), lease, ran))
+`, cache, lease, ran))
 	env := proctest.NewEnv(t)
 	if out, code := env.Run(t, "apply", "-f", specPath, "--auto-approve"); code != 0 {
 		t.Fatalf("apply: %d\n%s", code, out)
@@ -248,5 +273,40 @@ cron:
 	}
 	if !strings.Contains(daemon.Output(), "lost its data") {
 		t.Errorf("the daemon did not report the loss:\n%s", daemon.Output())
+	}
+}
+
+// TestSemRunWaitSaysWhenSemaphoresReturn: on a terminal, a sem run that
+// waits through a data-loss hold says why and until when ("backend cache
+// lost its data (restarted empty or flushed); semaphores return at
+// 15:04:05"), then gets its slot, once the daemon has put the semaphore
+// back, and runs its command.
+func TestSemRunWaitSaysWhenSemaphoresReturn(t *testing.T) {
+	for _, typ := range []string{"redis", "memcached"} {
+		t.Run(typ, func(t *testing.T) {
+			r, cache := privateCache(t, typ)
+			dir := t.TempDir()
+			specPath := filepath.Join(dir, "coordd.yaml")
+			writeFileT(t, specPath, fmt.Sprintf("backends:\n  %s\n  local: {type: sqlite}\ncluster: {backend: local}\nsemaphores:\n  s: {backend: cache, limit: 1, lease: 3s}\n", cache))
+			env := proctest.NewEnv(t)
+			if out, code := env.Run(t, "apply", "-f", specPath, "--auto-approve"); code != 0 {
+				t.Fatalf("apply: %d\n%s", code, out)
+			}
+			env.Start(t, "daemon", "run", "-f", specPath, "--host-id", "h1", "--shutdown-grace", "5s")
+			if out, code := env.Run(t, "sem", "run", "s", "-f", specPath, "--", "true"); code != 0 {
+				t.Fatalf("sem run before the restart: %d\n%s", code, out)
+			}
+			r.Kill()
+			r.Start(t)
+			pty, tty := openPTY(t)
+			buf := readPTY(pty)
+			cmd := env.Command("sem", "run", "s", "-f", specPath, "--wait", "30s", "--", "true")
+			cmd.Stdout, cmd.Stderr = io.Discard, tty
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("sem run through the hold: %v\n%s", err, buf.String())
+			}
+			want := "backend cache lost its data (restarted empty or flushed); semaphores return at "
+			proctest.Eventually(t, 5*time.Second, "the reason on the terminal", func() bool { return strings.Contains(buf.String(), want) })
+		})
 	}
 }

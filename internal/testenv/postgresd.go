@@ -55,7 +55,7 @@ func StartPostgres(t testing.TB, extra ...string) *Postgres {
 	if err != nil {
 		t.Fatalf("testenv: postgres temp dir: %v", err)
 	}
-	p := &Postgres{Port: freePort(t), Dir: dir, server: &server{name: "postgres", bin: bin, dir: dir, stopTimeout: postgresStopTimeout}}
+	p := &Postgres{Port: freePort(t), Dir: dir, server: &server{name: "postgres", bin: bin, dir: dir, stopTimeout: postgresStopTimeout, tree: true, stopSignal: syscall.SIGINT}}
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,14 @@ type server struct {
 	// cred, when set, runs the server as another user (PostgreSQL
 	// refuses to run as root).
 	cred *syscall.Credential
+	// tree: Kill ends the server's child processes too (PostgreSQL's
+	// backends, each in a session of its own, which would otherwise
+	// answer their clients for a moment and hold the shared memory a new
+	// server needs), as a crash of the machine would end them.
+	tree bool
+	// stopSignal asks the server to shut down (SIGTERM when 0; postgres
+	// takes SIGINT as a fast shutdown that ends its clients' sessions).
+	stopSignal syscall.Signal
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -90,11 +99,71 @@ func (s *server) Kill() {
 	if s.cmd == nil {
 		return
 	}
+	var children []int
+	if s.tree {
+		children = descendants(s.cmd.Process.Pid)
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	for _, pid := range children {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	<-s.done
+	// Wait until they are gone (or zombies, whom nobody may reap here),
+	// a bound for a test that would otherwise hang.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range children {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
-// Stop shuts the server down cleanly (SIGTERM), with SIGKILL after its stop
+// alive reports whether pid runs and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// descendants lists the processes below pid, read from /proc.
+func descendants(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	kids := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// the last ")".
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			kids[pp] = append(kids[pp], p)
+		}
+	}
+	var out []int
+	for next := []int{pid}; len(next) > 0; {
+		p := next[0]
+		next = next[1:]
+		for _, c := range kids[p] {
+			out = append(out, c)
+			next = append(next, c)
+		}
+	}
+	return out
+}
+
+// Stop shuts the server down cleanly (SIGTERM, or stopSignal), with SIGKILL after its stop
 // timeout, and waits until it has exited. Stopping a stopped server does
 // nothing.
 func (s *server) Stop() {
@@ -103,7 +172,11 @@ func (s *server) Stop() {
 	if s.cmd == nil || exited(s.done) {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	sig := s.stopSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = s.cmd.Process.Signal(sig)
 	select {
 	case <-s.done:
 	case <-time.After(s.stopTimeout):
