@@ -67,10 +67,13 @@ chaos: ## Fault-inject every backend for CHAOS_DURATION (5m) each and print the 
 	COORDD_CHAOS_DURATION='$(CHAOS_DURATION)' COORDD_CHAOS_SEED='$(CHAOS_SEED)' COORDD_CHAOS_BACKENDS='$(CHAOS_BACKENDS)' \
 		$(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./chaos/
 
-fuzz: ## Fuzz spec.Load on file contents, then on directories, then ${...} references, 60s each (override: make fuzz FUZZTIME=5m)
+fuzz: ## Fuzz spec.Load (file contents, directories, ${...} references) and the dashboard (pages, action and login forms), 60s each (override: make fuzz FUZZTIME=5m)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzLoadDir$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./spec -run '^$$' -fuzz '^FuzzExpandReferences$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./dashboard -run '^$$' -fuzz '^FuzzDashboardPages$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./dashboard -run '^$$' -fuzz '^FuzzDashboardActionForm$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./dashboard -run '^$$' -fuzz '^FuzzDashboardLoginForm$$' -fuzztime $(FUZZTIME)
 
 .PHONY: screenshots
 screenshots: ## Regenerate docs/dashboard/*.png: the dashboard's pages in headless Chromium over a filled SQLite store
