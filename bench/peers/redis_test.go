@@ -3,7 +3,6 @@ package peers
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,28 +137,7 @@ func BenchmarkPeersRedisQueue(b *testing.B) {
 	const producers = 16
 
 	// push runs n pushes from producers goroutines and returns their time.
-	push := func(n int, one func() error) time.Duration {
-		var wg sync.WaitGroup
-		var failed atomic.Value
-		start := time.Now()
-		for p := range producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := p; i < n; i += producers {
-					if err := one(); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+		push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
 	asynqPush := func(q string) func() error {
 		return func() error {
 			_, err := ac.Enqueue(asynq.NewTask("noop", payload), asynq.Queue(q))

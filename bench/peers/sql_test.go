@@ -200,28 +200,7 @@ func BenchmarkPeersMySQLQueue(b *testing.B) {
 	pushN := scale(8000) / rounds()
 	drainN := scale(5000) / rounds()
 
-	push := func(n int, one func() error) time.Duration {
-		var wg sync.WaitGroup
-		var failed atomic.Value
-		start := time.Now()
-		for p := range producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := p; i < n; i += producers {
-					if err := one(); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+		push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
 	insert := func() error { _, err := db.ExecContext(ctx, qTextbookPush, payload); return err }
 	floorInsert := func() error { _, err := db.ExecContext(ctx, qFloorPush, payload); return err }
 	coorddPush := func(q string) func() error {
