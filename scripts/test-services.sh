@@ -13,10 +13,12 @@
 #   2. Otherwise, if the standard local instance answers (127.0.0.1:3306 as root
 #      with no password, 127.0.0.1:5432 as postgres with trust authentication,
 #      127.0.0.1:6379, 127.0.0.1:11211), it is used.
-#   3. Otherwise a PRIVATE instance is started on 127.0.0.1 (standard port if
-#      free, else a random free one) with its data in a temporary directory; it
-#      is stopped and the directory deleted when this script exits. Missing
-#      server packages are installed with apt-get when running as root.
+#   3. Otherwise a PRIVATE instance is started on 127.0.0.1, on a random free
+#      port (never the standard one: another run of this script would take it
+#      for a shared server and lose it when this run ends), with its data in a
+#      temporary directory; it is stopped and the directory deleted when this
+#      script exits. Missing server packages are installed with apt-get when
+#      running as root.
 #
 # Environment:
 #   COORDD_TEST_MYSQL_DSN      e.g. root@tcp(127.0.0.1:3306)/   (go-sql-driver/mysql DSN)
@@ -192,18 +194,18 @@ port_free() {
 	return 0
 }
 
-# pick_port PREFERRED: sets PORT to PREFERRED if free, else to a random free
-# port below the kernel's ephemeral range. (Sets a global rather than printing,
-# because a $(...) subshell would lose the USED_PORTS bookkeeping.)
+# pick_port: sets PORT to a random free port below the kernel's ephemeral
+# range, never a standard one (another run of this script, started while
+# this one runs, would find a private server there and take it for a shared
+# one). (Sets a global rather than printing, because a $(...) subshell would
+# lose the USED_PORTS bookkeeping.)
 pick_port() {
-	local port=$1 i
-	if ! port_free "$port"; then
-		for ((i = 0; i < 200; i++)); do
-			port=$((20000 + RANDOM % 12000))
-			port_free "$port" && break
-		done
-		port_free "$port" || die "could not find a free TCP port on 127.0.0.1"
-	fi
+	local port i
+	for ((i = 0; i < 200; i++)); do
+		port=$((20000 + RANDOM % 12000))
+		port_free "$port" && break
+	done
+	port_free "$port" || die "could not find a free TCP port on 127.0.0.1"
 	USED_PORTS+=("$port")
 	PORT=$port
 }
@@ -535,25 +537,25 @@ fi
 #    installation, in case a package's service grabbed a standard port anyway.
 if ((need_mysql)); then
 	((FORCE_PRIVATE)) || log "MariaDB/MySQL: nothing usable on 127.0.0.1:$MYSQL_STD_PORT (root, no password); starting a private instance"
-	pick_port "$MYSQL_STD_PORT"
+	pick_port
 	start_mariadb "$PORT"
 	export COORDD_TEST_MYSQL_DSN="root@tcp(127.0.0.1:$PORT)/"
 fi
 if ((need_postgres)); then
 	((FORCE_PRIVATE)) || log "PostgreSQL: nothing usable on 127.0.0.1:$POSTGRES_STD_PORT (postgres, trust); starting a private instance"
-	pick_port "$POSTGRES_STD_PORT"
+	pick_port
 	start_postgres "$PORT"
 	export COORDD_TEST_POSTGRES_DSN="postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 fi
 if ((need_redis)); then
 	((FORCE_PRIVATE)) || log "Redis: nothing usable on 127.0.0.1:$REDIS_STD_PORT; starting a private instance"
-	pick_port "$REDIS_STD_PORT"
+	pick_port
 	start_redis "$PORT"
 	export COORDD_TEST_REDIS_URL="redis://127.0.0.1:$PORT/0"
 fi
 if ((need_memcached)); then
 	((FORCE_PRIVATE)) || log "memcached: nothing on 127.0.0.1:$MEMCACHED_STD_PORT; starting a private instance"
-	pick_port "$MEMCACHED_STD_PORT"
+	pick_port
 	start_memcached "$PORT"
 	export COORDD_TEST_MEMCACHED="127.0.0.1:$PORT"
 fi
