@@ -25,7 +25,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("COORDD_CHAOS_SEED: %v", err)
 		}
 	}
-	list := "sqlite,mysql,redis,memcached"
+	list := "sqlite,mysql,postgres,redis,memcached"
 	if s := os.Getenv("COORDD_CHAOS_BACKENDS"); s != "" {
 		list = s
 	}

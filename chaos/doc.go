@@ -2,8 +2,8 @@
 // shortened run in the test suite (TestChaos). It proves coordd's promises
 // from evidence that coordd does not write.
 //
-// For each backend it starts a private server (MariaDB, Redis with
-// appendonly yes, memcached; the embedded SQLite store has none), three
+// For each backend it starts a private server (MariaDB, PostgreSQL, Redis
+// with appendonly yes, memcached; the embedded SQLite store has none), three
 // `coordd run` daemons, three `coordd sem run` clients in a loop, two
 // `coordd queue work` workers and a pusher (2 jobs/s), all real processes
 // built from cmd/coordd. The spec has one cron task (`@every 2s`, catch_up
@@ -56,7 +56,8 @@
 //
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can
-// be replayed), COORDD_CHAOS_BACKENDS (default sqlite,mysql,redis,memcached;
-// redis-sentinel too), COORDD_CHAOS_FAILOVER,
+// be replayed), COORDD_CHAOS_BACKENDS (default
+// sqlite,mysql,postgres,redis,memcached; redis-sentinel too),
+// COORDD_CHAOS_FAILOVER,
 // COORDD_CHAOS_REPORT (a file to write the table to).
 package chaos

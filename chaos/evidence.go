@@ -521,7 +521,8 @@ func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, f
 			}
 			if !explained {
 				r.UnexplainedRedeliveries++
-				r.Problems = append(r.Problems, fmt.Sprintf("job %s (%s) ran again on %s after %s without its lease running out", p, cur.JobID, cur.Worker, prev.Worker))
+				r.Problems = append(r.Problems, fmt.Sprintf("job %s (%s) ran again on %s after %s without its lease running out (attempt %d started %s, attempt %d started %s)",
+					p, cur.JobID, cur.Worker, prev.Worker, prev.Attempt, prev.At.Format("15:04:05.000"), cur.Attempt, cur.At.Format("15:04:05.000")))
 			}
 		}
 	}

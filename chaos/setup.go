@@ -74,6 +74,13 @@ func (w *world) writeSpec() {
 		w.srv = m
 		dsn := strings.Replace(m.CreateDatabase(w.t), m.Addr(), w.startNetwork(m.Addr()), 1)
 		header = fmt.Sprintf("backends:\n  db: {type: mysql, dsn: %q}\ncluster: {backend: db, leader_lease: %s}\n", dsn, leaderLease)
+	case "postgres":
+		// Killed with SIGKILL and started again on the same data
+		// directory: the restart is a crash recovery.
+		pg := testenv.StartPostgres(w.t)
+		w.srv = pg
+		dsn := strings.Replace(pg.CreateDatabase(w.t), pg.Addr(), w.startNetwork(pg.Addr()), 1)
+		header = fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q}\ncluster: {backend: db, leader_lease: %s}\n", dsn, leaderLease)
 	case "redis":
 		r := testenv.StartRedis(w.t, redisArgs...)
 		w.srv = r

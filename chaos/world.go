@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -39,9 +40,10 @@ const (
 
 // Config is one run of the harness against one backend.
 type Config struct {
-	// Backend is sqlite, mysql, redis or memcached. memcached holds the
-	// semaphore only; cron and the queue stay on an embedded store. The
-	// embedded store has no server: its "restart" is a stall (below).
+	// Backend is sqlite, mysql, postgres, redis, memcached or
+	// redis-sentinel. memcached holds the semaphore only; cron and the
+	// queue stay on an embedded store. The embedded store has no server:
+	// its "restart" is a stall (below).
 	Backend string
 	// Duration is how long faults are injected.
 	Duration time.Duration
@@ -140,6 +142,7 @@ type world struct {
 func Run(t testing.TB, cfg Config) Result {
 	t.Helper()
 	w := &world{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, stream(cfg.Backend))), env: proctest.NewEnv(t), dir: t.TempDir(), ambiguous: map[string]bool{}}
+	t.Cleanup(w.keepEvidence) // before t.TempDir's own cleanup removes it
 	w.writeScripts()
 	w.writeSpec()
 
@@ -259,6 +262,34 @@ func stream(backend string) uint64 {
 }
 
 func (w *world) path(name string) string { return filepath.Join(w.dir, name) }
+
+// keepEvidence copies the evidence of a failed run out of its temp dir,
+// which the test removes, so that a violation can be read line by line.
+func (w *world) keepEvidence() {
+	if !w.t.Failed() {
+		return
+	}
+	keep, err := os.MkdirTemp("", "coordd-chaos-"+w.cfg.Backend+"-")
+	if err != nil {
+		w.t.Logf("chaos: keeping the evidence: %v", err)
+		return
+	}
+	for _, name := range []string{"cron.log", "sem.log", "queue.log", "peaks", "fencing", "coordd.yaml"} {
+		b, err := os.ReadFile(w.path(name))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(keep, name), b, 0o644)
+		}
+		if err != nil && !os.IsNotExist(err) {
+			w.t.Logf("chaos: keeping %s: %v", name, err)
+		}
+	}
+	var faults strings.Builder
+	for _, f := range w.faults {
+		fmt.Fprintf(&faults, "%s %s mid-operation=%v %s %s %s\n", f.Kind, f.Target, f.MidOp, f.At.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Detail)
+	}
+	_ = os.WriteFile(filepath.Join(keep, "faults"), []byte(faults.String()), 0o644)
+	w.t.Logf("chaos: the evidence of this failed run is kept in %s", keep)
+}
 
 // leader is the host id of the current leader, or "" when it cannot be
 // read quickly (a backend restart in progress).
