@@ -57,7 +57,8 @@
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can
 // be replayed), COORDD_CHAOS_BACKENDS (default
-// sqlite,mysql,postgres,redis,memcached; redis-sentinel too),
+// sqlite,mysql,redis,memcached; postgres and redis-sentinel too, and make
+// chaos runs them all),
 // COORDD_CHAOS_FAILOVER,
 // COORDD_CHAOS_REPORT (a file to write the table to).
 package chaos
