@@ -137,7 +137,7 @@ func BenchmarkPeersRedisQueue(b *testing.B) {
 	const producers = 16
 
 	// push runs n pushes from producers goroutines and returns their time.
-		push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
+	push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
 	asynqPush := func(q string) func() error {
 		return func() error {
 			_, err := ac.Enqueue(asynq.NewTask("noop", payload), asynq.Queue(q))

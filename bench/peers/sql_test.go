@@ -200,7 +200,7 @@ func BenchmarkPeersMySQLQueue(b *testing.B) {
 	pushN := scale(8000) / rounds()
 	drainN := scale(5000) / rounds()
 
-		push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
+	push := func(n int, one func() error) time.Duration { return concurrently(b, producers, n, one) }
 	insert := func() error { _, err := db.ExecContext(ctx, qTextbookPush, payload); return err }
 	floorInsert := func() error { _, err := db.ExecContext(ctx, qFloorPush, payload); return err }
 	coorddPush := func(q string) func() error {
