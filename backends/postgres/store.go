@@ -158,10 +158,6 @@ func (s *Store) Name() string { return s.name }
 // Type is spec.TypePostgres.
 func (s *Store) Type() string { return spec.TypePostgres }
 
-// SchemaName is the PostgreSQL schema that holds the store's tables
-// (Schema reports their migration state).
-func (s *Store) SchemaName() string { return s.schema }
-
 // DB exposes the underlying database for tests and drift simulation.
 // Statements sent through it are not counted by RoundTrips.
 func (s *Store) DB() *sql.DB { return s.db }

@@ -8,13 +8,16 @@ import (
 	"time"
 )
 
-// qJobMayClaim is WaitQueue's poll: true when a job is claimable now or a
-// running job's visibility expired (Claim makes it ready again). No row:
-// the queue is absent. Argument: queue.
-var qJobMayClaim = Query{SQL: `SELECT EXISTS (SELECT 1 FROM {p}queue_jobs j{index queue_jobs_ready}
+// jobMayClaim is true, for queue row q, when a job is claimable now or a
+// running job's visibility expired (Claim makes it ready again).
+const jobMayClaim = `EXISTS (SELECT 1 FROM {p}queue_jobs j{index queue_jobs_ready}
   WHERE j.queue = q.name AND ` + jobClaimable + `)
   OR EXISTS (SELECT 1 FROM {p}queue_jobs
-  WHERE queue = q.name AND state = 'running' AND expires_at <= {now})
+  WHERE queue = q.name AND state = 'running' AND expires_at <= {now})`
+
+// qJobMayClaim is WaitQueue's poll: jobMayClaim. No row: the queue is
+// absent. Argument: queue.
+var qJobMayClaim = Query{SQL: `SELECT ` + jobMayClaim + `
 FROM {p}queues q WHERE q.name = ?`}
 
 // Poll backoff of WaitQueue: the interval doubles from queueWaitMin up to
@@ -78,15 +81,12 @@ func (s *Core) mayClaim(ctx context.Context, queue string) (bool, error) {
 	return may, nil
 }
 
-// qJobNextWake is qJobMayClaim and, when nothing may be claimed yet, how
+// qJobNextWake is jobMayClaim and, when nothing may be claimed yet, how
 // long until something may without a push: the next delayed job comes due
 // or a running job's visibility ends (µs; NULL: nothing pending). No row:
 // the queue is absent. Argument: queue. least() skipping NULLs is
 // PostgreSQL's, the one store that wakes this way.
-var qJobNextWake = Query{SQL: `SELECT EXISTS (SELECT 1 FROM {p}queue_jobs j{index queue_jobs_ready}
-  WHERE j.queue = q.name AND ` + jobClaimable + `)
-  OR EXISTS (SELECT 1 FROM {p}queue_jobs
-  WHERE queue = q.name AND state = 'running' AND expires_at <= {now}),
+var qJobNextWake = Query{SQL: `SELECT ` + jobMayClaim + `,
   least((SELECT min(available_at) FROM {p}queue_jobs WHERE queue = q.name AND state = 'ready' AND available_at > {now}),
         (SELECT min(expires_at) FROM {p}queue_jobs WHERE queue = q.name AND state = 'running')) - {now}
 FROM {p}queues q WHERE q.name = ?`}
