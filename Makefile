@@ -10,7 +10,7 @@ PKG       := github.com/coordd/coordd
 FUZZTIME  ?= 60s
 CHAOS_DURATION ?= 5m
 CHAOS_SEED     ?=
-CHAOS_BACKENDS ?= sqlite,mysql,postgres,redis,memcached,redis-sentinel
+CHAOS_BACKENDS ?= sqlite,mysql,postgres,redis,redis-stale-failover,memcached,redis-sentinel
 COORDD_DATA_DIR ?= ./.coordd-data
 
 # Version stamping: a tag from `git describe` (when the repo has tags) and the

@@ -6,10 +6,13 @@
 // with appendonly yes, memcached; the embedded SQLite store has none), three
 // `coordd run` daemons, three `coordd sem run` clients in a loop, two
 // `coordd queue work` workers and a pusher (2 jobs/s), all real processes
-// built from cmd/coordd. The spec has one cron task (`@every 2s`, catch_up
-// all, overlap allow, on_host_loss retry, run_lease 3s), one semaphore
+// built from cmd/coordd. The spec has two cron tasks, tick (`@every 2s`,
+// catch_up all, overlap allow, on_host_loss retry, run_lease 3s) and
+// defaults (`@every 2s`, catch_up all, every other field at its default:
+// overlap forbid, run_lease 30s, retry_backoff 30s), one semaphore
 // (limit 2, lease 3s) and one queue (visibility_timeout 3s). Every command
-// sleeps 0.5-3 s.
+// sleeps 0.5-3 s, but the defaults task's 0.1-1 s, so that the times that
+// waited for a run lost with its host catch up while the run settles.
 //
 // On a schedule drawn from a seed it kills daemons with kill -9 (the leader
 // half of the time) and starts them again, freezes one with SIGSTOP for
@@ -24,7 +27,11 @@
 // counts living semaphore holders under flock(1), and a log of job starts
 // and ends. The checks:
 //
-//   - every scheduled time started (no miss under catch_up all), no
+//   - every scheduled time started (no miss under catch_up all; under
+//     overlap forbid a time may be skipped only behind a run that ended, so
+//     whose host lived, and that had run as long as the time between the
+//     two scheduled times), no start while a run of another time still ran
+//     (overlap forbid) unless that run's host was lost, no
 //     (scheduled time, attempt) started twice, no fencing token given twice,
 //     and every second attempt followed the loss of the first one's host (a
 //     kill or stop of that daemon, or a backend restart, while it ran);
@@ -49,16 +56,17 @@
 //
 // The redis-sentinel backend (TestSentinelFailoverUnderLoad, and `make
 // chaos`) runs Redis as a primary, a replica and three Sentinels, with
-// SENTINEL FAILOVER in place of the backend restart. RedisFailover, a
-// replica that missed writes promoted and the proxy moved to it, is off
-// (COORDD_CHAOS_FAILOVER=1 switches it on) until coordd detects a failover
-// that may have lost writes.
+// SENTINEL FAILOVER in place of the backend restart. The
+// redis-stale-failover backend runs Redis with a replica and, in place of
+// the restart, RedisFailover: replication cut, writes on the primary, the
+// replica promoted and the proxy moved to it. Its checks allow what such a
+// failover loses and nothing more: a push made between the cut and the
+// promotion may be lost, and an occurrence claimed then may start twice.
 //
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can
 // be replayed), COORDD_CHAOS_BACKENDS (default
-// sqlite,mysql,redis,memcached; postgres and redis-sentinel too, and make
-// chaos runs them all),
-// COORDD_CHAOS_FAILOVER,
+// sqlite,mysql,redis,redis-stale-failover,memcached; postgres and
+// redis-sentinel too, and make chaos runs them all),
 // COORDD_CHAOS_REPORT (a file to write the table to).
 package chaos

@@ -276,12 +276,13 @@ func (f InFlight) Any() bool {
 func OpenOps(cron []CronEvent, sem []SemEvent, jobs []JobEvent) InFlight {
 	f := InFlight{CronHosts: map[string]int{}, SemClients: map[string]bool{}, Workers: map[string]int{}}
 	type ck struct {
+		task    string
 		sched   time.Time
 		attempt int
 	}
 	cronOpen := map[ck]string{}
 	for _, e := range cron {
-		k := ck{e.ScheduledAt, e.Attempt}
+		k := ck{e.Task, e.ScheduledAt, e.Attempt}
 		if e.Kind == "start" {
 			cronOpen[k] = e.Host
 		} else {
@@ -319,13 +320,21 @@ type CronReport struct {
 	Occurrences int // scheduled times checked
 	Starts      int
 	// DuplicateStarts counts (scheduled time, attempt) pairs that started
-	// more than once: always a violation.
-	DuplicateStarts int
+	// more than once: a violation, unless the first start's claim was lost
+	// with a failover to a replica that missed it (RerunAfterFailover).
+	DuplicateStarts    int
+	RerunAfterFailover int
 	// Misses counts scheduled times in the checked window with no attempt
-	// started at all: a violation under catch_up: all. (A first attempt
-	// whose host was lost between its claim and its command's start shows
-	// only as its retry.)
+	// started at all: a violation under catch_up: all, unless overlap
+	// forbid skipped the time for a run known to overlap it (Skips). (A
+	// first attempt whose host was lost between its claim and its
+	// command's start shows only as its retry.)
 	Misses int
+	// Skips counts, under overlap forbid, times that never started because
+	// a run that ended (so its host lived) had been running for as long as
+	// the time between the two scheduled times: the one skip docs/spec.md
+	// allows.
+	Skips int
 	// Retries counts attempts after the first; each must follow the loss
 	// of the previous attempt's host (a kill or stop of it, or a backend
 	// restart, while it ran).
@@ -335,15 +344,69 @@ type CronReport struct {
 	// retries whose token is not above the previous attempt's.
 	FencingReused int
 	// Overlaps counts retries that started while the previous attempt's
-	// command still ran (its end line came later).
+	// command still ran (its end line came later), and under overlap
+	// forbid any start while a run of another scheduled time still ran,
+	// unless that run's host was lost.
 	Overlaps int
 	Problems []string
 }
 
-// CheckCron checks task's starts: every scheduled time of the grid step
-// from the first start up to until started (misses), no attempt started
+// Add sums two tasks' reports, as the table shows them.
+func (r CronReport) Add(o CronReport) CronReport {
+	r.Occurrences += o.Occurrences
+	r.Starts += o.Starts
+	r.DuplicateStarts += o.DuplicateStarts
+	r.RerunAfterFailover += o.RerunAfterFailover
+	r.Misses += o.Misses
+	r.Skips += o.Skips
+	r.Retries += o.Retries
+	r.UnexplainedRetries += o.UnexplainedRetries
+	r.FencingReused += o.FencingReused
+	r.Overlaps += o.Overlaps
+	r.Problems = append(append([]string{}, r.Problems...), o.Problems...)
+	return r
+}
+
+// replicationLag is how long before a RedisFailover's cut a write may still
+// have missed the replica.
+const replicationLag = time.Second
+
+// lostWrite reports whether a write made between from and to may have been
+// lost with a failover to a replica that missed it: the two overlap the
+// time from the cut of replication to the promotion. docs/design.md lists what such a
+// failover loses (cron claims, pushes, acknowledgements) and what it keeps
+// (fencing, terms and job ids only grow; no holder beyond the limit).
+func lostWrite(faults []Fault, from, to time.Time) bool {
+	for _, f := range faults {
+		if f.Kind == RedisFailover && !f.End.Before(from) && !f.At.Add(-replicationLag).After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// CronCheck is what CheckCron checks one task against.
+type CronCheck struct {
+	Task string
+	// Step is the task's period; Until the last scheduled time that must
+	// have started.
+	Step  time.Duration
+	Until time.Time
+	// Lease is the task's run lease; LostWithin bounds how long after a
+	// host's loss the retry may come (lease, sweep and retry_backoff).
+	Lease, LostWithin time.Duration
+	// Forbid: the task runs with overlap forbid.
+	Forbid bool
+}
+
+// skipSlack is how much shorter than the time between two scheduled times
+// a run seen in the evidence may be and still explain a skip: its start
+// and end lines come after the scheduler's start and before its record.
+const skipSlack = 500 * time.Millisecond
+
+// CheckCron checks a task's starts: every scheduled time of the grid step
+// from the first start up to Until started (misses), no attempt started
 // twice, fencing tokens unique, and every retry explained by a fault.
-// lostWithin bounds how long after a host's loss the retry may come.
 //
 // An attempt's run lease begins at its claim, before its command writes
 // its start line; the gap is short unless the backend stalls, and can
@@ -352,7 +415,7 @@ type CronReport struct {
 // lease before the previous attempt's start to the retry's start: a claim
 // that hung in a stalled backend leaves its command too little of the
 // lease to renew it in time.
-func CheckCron(events []CronEvent, task string, step time.Duration, until time.Time, faults []Fault, lease, lostWithin time.Duration) CronReport {
+func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 	var r CronReport
 	type key struct {
 		sched   int64
@@ -361,76 +424,88 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 	starts := map[key]CronEvent{}
 	fencing := map[int64]int{}
 	var first time.Time
-	ends := map[int64]map[int]time.Time{} // scheduled time -> attempt -> end
+	ends := map[key]time.Time{}
 	for _, e := range events {
-		if e.Task == task && e.Kind == "end" {
-			if ends[e.ScheduledAt.UnixNano()] == nil {
-				ends[e.ScheduledAt.UnixNano()] = map[int]time.Time{}
-			}
-			ends[e.ScheduledAt.UnixNano()][e.Attempt] = e.At
+		if e.Task == c.Task && e.Kind == "end" {
+			ends[key{e.ScheduledAt.UnixNano(), e.Attempt}] = e.At
 		}
 	}
 	for _, e := range events {
-		if e.Task != task || e.Kind != "start" {
+		if e.Task != c.Task || e.Kind != "start" {
 			continue
 		}
 		r.Starts++
 		k := key{e.ScheduledAt.UnixNano(), e.Attempt}
-		if _, dup := starts[k]; dup {
+		if p, dup := starts[k]; dup && lostWrite(faults, p.At.Add(-time.Second), p.At) {
+			// The claim was a write the promoted replica never had.
+			r.RerunAfterFailover++
+			continue
+		} else if dup {
 			r.DuplicateStarts++
-			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d started twice (hosts %s and %s)", e.ScheduledAt.Format(time.RFC3339), e.Attempt, starts[k].Host, e.Host))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s attempt %d started twice (hosts %s and %s)", c.Task, e.ScheduledAt.Format(time.RFC3339), e.Attempt, starts[k].Host, e.Host))
 			continue
 		}
 		starts[k] = e
 		fencing[e.Fencing]++
 		if fencing[e.Fencing] == 2 {
 			r.FencingReused++
-			r.Problems = append(r.Problems, fmt.Sprintf("fencing token %d given to two starts", e.Fencing))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: fencing token %d given to two starts", c.Task, e.Fencing))
 		}
 		if first.IsZero() || e.ScheduledAt.Before(first) {
 			first = e.ScheduledAt
 		}
 	}
 	if first.IsZero() {
-		r.Problems = append(r.Problems, "no occurrence started at all")
+		r.Problems = append(r.Problems, c.Task+": no occurrence started at all")
 		return r
+	}
+	// lost reports whether a fault explains that prev's command stopped
+	// short of its end (or kept running, unseen by its host) by the time e
+	// started.
+	lost := func(prev, e CronEvent) bool {
+		for _, f := range faults {
+			switch {
+			case f.Kind.outage() && f.overlaps(prev.At.Add(-c.Lease), e.At):
+				return true
+			case f.overlaps(prev.At, e.At) && f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop):
+				return true
+			case f.cuts(prev.Host) && f.overlaps(prev.At.Add(-c.Lease), e.At):
+				// Its host cut off from the backend (from its claim on)
+				// could not renew the run lease.
+				return true
+			}
+		}
+		return false
 	}
 	for k, e := range starts {
 		off := time.Duration(k.sched - first.UnixNano())
-		if off%step != 0 {
-			r.Problems = append(r.Problems, fmt.Sprintf("%s is not on the %s grid from %s", e.ScheduledAt.Format(time.RFC3339Nano), step, first.Format(time.RFC3339Nano)))
+		if off%c.Step != 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s is not on the %s grid from %s", c.Task, e.ScheduledAt.Format(time.RFC3339Nano), c.Step, first.Format(time.RFC3339Nano)))
 		}
 		if k.attempt < 2 {
 			continue
 		}
 		r.Retries++
 		prev, ok := starts[key{k.sched, k.attempt - 1}]
-		explained := false
-		for _, f := range faults {
-			switch {
-			case ok && f.Kind.outage() && f.overlaps(prev.At.Add(-lease), e.At):
-				explained = true
-			case ok && f.overlaps(prev.At, e.At) && f.Target == prev.Host && (f.Kind == DaemonKill || f.Kind == DaemonStop):
-				explained = true
-			case ok && f.cuts(prev.Host) && f.overlaps(prev.At.Add(-lease), e.At):
-				// Its host cut off from the backend (from its claim on)
-				// could not renew the run lease.
-				explained = true
-			case !ok && f.overlaps(e.At.Add(-lostWithin), e.At) && (f.Kind.outage() || f.Kind == DaemonKill || f.Kind == DaemonStop || f.Kind.IsNet()):
-				// The host died after its claim and before the command
-				// wrote its first line.
-				explained = true
+		explained := ok && lost(prev, e)
+		if !ok {
+			// The host died after its claim and before the command
+			// wrote its first line.
+			for _, f := range faults {
+				if f.overlaps(e.At.Add(-c.LostWithin), e.At) && (f.Kind.outage() || f.Kind == DaemonKill || f.Kind == DaemonStop || f.Kind.IsNet()) {
+					explained = true
+				}
 			}
 		}
 		if ok && e.Fencing <= prev.Fencing {
 			r.FencingReused++
-			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d got fencing token %d, not above attempt %d's %d", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Fencing, k.attempt-1, prev.Fencing))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s attempt %d got fencing token %d, not above attempt %d's %d", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Fencing, k.attempt-1, prev.Fencing))
 		}
-		if end, ended := ends[k.sched][k.attempt-1]; ended && end.After(e.At) {
+		if end, ended := ends[key{k.sched, k.attempt - 1}]; ended && end.After(e.At) {
 			// The previous attempt's command was still running: a host
 			// that lost its run lease must stop its command first.
 			r.Overlaps++
-			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d started on %s at %s while attempt %d still ran on %s (it ended %s)", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), k.attempt-1, prev.Host, end.Format("15:04:05.000")))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s attempt %d started on %s at %s while attempt %d still ran on %s (it ended %s)", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), k.attempt-1, prev.Host, end.Format("15:04:05.000")))
 		}
 		if !explained {
 			r.UnexplainedRetries++
@@ -438,27 +513,65 @@ func CheckCron(events []CronEvent, task string, step time.Duration, until time.T
 			if ok {
 				prevDesc = fmt.Sprintf("attempt %d on %s started %s", k.attempt-1, prev.Host, prev.At.Format("15:04:05.000"))
 			}
-			r.Problems = append(r.Problems, fmt.Sprintf("%s attempt %d on %s started %s: no loss of the previous attempt's host explains it (%s)", e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), prevDesc))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s attempt %d on %s started %s: no loss of the previous attempt's host explains it (%s)", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), prevDesc))
+		}
+	}
+	if c.Forbid {
+		// No start while a run of another scheduled time still ran,
+		// unless that run's host was lost (it could not stop it).
+		for k, e := range starts {
+			for pk, p := range starts {
+				end, ended := ends[pk]
+				if pk.sched == k.sched || !ended || !p.At.Before(e.At) || !end.After(e.At) || lost(p, e) {
+					continue
+				}
+				r.Overlaps++
+				r.Problems = append(r.Problems, fmt.Sprintf("%s: overlap forbid: %s attempt %d started on %s at %s while %s attempt %d still ran on %s (it ended %s)", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), p.ScheduledAt.Format(time.RFC3339), pk.attempt, p.Host, end.Format("15:04:05.000")))
+			}
 		}
 	}
 	started := map[int64]bool{}
 	for k := range starts {
 		started[k.sched] = true
 	}
-	for t := first; !t.After(until); t = t.Add(step) {
+	// knownRunning reports whether, under overlap forbid, a run that ended
+	// had been running for at least t minus its own scheduled time.
+	knownRunning := func(t time.Time) bool {
+		for k, p := range starts {
+			end, ended := ends[k]
+			if ended && p.ScheduledAt.Before(t) && end.Sub(p.At)+skipSlack >= t.Sub(p.ScheduledAt) {
+				return true
+			}
+		}
+		return false
+	}
+	for t := first; !t.After(c.Until); t = t.Add(c.Step) {
 		r.Occurrences++
-		if !started[t.UnixNano()] {
+		switch {
+		case started[t.UnixNano()]:
+		case c.Forbid && knownRunning(t):
+			r.Skips++
+		default:
 			r.Misses++
-			r.Problems = append(r.Problems, fmt.Sprintf("%s: never started", t.Format(time.RFC3339)))
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s: never started", c.Task, t.Format(time.RFC3339)))
 		}
 	}
 	return r
+}
+
+// Pushed is a payload whose push was acknowledged, and when the push ran.
+type Pushed struct {
+	Payload  string
+	From, To time.Time
 }
 
 // QueueReport is the verdict on the queue's jobs.
 type QueueReport struct {
 	Pushed int
 	Lost   int // pushed, never done
+	// LostToFailover counts jobs pushed, never done, whose push was
+	// acknowledged by a primary whose replica, promoted, missed it.
+	LostToFailover int
 	// Redeliveries counts starts of a payload after its first; each must be
 	// explained by the previous delivery's lease running out: its worker
 	// killed or cut off its backend by a network fault, a backend restart
@@ -476,7 +589,7 @@ type QueueReport struct {
 // push returned an error at least once. As with CheckCron, a backend
 // outage counts from lease (the visibility timeout) before the previous
 // delivery's start, where its claim may have hung.
-func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, faults []Fault, lease time.Duration) QueueReport {
+func CheckQueue(events []JobEvent, pushed []Pushed, ambiguous map[string]bool, faults []Fault, lease time.Duration) QueueReport {
 	r := QueueReport{Pushed: len(pushed)}
 	done := map[string]bool{}
 	starts := map[string][]JobEvent{}
@@ -496,9 +609,13 @@ func CheckQueue(events []JobEvent, pushed []string, ambiguous map[string]bool, f
 		}
 	}
 	for _, p := range pushed {
-		if !done[p] {
+		switch {
+		case done[p.Payload]:
+		case lostWrite(faults, p.From, p.To):
+			r.LostToFailover++
+		default:
 			r.Lost++
-			r.Problems = append(r.Problems, fmt.Sprintf("job %s was pushed and never done", p))
+			r.Problems = append(r.Problems, fmt.Sprintf("job %s was pushed and never done", p.Payload))
 		}
 	}
 	payloads := make([]string, 0, len(starts))

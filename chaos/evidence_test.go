@@ -20,6 +20,12 @@ func start(sched float64, attempt int, host string, fencing int64, when float64)
 	return CronEvent{Kind: "start", Task: "tick", ScheduledAt: at(sched), Attempt: attempt, Host: host, Fencing: fencing, At: at(when)}
 }
 
+func end(sched float64, attempt int, host string, fencing int64, when float64) CronEvent {
+	e := start(sched, attempt, host, fencing, when)
+	e.Kind = "end"
+	return e
+}
+
 // TestCheckCron feeds the cron check logs that break each rule, and one
 // that keeps them all.
 func TestCheckCron(t *testing.T) {
@@ -31,44 +37,57 @@ func TestCheckCron(t *testing.T) {
 		events []CronEvent
 		faults []Fault
 		check  func(CronReport) bool
+		forbid bool
 	}{
 		{"clean", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h2", 2, 2.1), start(4, 1, "h1", 3, 4.1)}, nil,
-			func(r CronReport) bool { return len(r.Problems) == 0 && r.Occurrences == 3 }},
+			func(r CronReport) bool { return len(r.Problems) == 0 && r.Occurrences == 3 }, false},
 		{"attempt started twice", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 1, "h2", 2, 0.2), start(2, 1, "h1", 3, 2.1), start(4, 1, "h1", 4, 4.1)}, nil,
-			func(r CronReport) bool { return r.DuplicateStarts == 1 }},
+			func(r CronReport) bool { return r.DuplicateStarts == 1 }, false},
 		{"a scheduled time missing", []CronEvent{start(0, 1, "h1", 1, 0.1), start(4, 1, "h1", 2, 4.1)}, nil,
-			func(r CronReport) bool { return r.Misses == 1 }},
+			func(r CronReport) bool { return r.Misses == 1 }, false},
 		{"a time missing at the end", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1)}, nil,
-			func(r CronReport) bool { return r.Misses == 1 }}, // until is 4
+			func(r CronReport) bool { return r.Misses == 1 }, false}, // until is 4
 		{"retry with no fault", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, nil,
-			func(r CronReport) bool { return r.Retries == 1 && r.UnexplainedRetries == 1 }},
+			func(r CronReport) bool { return r.Retries == 1 && r.UnexplainedRetries == 1 }, false},
 		{"retry after another host's loss", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h3", 1)},
-			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }, false},
 		{"retry after its host's loss", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 1)},
-			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }, false},
 		{"retry after a loss before the first attempt ran", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 0.05)},
-			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }, false},
 		{"retry after an outage that hung the first claim", []CronEvent{start(0, 1, "h1", 1, 2.5), start(0, 2, "h1", 2, 3), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: BackendRestart, At: at(0.5), End: at(2.4)}},
-			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }, false},
 		{"an outage more than a lease before the first attempt explains nothing", []CronEvent{start(0, 1, "h1", 1, 6), start(0, 2, "h1", 2, 7), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: BackendRestart, At: at(1), End: at(2)}},
-			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }, false},
 		{"only a retry of a scheduled time started", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 2, "h2", 3, 4.5), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 2.05)},
-			func(r CronReport) bool { return r.Misses == 0 && r.Retries == 1 && len(r.Problems) == 0 }},
+			func(r CronReport) bool { return r.Misses == 0 && r.Retries == 1 && len(r.Problems) == 0 }, false},
 		{"fencing token reused", []CronEvent{start(0, 1, "h1", 7, 0.1), start(2, 1, "h2", 7, 2.1), start(4, 1, "h1", 8, 4.1)}, nil,
-			func(r CronReport) bool { return r.FencingReused == 1 }},
+			func(r CronReport) bool { return r.FencingReused == 1 }, false},
 		{"retry after its host was cut off the backend", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: NetBlackhole, Target: "h1", At: at(0.5), End: at(3)}},
-			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }},
+			func(r CronReport) bool { return r.Retries == 1 && len(r.Problems) == 0 }, false},
 		{"another host cut off explains nothing", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{{Kind: NetOneWay, Target: "h3", At: at(0.5), End: at(3)}},
-			func(r CronReport) bool { return r.UnexplainedRetries == 1 }},
+			func(r CronReport) bool { return r.UnexplainedRetries == 1 }, false},
 		{"a retry while the first attempt still ran", []CronEvent{start(0, 1, "h1", 1, 0.1), start(0, 2, "h2", 2, 3.5), {Kind: "end", Task: "tick", ScheduledAt: at(0), Attempt: 1, Host: "h1", Fencing: 1, At: at(3.6)}, start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 4, 4.1)}, []Fault{kill("h1", 1)},
-			func(r CronReport) bool { return r.Overlaps == 1 }},
+			func(r CronReport) bool { return r.Overlaps == 1 }, false},
 		{"a retry with a lower fencing token", []CronEvent{start(0, 1, "h1", 5, 0.1), start(0, 2, "h2", 2, 3.5), start(2, 1, "h2", 3, 2.1), start(4, 1, "h2", 6, 4.1)}, []Fault{kill("h1", 1)},
-			func(r CronReport) bool { return r.FencingReused == 1 }},
+			func(r CronReport) bool { return r.FencingReused == 1 }, false},
 		{"off the grid", []CronEvent{start(0, 1, "h1", 1, 0.1), start(2, 1, "h1", 2, 2.1), start(3, 1, "h1", 3, 3.1), start(4, 1, "h1", 4, 4.1)}, nil,
-			func(r CronReport) bool { return len(r.Problems) == 1 }},
+			func(r CronReport) bool { return len(r.Problems) == 1 }, false},
+		{"forbid: a time skipped behind a run as long as the period", []CronEvent{start(0, 1, "h1", 1, 0.1), end(0, 1, "h1", 1, 2.3), start(4, 1, "h1", 2, 4.1)}, nil,
+			func(r CronReport) bool { return r.Skips == 1 && len(r.Problems) == 0 }, true},
+		{"forbid: a time skipped behind a short run", []CronEvent{start(0, 1, "h1", 1, 0.1), end(0, 1, "h1", 1, 1), start(4, 1, "h1", 2, 4.1)}, nil,
+			func(r CronReport) bool { return r.Misses == 1 && r.Skips == 0 }, true},
+		{"forbid: a time skipped behind a run whose host died", []CronEvent{start(0, 1, "h1", 1, 0.1), start(4, 1, "h2", 2, 4.1)}, []Fault{kill("h1", 1)},
+			func(r CronReport) bool { return r.Misses == 1 }, true},
+		{"forbid: a start while another time's run still ran", []CronEvent{start(0, 1, "h1", 1, 0.1), end(0, 1, "h1", 1, 2.5), start(2, 1, "h2", 2, 2.1), start(4, 1, "h2", 3, 4.1)}, nil,
+			func(r CronReport) bool { return r.Overlaps == 1 }, true},
+		{"allow: a start while another time's run still ran", []CronEvent{start(0, 1, "h1", 1, 0.1), end(0, 1, "h1", 1, 2.5), start(2, 1, "h2", 2, 2.1), start(4, 1, "h2", 3, 4.1)}, nil,
+			func(r CronReport) bool { return len(r.Problems) == 0 }, false},
+		{"forbid: a start while the run of a frozen host still ran", []CronEvent{start(0, 1, "h1", 1, 0.1), end(0, 1, "h1", 1, 2.5), start(2, 1, "h2", 2, 2.1), start(4, 1, "h2", 3, 4.1)}, []Fault{{Kind: DaemonStop, Target: "h1", At: at(0.5), End: at(3)}},
+			func(r CronReport) bool { return len(r.Problems) == 0 }, true},
 	}
 	for _, c := range cases {
-		r := CheckCron(c.events, "tick", 2*time.Second, at(4), c.faults, 3*time.Second, 20*time.Second)
+		r := CheckCron(c.events, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(4), Lease: 3 * time.Second, LostWithin: 20 * time.Second, Forbid: c.forbid}, c.faults)
 		if !c.check(r) {
 			t.Errorf("%s: unexpected report %+v", c.name, r)
 		}
@@ -113,7 +132,11 @@ func TestCheckQueue(t *testing.T) {
 			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
 	}
 	for _, c := range cases {
-		r := CheckQueue(c.events, c.pushed, c.ambiguous, c.faults, 3*time.Second)
+		var pushed []Pushed
+		for _, p := range c.pushed {
+			pushed = append(pushed, Pushed{p, at(-1), at(-0.9)})
+		}
+		r := CheckQueue(c.events, pushed, c.ambiguous, c.faults, 3*time.Second)
 		if !c.check(r) {
 			t.Errorf("%s: unexpected report %+v", c.name, r)
 		}
@@ -236,4 +259,24 @@ func TestWitnessFencing(t *testing.T) {
 		}
 	}
 	check(3)
+}
+
+// TestLostWritesOfAFailoverToAStaleReplica: a push acknowledged, or a cron
+// claim made, between the cut of replication and the promotion may be
+// lost; the same outside that window is a violation.
+func TestLostWritesOfAFailoverToAStaleReplica(t *testing.T) {
+	failover := []Fault{{Kind: RedisFailover, Target: "redis", At: at(10), End: at(12)}}
+	q := CheckQueue(nil, []Pushed{{"j1", at(10.5), at(10.6)}, {"j2", at(5), at(5.1)}, {"j3", at(12.5), at(12.6)}}, nil, failover, 3*time.Second)
+	if q.LostToFailover != 1 || q.Lost != 2 {
+		t.Errorf("queue: %+v, want j1 lost to the failover and j2, j3 lost", q)
+	}
+	rerun := []CronEvent{start(10, 1, "h1", 1, 10.1), start(10, 1, "h2", 2, 12.5), start(12, 1, "h2", 3, 12.6)}
+	c := CheckCron(rerun, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(12), Lease: 3 * time.Second, LostWithin: 20 * time.Second}, failover)
+	if c.RerunAfterFailover != 1 || len(c.Problems) != 0 {
+		t.Errorf("cron: %+v, want one rerun after the failover and no problem", c)
+	}
+	c = CheckCron(rerun, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(12), Lease: 3 * time.Second, LostWithin: 20 * time.Second}, nil)
+	if c.DuplicateStarts != 1 {
+		t.Errorf("cron without a failover: %+v, want a duplicate start", c)
+	}
 }

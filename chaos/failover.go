@@ -134,7 +134,7 @@ func (w *world) startStaleReplica(primary *testenv.Redis) {
 	w.stale = &staleFailover{primary: primary, replica: testenv.StartReplica(w.t, primary, redisArgs...)}
 }
 
-func (f *staleFailover) run(w *world) {
+func (f *staleFailover) run(w *world) (promoted time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rc := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", f.replica.Port), MaxRetries: -1})
@@ -153,5 +153,19 @@ func (f *staleFailover) run(w *world) {
 	if err := pc.Do(ctx, "REPLICAOF", "127.0.0.1", fmt.Sprint(f.replica.Port)).Err(); err != nil {
 		w.t.Fatalf("chaos: demote the old primary: %v", err)
 	}
+	promoted = time.Now()
 	f.primary, f.replica = f.replica, f.primary
+	// The demoted primary takes a full copy from the new one, which may
+	// take seconds; until it has it, a second failover would lose writes
+	// made since this one, outside the window the checks allow.
+	for {
+		info, err := pc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return promoted
+		}
+		if ctx.Err() != nil {
+			w.t.Fatalf("chaos: the demoted primary on port %d did not catch up with the new one: %v", f.replica.Port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

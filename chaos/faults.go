@@ -154,7 +154,7 @@ func (w *world) inject(k FaultKind) bool {
 		w.sentinels.failover(w.t)
 	case RedisFailover:
 		f.Target, f.MidOp = w.cfg.Backend, open.Any()
-		w.stale.run(w)
+		f.End = w.stale.run(w)
 	}
 	if f.End.IsZero() {
 		f.End = time.Now()

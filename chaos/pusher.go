@@ -21,10 +21,11 @@ func (w *world) pusher() (stop func()) {
 				if ctx.Err() != nil {
 					return
 				}
+				from := time.Now()
 				_, err := w.coordd(15*time.Second, "queue", "push", "jobs", "-f", w.spec, p)
 				w.pushMu.Lock()
 				if err == nil {
-					w.pushed = append(w.pushed, p)
+					w.pushed = append(w.pushed, Pushed{p, from, time.Now()})
 				} else {
 					w.ambiguous[p] = true
 				}
@@ -59,7 +60,7 @@ func (w *world) queueSettled() bool {
 	}
 	w.pushMu.Lock()
 	for _, p := range w.pushed {
-		if !done[p] {
+		if !done[p.Payload] && !lostWrite(w.faults, p.From, p.To) {
 			w.pushMu.Unlock()
 			return false
 		}

@@ -48,12 +48,20 @@ echo "in $COORDD_CHAOS_CLIENT $(date +%%s.%%N)" >> %[4]s
 %[5]secho "out $COORDD_CHAOS_CLIENT $(date +%%s.%%N)" >> %[4]s
 flock %[1]s sh -c 'rm -f "$1/$2"; echo "end $4 $5 $(cat "$3/$4") $2" >> "$6"' _ %[2]s $me %[6]s "$COORDD_SLOT" "$COORDD_FENCING_TOKEN" %[7]s
 `, w.path("witness.lock"), w.path("holders"), w.path("peaks"), w.path("sem.log"), sleepSnippet, w.path("fence"), w.path("fencing"))
+	// The task with the defaults runs a short command, so that the times
+	// that wait for a lost run catch up within the settling time.
+	defaults := fmt.Sprintf(`line="$COORDD_TASK $COORDD_SCHEDULED_AT $COORDD_ATTEMPT $COORDD_TEST_HOST $COORDD_FENCING_TOKEN"
+echo "start $line $(date +%%s.%%N)" >> %[1]s
+ms=$((100 + $(od -An -N2 -tu2 /dev/urandom) %% 901))
+sleep $((ms / 1000)).$(printf %%03d $((ms %% 1000)))
+echo "end $line $(date +%%s.%%N)" >> %[1]s
+`, w.path("cron.log"))
 	handle := fmt.Sprintf(`read -r p
 line="$p $COORDD_JOB_ID $COORDD_ATTEMPT $COORDD_CHAOS_WORKER"
 echo "start $line $(date +%%s.%%N)" >> %[1]s
 %[2]secho "done $line $(date +%%s.%%N)" >> %[1]s
 `, w.path("queue.log"), sleepSnippet)
-	for name, body := range map[string]string{"cron.sh": cron, "hold.sh": hold, "handle.sh": handle} {
+	for name, body := range map[string]string{"cron.sh": cron, "defaults.sh": defaults, "hold.sh": hold, "handle.sh": handle} {
 		if err := os.WriteFile(w.path(name), []byte(body), 0o755); err != nil {
 			w.t.Fatal(err)
 		}
@@ -81,10 +89,10 @@ func (w *world) writeSpec() {
 		w.srv = pg
 		dsn := strings.Replace(pg.CreateDatabase(w.t), pg.Addr(), w.startNetwork(pg.Addr()), 1)
 		header = fmt.Sprintf("backends:\n  db: {type: postgres, dsn: %q}\ncluster: {backend: db, leader_lease: %s}\n", dsn, leaderLease)
-	case "redis":
+	case "redis", "redis-stale-failover":
 		r := testenv.StartRedis(w.t, redisArgs...)
 		w.srv = r
-		if w.cfg.Failover {
+		if w.cfg.Backend == "redis-stale-failover" {
 			// The failover is this run's outage: a restart would bring
 			// a promoted replica back as a replica.
 			w.startStaleReplica(r)
@@ -121,9 +129,13 @@ cron:
     on_host_loss: retry
     run_lease: %s
     command: [/bin/sh, %q]
+  %s:
+    schedule: "@every %s"
+    catch_up: all
+    command: [/bin/sh, %q]
 queues:
   jobs: {partitions: 4, visibility_timeout: %s, max_attempts: 100, retry_backoff: 0s}
-`, semLimit, semBackend, cronStep, runLease, w.path("cron.sh"), visibilityTimeout)
+`, semLimit, semBackend, cronStep, runLease, w.path("cron.sh"), defaultsTask, cronStep, w.path("defaults.sh"), visibilityTimeout)
 	w.spec = w.path("coordd.yaml")
 	if err := os.WriteFile(w.spec, []byte(header+body), 0o644); err != nil {
 		w.t.Fatal(err)

@@ -19,7 +19,8 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Cron = CheckCron(cron, "tick", cronStep, faultEnd, w.faults, runLease, 20*time.Second)
+	r.Cron = CheckCron(cron, tickCheck(faultEnd), w.faults)
+	r.Defaults = CheckCron(cron, defaultsCheck(faultEnd), w.faults)
 	if r.SemEntries, r.MaxHolders, err = ReadPeaks(w.path("peaks")); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	r.Queue = CheckQueue(jobs, w.pushed, w.ambiguous, w.faults, visibilityTimeout)
 	w.pushMu.Unlock()
 
-	v := append(append(append([]string{}, r.Cron.Problems...), r.Queue.Problems...), fenceProblems...)
+	v := append(append(append(append([]string{}, r.Cron.Problems...), r.Defaults.Problems...), r.Queue.Problems...), fenceProblems...)
 	if r.MaxHolders > r.Limit {
 		v = append(v, fmt.Sprintf("semaphore pool had %d holders alive at once (limit %d)", r.MaxHolders, r.Limit))
 	}
@@ -71,4 +72,14 @@ func (w *world) verdict(faultEnd time.Time) Result {
 	}
 	r.Violations = v
 	return r
+}
+
+// tickCheck is what the overlap allow task is checked against.
+func tickCheck(until time.Time) CronCheck {
+	return CronCheck{Task: "tick", Step: cronStep, Until: until, Lease: runLease, LostWithin: 20 * time.Second}
+}
+
+// defaultsCheck is what the task with the defaults is checked against.
+func defaultsCheck(until time.Time) CronCheck {
+	return CronCheck{Task: defaultsTask, Step: cronStep, Until: until, Lease: defaultsRunLease, LostWithin: defaultsLostWithin, Forbid: true}
 }

@@ -31,6 +31,14 @@ const (
 	// visibilityTimeout is the queue's lease.
 	visibilityTimeout = 3 * time.Second
 	cronStep          = 2 * time.Second
+	// defaultsTask is the second cron task: every field at its default
+	// (overlap forbid, max_attempts 1, retry_backoff 30s, on_host_loss
+	// retry, run_lease 30s) but its schedule and catch_up all. A run lost
+	// with its host makes the times after it wait up to defaultsLostWithin:
+	// the run lease, the leader's sweep (20 s) and the retry backoff.
+	defaultsTask       = "defaults"
+	defaultsRunLease   = 30 * time.Second
+	defaultsLostWithin = defaultsRunLease + 20*time.Second + 30*time.Second + 10*time.Second
 	// pushEvery keeps the pushes (2/s) well below what the workers drain
 	// (2 workers x 3 handlers of 1.75 s on average: 3.4/s), so a long run
 	// ends with a short backlog.
@@ -40,10 +48,11 @@ const (
 
 // Config is one run of the harness against one backend.
 type Config struct {
-	// Backend is sqlite, mysql, postgres, redis, memcached or
-	// redis-sentinel. memcached holds the semaphore only; cron and the
-	// queue stay on an embedded store. The embedded store has no server:
-	// its "restart" is a stall (below).
+	// Backend is sqlite, mysql, postgres, redis, memcached,
+	// redis-sentinel or redis-stale-failover (redis with a replica, and
+	// RedisFailover in place of the restart). memcached holds the
+	// semaphore only; cron and the queue stay on an embedded store. The
+	// embedded store has no server: its "restart" is a stall (below).
 	Backend string
 	// Duration is how long faults are injected.
 	Duration time.Duration
@@ -52,10 +61,6 @@ type Config struct {
 	// is raised to. Every other kind the backend allows (each network
 	// fault on a networked backend) happens at least once.
 	MinDaemonKills, MinBackendRestarts int
-	// Failover adds RedisFailover to the faults on redis. It is off until
-	// coordd detects a failover that may have lost writes: a promoted
-	// replica that missed writes repeats fencing numbers without it.
-	Failover bool
 }
 
 // Result is what a run saw and what it concluded.
@@ -63,10 +68,12 @@ type Result struct {
 	Backend, Scenario string
 	Seed              uint64
 	Faults            []Fault
-	Cron              CronReport
-	SemEntries        int
-	MaxHolders        int
-	Limit             int
+	// Cron is the overlap allow task's verdict (tick); Defaults the verdict
+	// on the task with the defaults.
+	Cron, Defaults CronReport
+	SemEntries     int
+	MaxHolders     int
+	Limit          int
 	// StaleFencing counts semaphore holders the protected resource would
 	// have refused (CheckFencing).
 	StaleFencing int
@@ -133,7 +140,7 @@ type world struct {
 	clientsOn                 bool
 
 	pushMu    sync.Mutex
-	pushed    []string
+	pushed    []Pushed
 	ambiguous map[string]bool
 }
 
@@ -221,11 +228,20 @@ func Run(t testing.TB, cfg Config) Result {
 		w.tend()
 		ev, _ := ReadCron(w.path("cron.log"))
 		for _, e := range ev {
-			if e.Kind == "start" && e.Attempt == 1 && e.ScheduledAt.After(faultEnd.Add(2*cronStep)) {
+			if e.Kind == "start" && e.Task == "tick" && e.Attempt == 1 && e.ScheduledAt.After(faultEnd.Add(2*cronStep)) {
 				return true
 			}
 		}
 		return false
+	})
+	waitFor(defaultsLostWithin+time.Minute, "every time of the task with the defaults started", func() bool {
+		w.tend()
+		ev, _ := ReadCron(w.path("cron.log"))
+		past := false
+		for _, e := range ev {
+			past = past || (e.Kind == "start" && e.Task == defaultsTask && e.ScheduledAt.After(faultEnd.Add(2*cronStep)))
+		}
+		return past && CheckCron(ev, defaultsCheck(faultEnd), w.faults).Misses == 0
 	})
 	waitFor(3*time.Minute, "every pushed job done and the queue empty", func() bool {
 		w.tend()
