@@ -62,7 +62,7 @@ func isLoopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// handler is what the listener serves: /metrics and /healthz, and the
+// handler is what the listener serves: /metrics, /healthz and /readyz, and the
 // dashboard at every other path when there is one.
 func (d *Daemon) handler() http.Handler {
 	m := d.metrics.Handler()
@@ -72,6 +72,7 @@ func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m)
 	mux.Handle("/healthz", m)
+	mux.Handle("/readyz", m)
 	mux.Handle("/", d.dash.h)
 	return mux
 }

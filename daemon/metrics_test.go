@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/daemon"
 	"github.com/coordd/coordd/internal/proctest"
+	"github.com/coordd/coordd/internal/testenv"
 )
 
 // scrape GETs url and returns the status code and body.
@@ -55,10 +57,10 @@ func metricValue(body, name string, labels ...string) (float64, bool) {
 var listenAddr = regexp.MustCompile(`serving /metrics and /healthz: addr=(\S+)`)
 
 // TestMetricsAndHealth runs a daemon with --listen on a free port and
-// checks /metrics and /healthz: leadership, the reload metrics, a
+// checks /metrics, /healthz and /readyz: leadership, the reload metrics, a
 // semaphore's limit, a queue's ready count after a push, a cron run by
-// status, and a broken reload that flips the reload metric and /healthz
-// while the last good spec keeps running.
+// status, and a broken reload that flips the reload metric and /readyz
+// (not /healthz) while the last good spec keeps running.
 func TestMetricsAndHealth(t *testing.T) {
 	env := proctest.NewEnv(t)
 	dir := t.TempDir()
@@ -128,15 +130,22 @@ cron:
 	if v, _ := metricValue(body, "coordd_backend_round_trip_seconds_count", `op="observe_queues"`); v < 1 {
 		t.Errorf("no timed observe_queues round trip")
 	}
-	if code, h := scrape(t, base+"/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz = %d %q", code, h)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, h := scrape(t, base+p); code != http.StatusOK || h != "ok\n" {
+			t.Fatalf("%s = %d %q", p, code, h)
+		}
 	}
 
 	// A broken spec: the reload fails, the last good spec keeps running.
+	// The process is alive (/healthz: a probe that restarted it would stop
+	// the last good spec) but not ready.
 	writeFile(t, specPath, "semaphores:\n  s: {limit: 0}\n")
 	want("reload successful 0", "coordd_config_last_reload_successful", 0)
-	code, h := scrape(t, base+"/healthz")
+	code, h := scrape(t, base+"/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(h, "spec reload failed") || strings.Count(strings.TrimSpace(h), "\n") != 0 {
+		t.Fatalf("/readyz after a broken reload = %d %q", code, h)
+	}
+	if code, h := scrape(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz after a broken reload = %d %q", code, h)
 	}
 	want("the last good semaphore limit", "coordd_semaphore_limit", 3, `semaphore="s"`)
@@ -145,8 +154,8 @@ cron:
 	// A good spec again: healthy.
 	writeFile(t, specPath, good)
 	want("reload successful 1 again", "coordd_config_last_reload_successful", 1)
-	if code, h := scrape(t, base+"/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz after a good reload = %d %q", code, h)
+	if code, h := scrape(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after a good reload = %d %q", code, h)
 	}
 
 	d.Signal(syscall.SIGTERM)
@@ -174,5 +183,43 @@ func TestNoListenerWithoutListen(t *testing.T) {
 	cancel()
 	if err := d.Run(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadyzFollowsTheBackend: while the daemon's Redis is down /readyz
+// answers 503 naming the backend and /healthz 200 (the process is fine);
+// when Redis is back, /readyz answers 200 again.
+func TestReadyzFollowsTheBackend(t *testing.T) {
+	env := proctest.NewEnv(t)
+	r := testenv.StartRedis(t)
+	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
+	writeFile(t, specPath, fmt.Sprintf("backends:\n  cache: {type: redis, url: \"redis://127.0.0.1:%d/0\", key_prefix: \"readyz:\"}\ncluster: {backend: cache}\nsemaphores:\n  s: {limit: 1}\n", r.Port))
+	d := env.Start(t, "daemon", "run", "-f", specPath, "--host-id", "solo", "--listen", "127.0.0.1:0")
+	var base string
+	proctest.Eventually(t, 20*time.Second, "the listen address in the log", func() bool {
+		m := listenAddr.FindStringSubmatch(d.Output())
+		if m != nil {
+			base = "http://" + m[1]
+		}
+		return m != nil
+	})
+	probe := func(what, path string, want int, text string) {
+		t.Helper()
+		proctest.Eventually(t, 20*time.Second, what, func() bool {
+			code, h := scrape(t, base+path)
+			return code == want && strings.Contains(h, text)
+		})
+	}
+	probe("ready", "/readyz", http.StatusOK, "ok")
+	r.Kill()
+	probe("unready with Redis down", "/readyz", http.StatusServiceUnavailable, "backend cache: unreachable")
+	if code, h := scrape(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz with Redis down = %d %q, want 200", code, h)
+	}
+	r.Start(t)
+	probe("ready again", "/readyz", http.StatusOK, "ok")
+	d.Signal(syscall.SIGTERM)
+	if code := d.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("daemon exited %d", code)
 	}
 }

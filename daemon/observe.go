@@ -45,6 +45,10 @@ func (s source) ReloadRunning() time.Duration {
 	return max(time.Since(s.d.reloadingSince), time.Nanosecond)
 }
 
+// Health is liveness: nil while the process runs and is not wedged. A
+// failed reload is not a reason (the last good spec keeps running, and a
+// probe that restarted the process would stop it on the broken spec);
+// Ready reports it.
 func (s source) Health() error {
 	running := s.ReloadRunning()
 	s.d.mu.Lock()
@@ -54,15 +58,63 @@ func (s source) Health() error {
 		return errors.New("shutting down")
 	case running > s.d.reloadStuck():
 		return fmt.Errorf("spec reload stuck: running for %s (the last good spec keeps running)", running.Round(time.Second))
-	case !s.d.lastReloadOK:
-		msg := "spec reload failed"
-		if err := s.d.lastReloadErr; err != nil {
-			// The first error of a spec.Errors list: one line.
-			msg += ": " + strings.SplitN(err.Error(), "\n", 2)[0]
-		}
-		return fmt.Errorf("%s (at %s; the last good spec keeps running)", msg, s.d.lastReloadAt.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// readyProbeTimeout bounds each backend's round trip in Ready.
+const readyProbeTimeout = 2 * time.Second
+
+// Ready is readiness: nil when the process is live, its last spec load
+// was good, and every backend of the running spec answers with a store
+// migrated for this binary. A backend that is down, or a host cut off from
+// it, makes the host unready though it is alive.
+func (s source) Ready(ctx context.Context) error {
+	if err := s.Health(); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	ok, at, rerr := s.d.lastReloadOK, s.d.lastReloadAt, s.d.lastReloadErr
+	s.d.mu.Unlock()
+	if !ok {
+		msg := "spec reload failed"
+		if rerr != nil {
+			// The first error of a spec.Errors list: one line.
+			msg += ": " + strings.SplitN(rerr.Error(), "\n", 2)[0]
+		}
+		return fmt.Errorf("%s (at %s; the last good spec keeps running)", msg, at.UTC().Format(time.RFC3339))
+	}
+	_, e := s.d.current()
+	names := make([]string, 0, len(e.Backends))
+	for n := range e.Backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := probeBackend(ctx, e.Backends[n]); err != nil {
+			return fmt.Errorf("backend %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// probeBackend asks b for its clock (one round trip) and, for a store
+// with a schema, whether it is migrated for this binary.
+func probeBackend(ctx context.Context, b backends.Backend) error {
+	ctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+	defer cancel()
+	if _, err := b.Now(ctx); err != nil {
+		return fmt.Errorf("unreachable: %w", err)
+	}
+	m, ok := b.(backends.Migrator)
+	if !ok {
+		return nil
+	}
+	info, err := m.Schema(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the schema version: %w", err)
+	}
+	return backends.SchemaCurrent(info.Version, info.Latest)
 }
 
 // Objects groups the last good spec's semaphores and queues by backend.

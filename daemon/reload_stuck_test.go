@@ -53,10 +53,19 @@ func listening(t *testing.T, dir string, readTimeout time.Duration, setup func(*
 // health waits until /healthz answers code with a body holding want.
 func health(t *testing.T, base string, code int, want string) {
 	t.Helper()
-	var got int
-	var body string
-	proctest.Eventually(t, 30*time.Second, "/healthz "+want, func() bool {
-		got, body = scrape(t, base+"/healthz")
+	probe(t, base+"/healthz", code, want)
+}
+
+// ready waits until /readyz answers code with a body holding want.
+func ready(t *testing.T, base string, code int, want string) {
+	t.Helper()
+	probe(t, base+"/readyz", code, want)
+}
+
+func probe(t *testing.T, url string, code int, want string) {
+	t.Helper()
+	proctest.Eventually(t, 30*time.Second, url+" "+want, func() bool {
+		got, body := scrape(t, url)
 		return got == code && strings.Contains(body, want)
 	})
 }
@@ -116,7 +125,8 @@ func TestReloadOfKernelFileFails(t *testing.T) {
 
 // TestReloadStuckInFileSystemFails: a spec file whose open never returns
 // (a hung network file system) fails the reload at the read deadline;
-// /healthz and coordd_config_last_reload_successful show it.
+// /readyz and coordd_config_last_reload_successful show it, while
+// /healthz stays 200 (the last good spec runs).
 func TestReloadStuckInFileSystemFails(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), "semaphores:\n  s: {limit: 3}\n")
@@ -130,14 +140,15 @@ func TestReloadStuckInFileSystemFails(t *testing.T) {
 	if pid := b.Opened(t, 30*time.Second); pid != os.Getpid() {
 		t.Fatalf("pid %d opened the spec, want the daemon's %d", pid, os.Getpid())
 	}
-	health(t, base, http.StatusServiceUnavailable, "the file system did not answer within 200ms")
+	ready(t, base, http.StatusServiceUnavailable, "the file system did not answer within 200ms")
 	metric(t, base, "coordd_config_last_reload_successful", is(0))
+	health(t, base, http.StatusOK, "ok")
 	if !strings.Contains(logs.String(), "b.yaml:1:1: cannot read spec: the file system did not answer") {
 		t.Errorf("the log does not name the stuck file:\n%s", logs.String())
 	}
 	b.Release()
 	writeFile(t, filepath.Join(dir, "a.yaml"), "semaphores:\n  s: {limit: 5}\n")
-	health(t, base, http.StatusOK, "ok")
+	ready(t, base, http.StatusOK, "ok")
 	metric(t, base, "coordd_config_last_reload_successful", is(1))
 }
 
@@ -169,6 +180,7 @@ func TestStuckReloadShowsInHealth(t *testing.T) {
 	metric(t, base, "coordd_config_reload_in_progress_seconds", is(0))
 	writeFile(t, filepath.Join(dir, "a.yaml"), "semaphores:\n  s: {limit: 4}\n")
 	health(t, base, http.StatusServiceUnavailable, "spec reload stuck: running for")
+	ready(t, base, http.StatusServiceUnavailable, "spec reload stuck: running for")
 	metric(t, base, "coordd_config_reload_in_progress_seconds", func(v float64) bool { return v > 0.2 })
 	close(release)
 	health(t, base, http.StatusOK, "ok")

@@ -51,9 +51,12 @@ type Source interface {
 	// LastReload returns the outcome of the last spec (re)load and the time
 	// of the last successful one.
 	LastReload() (ok bool, lastSuccess time.Time)
-	// Health returns nil while the daemon runs and its last spec load was
-	// good, and otherwise an error whose message is the reason.
+	// Health is liveness (/healthz): nil while the daemon runs and is not
+	// wedged, and otherwise an error whose message is the reason.
 	Health() error
+	// Ready is readiness (/readyz): nil when the daemon can do its work
+	// (its last spec load good, its backends reachable and migrated).
+	Ready(ctx context.Context) error
 	// Objects lists, per backend, the semaphores, queues and cron tasks of
 	// the last good spec.
 	Objects() []Objects

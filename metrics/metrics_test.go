@@ -36,7 +36,8 @@ func (s *source) Health() error {
 	defer s.mu.Unlock()
 	return s.health
 }
-func (s *source) Objects() []metrics.Objects { return s.objs }
+func (s *source) Ready(context.Context) error { return s.Health() }
+func (s *source) Objects() []metrics.Objects  { return s.objs }
 
 // serve starts m on a free localhost port and returns its base URL; the
 // server stops when the test ends, and the test fails if Serve errs.
@@ -148,7 +149,8 @@ func TestMetricsCollectSQLite(t *testing.T) {
 	}
 }
 
-// TestHealthz: 200 "ok" while healthy; 503 and one line of reason otherwise.
+// TestHealthz: 200 "ok" while healthy; 503 and one line of reason otherwise,
+// on /healthz and /readyz alike.
 func TestHealthz(t *testing.T) {
 	src := &source{}
 	base := serve(t, metrics.New(src))
@@ -158,9 +160,11 @@ func TestHealthz(t *testing.T) {
 	src.mu.Lock()
 	src.health = errors.New("spec reload failed:\ncoordd.yaml:2: limit must be at least 1")
 	src.mu.Unlock()
-	code, body := get(t, base+"/healthz")
-	if code != http.StatusServiceUnavailable || body != "spec reload failed: coordd.yaml:2: limit must be at least 1\n" {
-		t.Fatalf("/healthz = %d %q", code, body)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		code, body := get(t, base+p)
+		if code != http.StatusServiceUnavailable || body != "spec reload failed: coordd.yaml:2: limit must be at least 1\n" {
+			t.Fatalf("%s = %d %q", p, code, body)
+		}
 	}
 }
 

@@ -11,23 +11,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics and /healthz.
+// Handler serves /metrics, /healthz (liveness) and /readyz (readiness).
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		Timeout: ObserveTimeout + 2*time.Second,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := m.src.Health(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			// One line: the reason, without the newlines of a multi-error.
-			_, _ = w.Write([]byte(strings.Join(strings.Fields(err.Error()), " ") + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
+		writeProbe(w, m.src.Health())
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), ObserveTimeout)
+		defer cancel()
+		writeProbe(w, m.src.Ready(ctx))
 	})
 	return mux
+}
+
+// writeProbe answers a probe: 200 "ok", or 503 with the reason on one
+// line (without the newlines of a multi-error).
+func writeProbe(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(strings.Join(strings.Fields(err.Error()), " ") + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 // Serve serves m on ln until ctx ends, then shuts the server down (waiting

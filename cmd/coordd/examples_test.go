@@ -271,6 +271,7 @@ type metricsSource struct {
 func (metricsSource) Leading() (int64, bool)        { return 1, true }
 func (metricsSource) LastReload() (bool, time.Time) { return true, time.Now() }
 func (metricsSource) Health() error                 { return nil }
+func (metricsSource) Ready(context.Context) error   { return nil }
 func (s metricsSource) Objects() []metrics.Objects  { return s.objs }
 func (metricsSource) SpecHashes() (local, applied string, known bool) {
 	return "0123456789abcdef", "0123456789abcdef", true
