@@ -53,14 +53,20 @@ FROM {p}semaphores s WHERE s.name = ?`
 	// holder is left above it and no live waiter is ahead of the owner. It
 	// takes the owner out of the line in the same commit and returns the
 	// number and the server's now; no row: refused or absent (grantLocked
-	// tells). Arguments: qSessGrantSet's, name, slot, owner, name, owner.
+	// tells). The commit does not wait for the WAL flush (the last
+	// column): what a crash could lose is a holder whose session the
+	// crash ends anyway, and a counter bump that the clock covers, since
+	// every number is at least the server's clock in µs when it is handed
+	// out ({next:fencing}), so a number handed out after the restart is
+	// above any handed out before it. Arguments: qSessGrantSet's, name,
+	// slot, owner, name, owner.
 	qSessGrant = `WITH g AS (
   UPDATE {p}semaphores s ` + qSessGrantSet + `
   WHERE s.name = ? AND s.mode = 'session' AND ?::bigint < s.lim AND s.session_slots <= s.lim
     AND ` + lineAheadOf + ` = 0
   RETURNING s.fencing, {now} AS now
 ), d AS (DELETE FROM {p}semaphore_waiters WHERE name = ? AND owner = ? AND EXISTS (SELECT 1 FROM g))
-SELECT fencing, now FROM g`
+SELECT fencing, now, set_config('synchronous_commit', 'off', true) FROM g`
 
 	// qSessGrantLocked is the grant grantLocked decided, the row locked.
 	// Arguments: qSessGrantSet's, name.
@@ -210,7 +216,7 @@ func (s *Store) sessionAcquireOn(ctx context.Context, w *session, req backends.A
 		w.slot = r.slot
 	}
 	var fencing, now int64
-	err := s.drow(ctx, w.d, qSessGrant, []any{w.slot, req.Owner, req.Host, req.PID, w.name, w.slot, req.Owner, w.name, req.Owner}, &fencing, &now)
+	err := s.drow(ctx, w.d, qSessGrant, []any{w.slot, req.Owner, req.Host, req.PID, w.name, w.slot, req.Owner, w.name, req.Owner}, &fencing, &now, new(string))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s.grantLocked(ctx, w, req, behind)
 	}

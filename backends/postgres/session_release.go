@@ -100,6 +100,13 @@ func (s *Store) sessionRelease(ctx context.Context, h *session) error {
 		h.drop()
 		return fmt.Errorf("release %q: %w", h.name, backends.ErrLost)
 	}
+	if h.d.listening != "" {
+		// A former head that never extended: stop listening, so that the
+		// connection (and the server's caches warmed on it) can be reused.
+		if _, err := s.dexec(ctx, h.d, `UNLISTEN *`); err == nil {
+			h.d.listening = ""
+		}
+	}
 	s.undedicate(h.d)
 	h.d = nil
 	if !released {
