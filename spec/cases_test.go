@@ -39,6 +39,7 @@ var goodSpecs = []string{
 	"queues:\n  q: {max_payload: 64KiB, unique: pending, timeout: 1m}\n",
 	mcPrefix("app/prod~1:" + strings.Repeat("x", MaxMemcachedKeyPrefix-11)), // printable, at the length limit
 	"backends:\n  db: {type: mysql, dsn: \"u:${PW:-x}@tcp(h:3306)/d\", table_prefix: app_}\nsemaphores:\n  s: {limit: 2, mode: session, wake: kill}\nqueues:\n  q: {claim: skip_locked}\n",
+	pgHeader + "semaphores:\n  s: {limit: 2, mode: session, max_waiting: 3}\n",
 	"backends:\n  r:\n    type: redis\n    sentinel: {master: mymaster, addrs: [\"s1:26379\", \"s2:26379\"], db: 2, username: app, password: \"${PW:-x}\", sentinel_password: \"${SPW:-y}\"}\ncluster: {backend: r}\n",
 }
 
@@ -65,6 +66,10 @@ cluster: {backend: db}
 func mcPrefix(prefix string) string {
 	return "backends:\n  db: {type: sqlite}\n  mc: {type: memcached, servers: [\"mc1:11211\"], key_prefix: \"" + prefix + "\"}\ncluster: {backend: db}\n"
 }
+
+const pgHeader = `backends:
+  db: {type: postgres, dsn: "postgres://db1/c"}
+`
 
 const redisHeader = `backends:
   r: {type: redis, url: "redis://h:6379/0"}
@@ -141,7 +146,7 @@ var badCases = []badCase{
 	{name: "memcached holding cron", files: one(mcHeader + "cron:\n  c: {backend: mc, schedule: \"@daily\", command: \"true\"}\n"),
 		pos: "a.yaml:6:16", msg: `cron.c.backend: backend "mc" is memcached, which holds semaphores only`},
 	{name: "mode session on sqlite", files: one("semaphores:\n  x: {limit: 1, mode: session}\n"),
-		pos: "a.yaml:2:23", msg: `semaphore.x.mode: mode session needs a mysql backend; backend "embedded" is sqlite`},
+		pos: "a.yaml:2:23", msg: `semaphore.x.mode: mode session needs a mysql or postgres backend; backend "embedded" is sqlite`},
 	{name: "mode counter on redis", files: one(redisHeader + "semaphores:\n  x: {limit: 1, mode: counter}\n"),
 		pos: "a.yaml:4:23", msg: `semaphore.x.mode: mode counter needs a memcached backend; backend "r" is redis`},
 	{name: "counter with limit 2", files: one(mcHeader + "semaphores:\n  x: {backend: mc, limit: 2, mode: counter}\n"),
@@ -152,6 +157,10 @@ var badCases = []badCase{
 		pos: "a.yaml:6:37", msg: `semaphore.x.keyed: memcached cannot hold keyed semaphores`},
 	{name: "keyed in mode session", files: one("backends:\n  db: {type: mysql, dsn: \"u:p@tcp(h:3306)/d\"}\nsemaphores:\n  x: {limit: 1, mode: session, keyed: true}\n"),
 		pos: "a.yaml:4:39", msg: `semaphore.x.keyed: keyed needs mode lease`},
+	{name: "keyed in mode session on postgres", files: one(pgHeader + "semaphores:\n  x: {limit: 1, mode: session, keyed: true}\n"),
+		pos: "a.yaml:4:39", msg: `semaphore.x.keyed: keyed needs mode lease: in mode session a slot is a lock of the holder's connection`},
+	{name: "wake in mode session on postgres", files: one(pgHeader + "semaphores:\n  x: {limit: 2, mode: session, wake: kill}\n"),
+		pos: "a.yaml:4:38", msg: "semaphore.x.wake: wake applies only to mode session on mysql; on postgres"},
 	{name: "cron naming a keyed semaphore", files: one("semaphores:\n  k: {limit: 1, keyed: true}\ncron:\n  c: {schedule: \"@every 1m\", command: \"true\", semaphore: k}\n"),
 		pos: "a.yaml:4:58", msg: `cron.c.semaphore: semaphore "k" is keyed, and a cron task has no key to give it`},
 	{name: "wake on lease mode", files: one("semaphores:\n  x: {limit: 1, wake: kill}\n"),

@@ -713,3 +713,17 @@ func TestRedactSecrets(t *testing.T) {
 		t.Errorf("a message too long to compare is not replaced: %d bytes", len(got))
 	}
 }
+
+// TestSessionModeOnPostgres: mode session loads on postgres, and its
+// waiters have no wake strategy to choose (the row records none), while
+// on mysql it defaults to poll.
+func TestSessionModeOnPostgres(t *testing.T) {
+	s := mustLoad(t, one(pgHeader+"semaphores:\n  s: {limit: 2, mode: session}\n"), LoadOptions{})
+	if got := s.Semaphores["s"]; got.Mode != ModeSession || got.Wake != "" {
+		t.Errorf("postgres session semaphore: mode %q wake %q, want session and no wake", got.Mode, got.Wake)
+	}
+	m := mustLoad(t, one("backends:\n  db: {type: mysql, dsn: \"u:p@tcp(h:3306)/d\"}\nsemaphores:\n  s: {limit: 2, mode: session}\n"), LoadOptions{})
+	if got := m.Semaphores["s"].Wake; got != WakePoll {
+		t.Errorf("mysql session semaphore: wake %q, want %q", got, WakePoll)
+	}
+}

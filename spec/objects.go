@@ -178,8 +178,8 @@ func (l *loader) decodeSemaphores(s *Spec) {
 		o.Mode, modeOK = fs.enum("mode", ModeLease, ModeLease, ModeSession, ModeCounter)
 		if modeOK && fs.has("mode") {
 			switch {
-			case o.Mode == ModeSession && typ != "" && typ != TypeMySQL:
-				fs.errf("mode", "mode session needs a mysql backend; backend %s is %s", quote(o.Backend), typ)
+			case o.Mode == ModeSession && typ != "" && typ != TypeMySQL && typ != TypePostgres:
+				fs.errf("mode", "mode session needs a mysql or postgres backend; backend %s is %s", quote(o.Backend), typ)
 			case o.Mode == ModeCounter && typ != "" && typ != TypeMemcached:
 				fs.errf("mode", "mode counter needs a memcached backend; backend %s is %s", quote(o.Backend), typ)
 			}
@@ -189,11 +189,17 @@ func (l *loader) decodeSemaphores(s *Spec) {
 		}
 		if fs.has("wake") {
 			w, ok := fs.enum("wake", "", WakePoll, WakeKill)
-			if ok && modeOK && o.Mode != ModeSession {
+			switch {
+			case ok && modeOK && o.Mode != ModeSession:
 				fs.errf("wake", "wake applies only to mode session (on mysql); mode is %s", o.Mode)
+			case ok && modeOK && typ == TypePostgres:
+				// PostgreSQL has one way that needs no choice: waiters
+				// block in the server on the line's advisory lock, and
+				// the head is woken by the NOTIFY of a release.
+				fs.errf("wake", "wake applies only to mode session on mysql; on postgres, session-mode waiters queue in the server and are woken by NOTIFY, with nothing to choose (drop wake)")
 			}
 			o.Wake = w
-		} else if o.Mode == ModeSession {
+		} else if o.Mode == ModeSession && typ != TypePostgres {
 			o.Wake = WakePoll
 		}
 		if fs.has("max_waiting") {
@@ -210,7 +216,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 			case typ == TypeMemcached:
 				fs.errf("keyed", "memcached cannot hold keyed semaphores: it cannot list a semaphore's instances (to drain them) and keeps no line of waiters; backend %s is memcached (put the semaphore on sqlite, mysql, postgres or redis)", quote(o.Backend))
 			case modeOK && o.Mode == ModeSession:
-				fs.errf("keyed", "keyed needs mode lease: in mode session a slot is a MySQL named lock that no row records, so an instance's holders could not be listed or drained")
+				fs.errf("keyed", "keyed needs mode lease: in mode session a slot is a lock of the holder's connection (a MySQL named lock, a PostgreSQL advisory lock) that no row records, so an instance's holders could not be listed or drained")
 			}
 		}
 		o.PreventDestroy = fs.boolean("prevent_destroy")

@@ -11,6 +11,7 @@ import (
 	"github.com/coordd/coordd/backends/backendtest"
 	"github.com/coordd/coordd/backends/postgres"
 	"github.com/coordd/coordd/internal/testenv"
+	"github.com/coordd/coordd/spec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -59,6 +60,12 @@ VALUES ($1, $2, $3, 'ready', 0, 0)`, queue, p, []byte(fmt.Sprintf("job %d", i)))
 			}
 		},
 		ClockFencing: true,
+		// Mode session: slots are advisory locks of the holder's
+		// connection; ending the backend frees them.
+		SemaphoreModes: []string{spec.ModeSession},
+		KillSession: func(t *testing.T, b backends.Backend, id int64) {
+			execSQL(t, b, `SELECT pg_terminate_backend($1)`, id)
+		},
 	}
 }
 

@@ -69,6 +69,11 @@ type Store struct {
 	pollWake bool
 	// batches gathers keyless pushes and acks (queue_batch.go).
 	batches queueBatches
+	// database is the database's name, part of the advisory lock keys of
+	// mode session; sess the connections and holders of that mode
+	// (session.go).
+	database string
+	sess     *sessions
 }
 
 // Open connects to the database named by dsn (a postgres:// URL or
@@ -109,7 +114,7 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake}
+	s := &Store{name: name, schema: schema, prefix: tablePrefix, opts: opts, db: db, pollWake: opts.PollWake, sess: newSessions()}
 	s.listen = &listener{cfg: cfg.Copy(), channel: channelName(schema, tablePrefix)}
 	s.batches.init()
 	s.dialect = newDialect(schema, tablePrefix)
@@ -121,7 +126,7 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	s.Core = sqlstore.Core{DB: s.pool}
 	var version string
 	s.pool.CountTrip()
-	if err := db.QueryRowContext(ctx, qVersion).Scan(&version); err != nil {
+	if err := db.QueryRowContext(ctx, qVersion).Scan(&version, &s.database); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("postgres %q at %s/%s: %w", name, cfg.Host, cfg.Database, err)
 	}
@@ -148,9 +153,11 @@ func poolSize(params map[string]string) (int, error) {
 	return n, nil
 }
 
-// qVersion reads the server's version; Open sends it to check that the
-// server answers.
-const qVersion = `SELECT version()`
+// qVersion reads the server's version and the database's name; Open sends
+// it to check that the server answers. The name is part of the advisory
+// lock keys (session.go), read from the server so that every host agrees
+// whatever its DSN says.
+const qVersion = `SELECT version(), current_database()`
 
 // Name is the name the spec gave the backend.
 func (s *Store) Name() string { return s.name }
@@ -170,8 +177,10 @@ func (s *Store) Table(base string) string { return s.dialect.Table(base) }
 // statement, plus one per transaction for its BEGIN and COMMIT.
 func (s *Store) RoundTrips() uint64 { return s.pool.RoundTrips() }
 
-// Close closes the handle's connections.
+// Close closes the handle's connections. Session-mode slots it still holds
+// are freed with their connections.
 func (s *Store) Close() error {
+	s.sess.closeAll()
 	s.listen.close()
 	s.pool.Close()
 	return s.db.Close()

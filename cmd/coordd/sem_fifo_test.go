@@ -29,17 +29,23 @@ func TestSemRunFIFO(t *testing.T) {
 		"postgres": func(t *testing.T) string {
 			return fmt.Sprintf("backends:\n  b: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"ff_\"}\n", testenv.PostgresDSN(t))
 		},
+		"postgres-session": func(t *testing.T) string {
+			return fmt.Sprintf("backends:\n  b: {type: postgres, dsn: %q, schema: coordd, table_prefix: \"fs_\"}\n", testenv.PostgresDSN(t))
+		},
 		"redis": func(t *testing.T) string {
 			url, prefix := testenv.RedisURL(t)
 			return fmt.Sprintf("backends:\n  b: {type: redis, url: %q, key_prefix: %q}\n", url, prefix)
 		},
 	}
-	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "postgres-session", "redis"} {
 		t.Run(typ, func(t *testing.T) {
 			head := backendsYAML[typ](t)
 			decl := "{limit: 1, lease: 10s}"
 			if head != "" {
 				decl = "{backend: b, limit: 1, lease: 10s}"
+			}
+			if strings.HasSuffix(typ, "-session") {
+				decl = "{backend: b, limit: 1, lease: 10s, mode: session}"
 			}
 			specPath := writeSpec(t, head+"semaphores:\n  s: "+decl+"\n")
 			env := proctest.NewEnv(t)
