@@ -25,10 +25,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("COORDD_CHAOS_SEED: %v", err)
 		}
 	}
-	// postgres runs under make chaos (CHAOS_BACKENDS) until the
-	// redelivery its first 5-minute run met is explained
-	// (docs/reliability.md, Results).
-	list := "sqlite,mysql,redis,redis-stale-failover,memcached"
+	list := "sqlite,mysql,postgres,redis,redis-stale-failover,memcached"
 	if s := os.Getenv("COORDD_CHAOS_BACKENDS"); s != "" {
 		list = s
 	}

@@ -66,7 +66,7 @@
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can
 // be replayed), COORDD_CHAOS_BACKENDS (default
-// sqlite,mysql,redis,redis-stale-failover,memcached; postgres and
+// sqlite,mysql,postgres,redis,redis-stale-failover,memcached;
 // redis-sentinel too, and make chaos runs them all),
 // COORDD_CHAOS_REPORT (a file to write the table to).
 package chaos
