@@ -55,6 +55,9 @@ func TestDashboardServedAndRunNow(t *testing.T) {
 		"--dashboard-actions", "--dashboard-token-file", tokens)
 	base := listenURL(t, d)
 	proctest.Eventually(t, 20*time.Second, "the leader's apply", func() bool { return strings.Contains(d.Output(), "apply done") })
+	if !strings.Contains(d.Output(), "dashboard="+base+"/") {
+		t.Errorf("the start-up log does not give the dashboard's URL %s/:\n%s", base, d.Output())
+	}
 	if code, body := scrape(t, base+"/metrics"); code != 200 || !strings.Contains(body, "coordd_leader ") {
 		t.Errorf("/metrics: %d", code)
 	}

@@ -95,7 +95,11 @@ func (d *Daemon) start(ctx context.Context) *running {
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopServer = stopServer
 	if d.ln != nil {
-		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String(), "dashboard", d.dash.h != nil)
+		dash := "off"
+		if d.dash.h != nil {
+			dash = "http://" + d.ln.Addr().String() + "/"
+		}
+		d.log.Info("serving /metrics and /healthz", "addr", d.ln.Addr().String(), "dashboard", dash)
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()

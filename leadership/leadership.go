@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/repeatlog"
 	"github.com/coordd/coordd/spec"
 	"github.com/hashicorp/go-hclog"
 )
@@ -37,6 +38,9 @@ type Elector struct {
 	lease  time.Duration
 	margin time.Duration
 	log    hclog.Logger
+	// repeats says a failure that repeats through an outage once a
+	// minute, and its end.
+	repeats *repeatlog.Limiter
 
 	// offset is the backend clock minus this host's, measured at offsetAt
 	// (monotonic; zero: not measured). Only Run's goroutine uses them.
@@ -68,11 +72,12 @@ func New(cfg Config) (*Elector, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	e := &Elector{
-		leader: cfg.Leader,
-		holder: fmt.Sprintf("%s/%d/%s", cfg.Host, os.Getpid(), hex.EncodeToString(b[:])),
-		lease:  cfg.Lease,
-		margin: Margin(cfg.Lease),
-		log:    cfg.Log,
+		leader:  cfg.Leader,
+		holder:  fmt.Sprintf("%s/%d/%s", cfg.Host, os.Getpid(), hex.EncodeToString(b[:])),
+		lease:   cfg.Lease,
+		margin:  Margin(cfg.Lease),
+		log:     cfg.Log,
+		repeats: repeatlog.New(cfg.Log, repeatlog.DefaultWindow),
 	}
 	if c, ok := cfg.Leader.(interface {
 		Now(context.Context) (time.Time, error)
@@ -240,12 +245,15 @@ func (e *Elector) follow(ctx context.Context) time.Duration {
 	cctx, cancel := context.WithTimeout(ctx, e.lease)
 	defer cancel()
 	cur, err := e.leader.CurrentLeader(cctx)
+	if err == nil || errors.Is(err, backends.ErrNotFound) {
+		e.repeats.Recovered("read", "reading the leader lease works again")
+	}
 	switch {
 	case errors.Is(err, backends.ErrNotFound), err == nil && cur.Holder == e.holder:
 		return e.campaign(cctx)
 	case err != nil:
 		if ctx.Err() == nil {
-			e.log.Warn("reading the leader lease failed", "error", err)
+			e.repeats.Warn("read", "reading the leader lease failed", "error", err)
 		}
 		return e.campaignEvery()
 	}
@@ -269,13 +277,15 @@ func (e *Elector) campaign(ctx context.Context) time.Duration {
 	t, err := e.leader.ElectLeader(ctx, e.holder, e.lease)
 	switch {
 	case err == nil:
+		e.repeats.Recovered("campaign", "campaigning works again")
 		e.gain(t, sent)
 		return e.renewEvery()
 	case errors.Is(err, backends.ErrNotLeader):
 		// Another follower won: its lease is fresh.
+		e.repeats.Recovered("campaign", "campaigning works again")
 		return e.watchMax()
 	case ctx.Err() == nil:
-		e.log.Warn("campaign failed", "error", err)
+		e.repeats.Warn("campaign", "campaign failed", "error", err)
 	}
 	return e.campaignEvery()
 }

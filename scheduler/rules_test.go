@@ -1,12 +1,16 @@
 package scheduler
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/spec"
@@ -273,6 +277,58 @@ func TestOverlapBlockedByDeadRun(t *testing.T) {
 		}
 		return lost && ran
 	})
+}
+
+// TestFailedRunLoggedAtWarn: a run that fails is logged at WARN, one that
+// succeeds at INFO, so that a log filtered at WARN shows every failure.
+func TestFailedRunLoggedAtWarn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	st := openStore(t, path)
+	put(t, st, "fails", newDef("@every 1h", "exit 3"), now(t, st).Truncate(time.Hour))
+	put(t, st, "works", newDef("@every 1h", "true"), now(t, st).Truncate(time.Hour))
+	var buf syncBuffer
+	startLogging(t, path, "a", time.Second, time.Second, hclog.New(&hclog.LoggerOptions{Name: "a", Level: hclog.Info, Output: &buf}))
+	waitRuns(t, st, "fails", 15*time.Second, func(r []backends.Run) bool { return finished(r) == 1 })
+	waitRuns(t, st, "works", 15*time.Second, func(r []backends.Run) bool { return finished(r) == 1 })
+	var failed, succeeded string
+	for deadline := time.Now().Add(10 * time.Second); failed == "" || succeeded == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no finished line for both runs in the log:\n%s", buf.String())
+		}
+		for _, l := range strings.Split(buf.String(), "\n") {
+			switch {
+			case strings.Contains(l, "finished:") && strings.Contains(l, "task=fails"):
+				failed = l
+			case strings.Contains(l, "finished:") && strings.Contains(l, "task=works"):
+				succeeded = l
+			}
+		}
+	}
+	if !strings.Contains(failed, "[WARN]") || !strings.Contains(failed, "status=failed") {
+		t.Errorf("the failed run: %s", failed)
+	}
+	if !strings.Contains(succeeded, "[INFO]") {
+		t.Errorf("the run that succeeded: %s", succeeded)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes and the
+// test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestTimeout(t *testing.T) {

@@ -424,7 +424,12 @@ func (r *cronRun) record(res backends.RunResult) (backends.RunResult, int) {
 			res.Status, res.Error = statusNotRecorded, err.Error()
 		}
 	}
-	r.log.Info("finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
+	// A run that did not succeed is what an operator looks for: WARN.
+	level := hclog.Warn
+	if res.Status == backends.RunSucceeded {
+		level = hclog.Info
+	}
+	r.log.Log(level, "finished", "status", res.Status, "exit_code", res.ExitCode, "error", res.Error)
 	if o := r.s.cfg.Observer; o != nil {
 		o.CronFinished(r.t.name, res.Status)
 	}

@@ -107,6 +107,12 @@ func start(t *testing.T, path, name string) *host {
 // startWith is start with the scheduler's Poll and Sweep.
 func startWith(t *testing.T, path, name string, poll, sweep time.Duration) *host {
 	t.Helper()
+	return startLogging(t, path, name, poll, sweep, logger(t, name))
+}
+
+// startLogging is startWith with the scheduler's logger.
+func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, log hclog.Logger) *host {
+	t.Helper()
 	st := openStore(t, path)
 	h := &host{store: st}
 	el, err := leadership.New(leadership.Config{Leader: st, Host: name, Lease: 2 * time.Second, Log: logger(t, name+".leader")})
@@ -128,7 +134,7 @@ func startWith(t *testing.T, path, name string, poll, sweep time.Duration) *host
 			}
 			return cl, m[sem].Config, nil
 		},
-		Log:    logger(t, name),
+		Log:    log,
 		Stdout: testWriter{t},
 		Poll:   poll, Sweep: sweep,
 	})
