@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,5 +34,52 @@ func TestDriftNotesPrintDurations(t *testing.T) {
 	}
 	if strings.Contains(out, "e+") {
 		t.Errorf("plan prints a duration as a float:\n%s", out)
+	}
+}
+
+// TestPlanValuesTypedInJSONAndNoneInText: plan --json gives each value as
+// what it is (a schedule as the string, a limit as a number, a flag as a
+// boolean, a command as a list, no timeout as null), and the text prints a
+// timeout or max_hold of 0 as "none".
+func TestPlanValuesTypedInJSONAndNoneInText(t *testing.T) {
+	f := newFixture(t)
+	f.write(threeKinds)
+	p := f.plan(reconcile.Options{})
+	out := text(p)
+	for _, want := range []string{`+ schedule: "0 4 * * *"`, "+ timeout: none", "+ max_hold: none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "timeout: 0s") {
+		t.Errorf("plan text prints no timeout as 0s:\n%s", out)
+	}
+	b, err := json.Marshal(p.Changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []struct {
+		Address struct{ Kind, Name string }
+		Attrs   []struct {
+			Name string
+			New  any
+		}
+	}
+	if err := json.Unmarshal(b, &changes); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, c := range changes {
+		for _, a := range c.Attrs {
+			got[c.Address.Kind+"."+a.Name] = a.New
+		}
+	}
+	for k, want := range map[string]any{
+		"cron.schedule": "0 4 * * *", "cron.command": []any{"/bin/true"}, "cron.timeout": nil, "cron.paused": false,
+		"cron.kill_grace": "10s", "semaphore.limit": float64(3), "semaphore.lease": "1m0s", "queue.partitions": float64(4),
+	} {
+		if v, ok := got[k]; !ok && want != nil || !reflect.DeepEqual(v, want) {
+			t.Errorf("plan --json %s = %#v, want %#v", k, v, want)
+		}
 	}
 }

@@ -134,9 +134,14 @@ func queueConfig(q *spec.Queue) backends.QueueConfig {
 	}
 }
 
-// attr is one attribute as a plan prints it.
-type attr struct{ name, value string }
+// attr is one attribute: value as a plan prints it, raw as plan --json
+// gives it (a string, number, boolean, list or mapping; nil for none).
+type attr struct {
+	name, value string
+	raw         any
+}
 
+// dur prints a duration; 0 is "0s".
 func dur(d time.Duration) string {
 	if d == 0 {
 		return "0s"
@@ -144,79 +149,107 @@ func dur(d time.Duration) string {
 	return d.String()
 }
 
+// durAttr is a duration attribute; raw is its Go form ("1m30s").
+func durAttr(name string, d time.Duration) attr { return attr{name, dur(d), dur(d)} }
+
+// limitAttr is a duration attribute where 0 means no limit: printed
+// "none", and null in JSON.
+func limitAttr(name string, d time.Duration) attr {
+	if d == 0 {
+		return attr{name, "none", nil}
+	}
+	return durAttr(name, d)
+}
+
+func strAttr(name, v string) attr { return attr{name, v, v} }
+
+func intAttr(name string, n int64) attr { return attr{name, strconv.FormatInt(n, 10), n} }
+
+func boolAttr(name string, v bool) attr { return attr{name, strconv.FormatBool(v), v} }
+
 // attrs lists an object's attributes in the order docs/spec.md gives them.
 func (o *object) attrs() []attr {
-	b := func(v bool) string { return strconv.FormatBool(v) }
-	i := strconv.Itoa
 	switch {
 	case o.sem != nil:
 		s := o.sem
-		mw := "unbounded"
+		mw := attr{"max_waiting", "unbounded", nil}
 		if s.MaxWaiting != nil {
-			mw = i(*s.MaxWaiting)
+			mw = intAttr("max_waiting", int64(*s.MaxWaiting))
 		}
 		return []attr{
-			{"backend", s.Backend}, {"limit", i(s.Limit)}, {"lease", dur(s.Lease)},
-			{"mode", s.Mode}, {"wake", s.Wake}, {"max_waiting", mw},
-			{"max_hold", dur(s.MaxHold)}, {"keyed", b(s.Keyed)}, {"prevent_destroy", b(s.PreventDestroy)},
+			strAttr("backend", s.Backend), intAttr("limit", int64(s.Limit)), durAttr("lease", s.Lease),
+			strAttr("mode", s.Mode), strAttr("wake", s.Wake), mw,
+			limitAttr("max_hold", s.MaxHold), boolAttr("keyed", s.Keyed), boolAttr("prevent_destroy", s.PreventDestroy),
 		}
 	case o.cron != nil:
 		c := o.cron
-		cmd := c.Command.Shell
-		if c.Command.Argv != nil {
-			q := make([]string, len(c.Command.Argv))
-			for k, a := range c.Command.Argv {
-				q[k] = strconv.Quote(a)
-			}
-			cmd = "[" + strings.Join(q, ", ") + "]"
-		} else {
-			cmd = strconv.Quote(cmd)
-		}
-		keys := make([]string, 0, len(c.Env))
-		for k := range c.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		env := make([]string, len(keys))
-		for k, key := range keys {
-			env[k] = key + "=" + strconv.Quote(c.Env[key])
-		}
 		return []attr{
-			{"backend", c.Backend}, {"schedule", strconv.Quote(c.Schedule)}, {"timezone", c.Timezone},
-			{"command", cmd}, {"workdir", c.Workdir}, {"env", strings.Join(env, " ")},
-			{"timeout", dur(c.Timeout)}, {"kill_grace", dur(c.KillGrace)},
-			{"catch_up", c.CatchUp}, {"catch_up_limit", i(c.CatchUpLimit)}, {"overlap", c.Overlap},
-			{"max_attempts", i(c.MaxAttempts)}, {"retry_backoff", dur(c.RetryBackoff)},
-			{"on_host_loss", c.OnHostLoss}, {"semaphore", c.Semaphore},
-			{"run_on_create", b(c.RunOnCreate)}, {"paused", b(c.Paused)}, {"history_limit", i(c.HistoryLimit)},
-			{"run_lease", dur(c.RunLease)},
-			{"prevent_destroy", b(c.PreventDestroy)},
+			strAttr("backend", c.Backend), {"schedule", strconv.Quote(c.Schedule), c.Schedule}, strAttr("timezone", c.Timezone),
+			commandAttr(c.Command), strAttr("workdir", c.Workdir), envAttr(c.Env),
+			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),
+			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), strAttr("overlap", c.Overlap),
+			intAttr("max_attempts", int64(c.MaxAttempts)), durAttr("retry_backoff", c.RetryBackoff),
+			strAttr("on_host_loss", c.OnHostLoss), strAttr("semaphore", c.Semaphore),
+			boolAttr("run_on_create", c.RunOnCreate), boolAttr("paused", c.Paused), intAttr("history_limit", int64(c.HistoryLimit)),
+			durAttr("run_lease", c.RunLease),
+			boolAttr("prevent_destroy", c.PreventDestroy),
 		}
 	case o.queue != nil:
 		q := o.queue
 		return []attr{
-			{"backend", q.Backend}, {"partitions", i(q.Partitions)},
-			{"visibility_timeout", dur(q.VisibilityTimeout)}, {"max_attempts", i(q.MaxAttempts)},
-			{"retry_backoff", dur(q.RetryBackoff)}, {"timeout", dur(q.Timeout)},
-			{"unique", q.Unique}, {"max_payload", strconv.FormatInt(q.MaxPayload, 10)},
-			{"claim", q.Claim}, {"prevent_destroy", b(q.PreventDestroy)},
+			strAttr("backend", q.Backend), intAttr("partitions", int64(q.Partitions)),
+			durAttr("visibility_timeout", q.VisibilityTimeout), intAttr("max_attempts", int64(q.MaxAttempts)),
+			durAttr("retry_backoff", q.RetryBackoff), limitAttr("timeout", q.Timeout),
+			strAttr("unique", q.Unique), intAttr("max_payload", q.MaxPayload),
+			strAttr("claim", q.Claim), boolAttr("prevent_destroy", q.PreventDestroy),
 		}
 	}
 	return nil
+}
+
+// commandAttr prints a command as the spec writes it: a list of quoted
+// arguments, or one quoted shell string.
+func commandAttr(c spec.Command) attr {
+	if c.Argv == nil {
+		return attr{"command", strconv.Quote(c.Shell), c.Shell}
+	}
+	q := make([]string, len(c.Argv))
+	for k, a := range c.Argv {
+		q[k] = strconv.Quote(a)
+	}
+	return attr{"command", "[" + strings.Join(q, ", ") + "]", append([]string{}, c.Argv...)}
+}
+
+// envAttr prints the environment sorted by name, NAME="value" each.
+func envAttr(env map[string]string) attr {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, len(keys))
+	for k, key := range keys {
+		out[k] = key + "=" + strconv.Quote(env[key])
+	}
+	var raw any
+	if len(env) > 0 {
+		raw = env
+	}
+	return attr{"env", strings.Join(out, " "), raw}
 }
 
 // diffAttrs returns the attributes that differ between the applied and the
 // desired object, in attribute order.
 func diffAttrs(old, new *object) []AttrChange {
 	oa, na := old.attrs(), new.attrs()
-	ov := make(map[string]string, len(oa))
+	ov := make(map[string]attr, len(oa))
 	for _, a := range oa {
-		ov[a.name] = a.value
+		ov[a.name] = a
 	}
 	var out []AttrChange
 	for _, a := range na {
-		if prev, ok := ov[a.name]; !ok || prev != a.value {
-			out = append(out, AttrChange{Name: a.name, Old: prev, New: a.value})
+		if prev, ok := ov[a.name]; !ok || prev.value != a.value {
+			out = append(out, AttrChange{Name: a.name, Old: prev.value, New: a.value, OldValue: prev.raw, NewValue: a.raw})
 		}
 	}
 	return out

@@ -47,11 +47,27 @@ func (a Action) Symbol() string {
 	return " "
 }
 
-// AttrChange is one attribute line, e.g. "limit: 3 -> 5".
+// AttrChange is one attribute line, e.g. "limit: 3 -> 5". Old and New are
+// as the plan prints them; OldValue and NewValue are the values themselves
+// (a string, number, boolean, list or mapping; nil for none), which plan
+// --json gives as "old" and "new".
 type AttrChange struct {
+	Name               string
+	Old, New           string
+	OldValue, NewValue any
+}
+
+// attrChangeJSON is an AttrChange in plan --json; a side absent (a
+// create's old, a delete's new) or none is left out.
+type attrChangeJSON struct {
 	Name string `json:"name"`
-	Old  string `json:"old,omitempty"`
-	New  string `json:"new,omitempty"`
+	Old  any    `json:"old,omitempty"`
+	New  any    `json:"new,omitempty"`
+}
+
+// MarshalJSON gives the values, not their printed form.
+func (a AttrChange) MarshalJSON() ([]byte, error) {
+	return json.Marshal(attrChangeJSON{Name: a.Name, Old: a.OldValue, New: a.NewValue})
 }
 
 // Change is one planned change to one object.
@@ -455,7 +471,7 @@ func (e *Engine) planDesired(p *Plan, d *object, en *backends.InventoryEntry, ob
 		c.Action = Create
 		for _, a := range d.attrs() {
 			if a.value != "" {
-				c.Attrs = append(c.Attrs, AttrChange{Name: a.name, New: a.value})
+				c.Attrs = append(c.Attrs, AttrChange{Name: a.name, New: a.value, NewValue: a.raw})
 			}
 		}
 		if d.cron != nil {
@@ -699,7 +715,7 @@ func planRemoved(en *backends.InventoryEntry, obs *observations, opts Options) (
 	}
 	for _, a := range applied.attrs() {
 		if a.value != "" {
-			c.Attrs = append(c.Attrs, AttrChange{Name: a.name, Old: a.value})
+			c.Attrs = append(c.Attrs, AttrChange{Name: a.name, Old: a.value, OldValue: a.raw})
 		}
 	}
 	switch {

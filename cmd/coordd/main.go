@@ -172,11 +172,42 @@ func newFlags(c *command, env *cliEnv) *flag.FlagSet {
 			printFlags(env.stdout, fs)
 			return
 		}
-		fmt.Fprintf(env.stderr, "coordd %s: %s\n", c.name, dashDash(strings.TrimSpace(msg.String())))
+		fmt.Fprintf(env.stderr, "coordd %s: %s\n", c.name, dashDash(explainParseError(fs, strings.TrimSpace(msg.String()))))
 		fmt.Fprintf(env.stderr, "Run 'coordd %s --help' for usage.\n", c.name)
 		msg.Reset()
 	}
 	return fs
+}
+
+// parseErrorFlag finds the flag of the flag package's value error
+// `invalid value "x" for flag -name: parse error`.
+var parseErrorFlag = regexp.MustCompile(`for flag -([^:]+): parse error$`)
+
+// explainParseError replaces the flag package's bare "parse error" with
+// the form the flag's value takes.
+func explainParseError(fs *flag.FlagSet, msg string) string {
+	m := parseErrorFlag.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	f := fs.Lookup(m[1])
+	if f == nil {
+		return msg
+	}
+	var want string
+	switch fmt.Sprintf("%T", f.Value) {
+	case "*flag.durationValue":
+		want = "not a duration: give a number and a unit, such as 30s, 5m or 1h30m"
+	case "*flag.intValue", "*flag.int64Value", "*flag.uintValue", "*flag.uint64Value":
+		want = "not a whole number"
+	case "*flag.boolValue":
+		want = "not true or false"
+	case "*flag.float64Value":
+		want = "not a number"
+	default:
+		return msg
+	}
+	return strings.TrimSuffix(msg, "parse error") + want
 }
 
 // printFlags prints fs's flags as a person types them: --name for a long

@@ -350,7 +350,7 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		if *asJSON {
 			_ = json.NewEncoder(env.stdout).Encode(map[string]int64{verb: n})
 		} else {
-			fmt.Fprintf(env.stdout, "%s %d dead jobs of queue.%s\n", verb, n, name)
+			fmt.Fprintf(env.stdout, "%s %d %s of queue.%s\n", verb, n, plural(n, "dead job", "dead jobs"), name)
 		}
 		return 0
 	}

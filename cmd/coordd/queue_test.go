@@ -101,7 +101,7 @@ func TestQueuePushDedupDeadRequeue(t *testing.T) {
 	if st := queueStatsOf(t, c, p); st.Ready+st.InFlight+st.Delayed+st.Dead != 0 {
 		t.Fatalf("stats at the end: %+v", st)
 	}
-	if code, out, _ := c.run("", false, "queue", "dead", "q", "-f", p, "--purge"); code != 0 || !strings.Contains(out, "purged 0") {
+	if code, out, _ := c.run("", false, "queue", "dead", "q", "-f", p, "--purge"); code != 0 || !strings.Contains(out, "purged 0 dead jobs of queue.q") {
 		t.Fatalf("purge: %d %s", code, out)
 	}
 	if code, _, errs := c.run("", false, "queue", "work", "q", "-f", p); code != 1 || !strings.Contains(errs, "missing command") {
