@@ -154,12 +154,16 @@ func TestStatus(t *testing.T) {
 semaphores:
   s: {limit: 2}
 cron:
-  t: {schedule: "@daily", command: "true"}
+  t: {schedule: "@daily", timezone: Asia/Tokyo, command: "true"}
 queues:
   q: {partitions: 2}
 `)
 	if code, out, errs := c.run("", false, "status", "-f", p); code != 0 || !strings.Contains(out, "nothing applied yet") || !strings.Contains(out, "semaphore.s") || !strings.Contains(out, "not applied") {
 		t.Fatalf("status before apply: %d\n%s\n%s", code, out, errs)
+	}
+	// Which store it read, and that it does not exist yet.
+	if _, out, _ := c.run("", false, "status", "-f", p); !strings.Contains(out, "Store:     ") || !strings.Contains(out, "coordd.db (no such file yet") {
+		t.Errorf("status before apply does not name the missing store file:\n%s", out)
 	}
 	if code, _, errs := c.run("", false, "apply", "-f", p, "--auto-approve"); code != 0 {
 		t.Fatalf("apply: %s", errs)
@@ -168,7 +172,11 @@ queues:
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, errs)
 	}
-	for _, want := range []string{"Leader:    none", "This host: web3", "limit 2", "holders 0", "cron.t", "never ran", "queue.q", "ready 0"} {
+	if strings.Contains(out, "no such file") {
+		t.Errorf("status after apply says the store is missing:\n%s", out)
+	}
+	// The next run in the task's zone, as cron list prints it.
+	for _, want := range []string{"Leader:    none", "This host: web3", "limit 2", "holders 0", "cron.t", "00:00:00 JST", "never ran", "queue.q", "ready 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

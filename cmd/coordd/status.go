@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -71,6 +72,12 @@ type statusReport struct {
 	Host        string                `json:"host"`
 	Leader      *backends.Term        `json:"leader"`
 	LocalHash   string                `json:"local_spec_hash"`
+	// ClusterStore is the file of the cluster backend when it is an
+	// embedded store: status next to a daemon reads the daemon's only
+	// when both resolve the same data directory. StoreMissing: it does
+	// not exist (status opens it read-only and creates nothing).
+	ClusterStore string `json:"cluster_store,omitempty"`
+	StoreMissing bool   `json:"cluster_store_missing,omitempty"`
 	Applied     *backends.ApplyRecord `json:"applied"`
 	HashWarning string                `json:"hash_warning,omitempty"`
 	// Hosts are the cluster backend's host records, by host id ([] when
@@ -144,8 +151,9 @@ type objectStatus struct {
 	// keeps no line (memcached).
 	Waiters *int              `json:"waiters,omitempty"`
 	Line    []backends.Waiter `json:"line,omitempty"`
-	// Cron
+	// Cron: the next run, printed in Timezone, the task's.
 	NextRun    *time.Time `json:"next_run,omitempty"`
+	Timezone   string     `json:"timezone,omitempty"`
 	Running    *int       `json:"running,omitempty"`
 	LastResult string     `json:"last_result,omitempty"`
 	// Paused is set for a cron task: whether it is paused (Pause: by an
@@ -165,6 +173,12 @@ func ptr[T any](v T) *T { return &v }
 
 func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Backend, ss backends.StateStore, host string) (*statusReport, error) {
 	r := &statusReport{Host: host, LocalHash: s.Hash(), Hosts: []hostStatus{}, HostSpecHashes: []hashGroup{}, LossHolds: []lossHoldStatus{}, Objects: []objectStatus{}}
+	if b := s.Backends[s.Cluster.Backend]; b != nil && b.Type == spec.TypeSQLite {
+		r.ClusterStore = b.Path
+		if _, err := os.Stat(b.Path); errors.Is(err, os.ErrNotExist) {
+			r.StoreMissing = true
+		}
+	}
 	if l, ok := bs[s.Cluster.Backend].(backends.Leader); ok {
 		t, err := l.CurrentLeader(ctx)
 		switch {
@@ -217,6 +231,9 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				}
 				if st := m[a.Name]; st != nil {
 					ob.Applied, ob.NextRun, ob.Running = true, ptr(st.NextExec), ptr(st.Running)
+					if t := s.Cron[a.Name]; t != nil {
+						ob.Timezone = t.Timezone
+					}
 					p := pausedOf(st)
 					ob.Paused, ob.Pause, ob.PausedInSpec = ptr(p.Paused), p.Pause, p.PausedInSpec
 				}
@@ -343,6 +360,13 @@ func (r *statusReport) writeText(env *cliEnv) {
 		fmt.Fprintln(w, "Leader:    none (no coordd run holds the lease)")
 	}
 	fmt.Fprintf(w, "This host: %s\n", esc(r.Host))
+	if r.ClusterStore != "" {
+		note := ""
+		if r.StoreMissing {
+			note = env.paint(colourYellow, " (no such file yet: nothing ran with this data directory; for a daemon's, set COORDD_DATA_DIR as its unit does)")
+		}
+		fmt.Fprintf(w, "Store:     %s%s\n", esc(r.ClusterStore), note)
+	}
 	applied := "none"
 	if r.Applied != nil {
 		applied = fmt.Sprintf("%s (generation %d, %s, by %s)", esc(short12(r.Applied.SpecHash)), r.Applied.Generation, r.Applied.At.UTC().Format(time.RFC3339), esc(r.Applied.Host))
@@ -382,7 +406,8 @@ func (r *statusReport) writeText(env *cliEnv) {
 			}
 			// Painted either way: a column of painted and plain cells would
 			// not line up (tabwriter counts the escape codes).
-			next := env.paint(colourPlain, "next "+o.NextRun.UTC().Format(time.RFC3339))
+			// In the task's zone, as cron list prints it.
+			next := env.paint(colourPlain, "next "+cronTimes{}.format(*o.NextRun, o.Timezone))
 			if o.Paused != nil && *o.Paused {
 				next = env.paint(stateColour("paused"), cronPausedJSON{Paused: true, Pause: o.Pause, PausedInSpec: o.PausedInSpec}.cell())
 			}
