@@ -69,17 +69,17 @@ task and queue. It changes nothing.
 
 // statusReport is `coordd status --json`.
 type statusReport struct {
-	Host        string                `json:"host"`
-	Leader      *backends.Term        `json:"leader"`
-	LocalHash   string                `json:"local_spec_hash"`
+	Host      string         `json:"host"`
+	Leader    *backends.Term `json:"leader"`
+	LocalHash string         `json:"local_spec_hash"`
 	// ClusterStore is the file of the cluster backend when it is an
 	// embedded store: status next to a daemon reads the daemon's only
 	// when both resolve the same data directory. StoreMissing: it does
 	// not exist (status opens it read-only and creates nothing).
-	ClusterStore string `json:"cluster_store,omitempty"`
-	StoreMissing bool   `json:"cluster_store_missing,omitempty"`
-	Applied     *backends.ApplyRecord `json:"applied"`
-	HashWarning string                `json:"hash_warning,omitempty"`
+	ClusterStore string                `json:"cluster_store,omitempty"`
+	StoreMissing bool                  `json:"cluster_store_missing,omitempty"`
+	Applied      *backends.ApplyRecord `json:"applied"`
+	HashWarning  string                `json:"hash_warning,omitempty"`
 	// Hosts are the cluster backend's host records, by host id ([] when
 	// none was recorded yet, or the backend keeps none).
 	Hosts []hostStatus `json:"hosts"`
