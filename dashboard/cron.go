@@ -44,6 +44,23 @@ type taskRow struct {
 	PausedInSpec bool
 }
 
+// Paused reports whether no occurrence of the task starts now: paused by
+// an operator or in the spec. Its next run is then not shown.
+func (r *taskRow) Paused() bool { return r.Pause != nil || r.PausedInSpec }
+
+// Offers reports whether the row shows action name: Pause only while the
+// task runs, Resume only while an operator's pause holds (a pause in the
+// spec is lifted by a commit, not from here).
+func (r *taskRow) Offers(name string) bool {
+	switch name {
+	case "pause":
+		return !r.Paused()
+	case "resume":
+		return r.Pause != nil
+	}
+	return true
+}
+
 type runRow struct {
 	ScheduledAt time.Time
 	Attempt     int

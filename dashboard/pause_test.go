@@ -24,8 +24,9 @@ func (l *lateSource) Leading() (backends.Term, bool)           { return l.src.Le
 // dashboard.PauseActions (Options.Extra) change the store as `coordd cron
 // pause` and `resume` do, on a real SQLite store over HTTP: a pause without
 // a reason is refused, a pause records this host and the reason (naming
-// the dashboard and the token), the cron pages show it, a resume lifts it;
-// without a login nothing changes.
+// the dashboard and the token), the cron pages show it (no next run, and
+// Resume in place of Pause), a resume lifts it; without a login nothing
+// changes.
 func TestDashboardPauseResume(t *testing.T) {
 	late := &lateSource{}
 	f := newFixture(t, "", dashboard.Options{Actions: true, TokenFile: tokenFile(t, "alice:"+aliceSecret), Extra: dashboard.PauseActions(late)})
@@ -51,7 +52,11 @@ func TestDashboardPauseResume(t *testing.T) {
 	c := newClient(t, f.url)
 	csrf := c.login(aliceSecret)
 	_, page := c.do(http.MethodGet, "/cron/nightly-report", nil, nil)
-	contains(t, "task page", page, `data-action="pause"`, `data-action="resume"`)
+	// A running task offers Pause, not Resume.
+	contains(t, "task page", page, `data-action="pause"`)
+	if strings.Contains(page, `data-action="resume"`) {
+		t.Errorf("the task page of a running task offers Resume")
+	}
 
 	// A pause needs a reason.
 	if code, _ := c.do(http.MethodPost, pausePath, url.Values{"csrf": {csrf}}, nil); code != http.StatusSeeOther || pause() != nil {
@@ -68,9 +73,18 @@ func TestDashboardPauseResume(t *testing.T) {
 		t.Fatalf("pause stored as %+v, want by web-1 with the reason, the dashboard and the token", p)
 	}
 	_, page = c.do(http.MethodGet, "/cron/nightly-report", nil, nil)
-	contains(t, "task page of a paused task", page, "cron.nightly-report paused by web-1", `id="paused"`, "INC-42 vendor down")
+	// A paused task offers Resume, not Pause, and shows no next run.
+	contains(t, "task page of a paused task", page, "cron.nightly-report paused by web-1", `id="paused"`, "INC-42 vendor down", `data-action="resume"`, "none while paused")
+	if strings.Contains(page, `data-action="pause"`) {
+		t.Errorf("the task page of a paused task offers Pause")
+	}
 	_, page = c.do(http.MethodGet, "/cron", nil, nil)
-	contains(t, "cron page with a paused task", page, `class="b warn paused"`)
+	contains(t, "cron page with a paused task", page, `class="b warn paused"`, "none while paused")
+	row := page[strings.Index(page, `<tr id="task-nightly-report">`):]
+	row = row[:strings.Index(row, "</tr>")]
+	if strings.Contains(row, `data-action="pause"`) || !strings.Contains(row, `data-action="resume"`) {
+		t.Errorf("the cron page's row of the paused task does not offer Resume alone:\n%s", row)
+	}
 	if !strings.Contains(f.logs.String(), `action=cron.pause`) || !strings.Contains(f.logs.String(), `token_id=alice`) {
 		t.Errorf("the pause is not in the action log:\n%s", f.logs.String())
 	}
