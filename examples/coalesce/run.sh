@@ -12,11 +12,24 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spec=$here/${1:-}
 command -v coordd >/dev/null || PATH=$here/../../bin:$PATH
+own_dir=
 if [ -z "${COORDD_DATA_DIR:-}" ]; then
-  COORDD_DATA_DIR=$(mktemp -d)
-  trap 'rm -rf "$COORDD_DATA_DIR"' EXIT # a temp dir of our own goes when the script ends
+  COORDD_DATA_DIR=$(mktemp -d) own_dir=1 # a temp dir of our own goes when the script ends
 fi
 export COORDD_DATA_DIR
+# On Redis the example's keys (under its key prefix) go when it ends too.
+redis_url=${COORDD_REDIS_URL:-redis://127.0.0.1:6379/0} redis_prefix=${COORDD_REDIS_PREFIX:-coordd-coalesce:}
+cleanup() {
+  if [ -n "$own_dir" ]; then rm -rf "$COORDD_DATA_DIR"; fi
+  if [ "${1:-}" = redis ]; then
+    if command -v redis-cli >/dev/null; then
+      redis-cli -u "$redis_url" --scan --pattern "${redis_prefix}*" | xargs -r redis-cli -u "$redis_url" del >/dev/null
+    else
+      echo "note: the keys under ${redis_prefix} stay in Redis (no redis-cli to remove them)" >&2
+    fi
+  fi
+}
+trap 'cleanup "${1:-}"' EXIT
 export REINDEX_LOG=$COORDD_DATA_DIR/reindex.log REINDEX_HOLD=$COORDD_DATA_DIR/hold
 : >"$REINDEX_LOG"
 touch "$REINDEX_HOLD"
