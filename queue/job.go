@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -124,6 +125,11 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 		reason = reason[:maxReason]
 	}
 	ferr := w.c.q.Retry(fctx, j, reason)
+	// The log gets one line: a reason of several (a command's stderr) was
+	// printed as it came, and is recorded whole with the job.
+	if i := strings.IndexByte(reason, '\n'); i >= 0 {
+		reason = reason[:i] + " ..."
+	}
 	switch {
 	case ferr == nil:
 		w.stats.Retried.Add(1)

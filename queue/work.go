@@ -20,8 +20,9 @@ const (
 	errorWaitMax = 5 * time.Second
 	// finishTimeout bounds an Ack or Retry after the handler returned.
 	finishTimeout = 10 * time.Second
-	// maxReason bounds the error text recorded with a retried job.
-	maxReason = 2048
+	// maxReason bounds the error text recorded with a retried job: room
+	// for the reason and the 4 KiB of stderr `coordd queue work` adds.
+	maxReason = 5 << 10
 	// gatherWait bounds how long a claim waits for more handler slots to
 	// free up while the queue has a backlog (see gather).
 	gatherWait = 2 * time.Millisecond

@@ -11,32 +11,6 @@ import (
 // maxOutput is the tail of a run's output kept as RunResult.Output.
 const maxOutput = 64 << 10
 
-// tail keeps the last maxOutput bytes written to it. Safe for concurrent use.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(p) >= maxOutput {
-		t.buf = append(t.buf[:0], p[len(p)-maxOutput:]...)
-		return len(p), nil
-	}
-	if over := len(t.buf) + len(p) - maxOutput; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-	return len(p), nil
-}
-
-func (t *tail) Bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return bytes.Clone(t.buf)
-}
-
 // prefixer writes whole lines to w, each prefixed, under a lock shared by
 // every run so that lines of concurrent runs never interleave mid-line.
 type prefixer struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/internal/retry"
+	"github.com/coordd/coordd/internal/tailbuf"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/hashicorp/go-hclog"
 )
@@ -269,9 +270,9 @@ func (r *cronRun) renewBeforeStart() (backends.RunResult, bool) {
 
 // childSpec builds the command's child.Spec, with its output copied to
 // stdout and stderr and the end of it kept in out for the record.
-func (r *cronRun) childSpec(stdout, stderr io.Writer) (child.Spec, *tail) {
+func (r *cronRun) childSpec(stdout, stderr io.Writer) (child.Spec, *tailbuf.Buffer) {
 	def := r.t.def
-	out := &tail{}
+	out := tailbuf.New(maxOutput)
 	spec := child.Spec{
 		Dir:    def.Workdir,
 		Env:    env(r.t, r.occ, r.slot),
@@ -366,7 +367,7 @@ func (r *cronRun) supervise(p *child.Process, grace time.Duration) bool {
 
 // classify turns the command's end into the result to record; stopped
 // says whether supervise stopped it for a lost lease or slot.
-func (r *cronRun) classify(res child.Result, stopped bool, out *tail) backends.RunResult {
+func (r *cronRun) classify(res child.Result, stopped bool, out *tailbuf.Buffer) backends.RunResult {
 	rr := backends.RunResult{ExitCode: child.ExitCode(res), Output: out.Bytes()}
 	switch {
 	case stopped || res.LeaseLost:

@@ -591,3 +591,38 @@ func TestErrorChainsReadOnceAtStart(t *testing.T) {
 		t.Errorf("cron run of a task not applied: exit %d, stderr\n%s\nwant\n%s", code, errs, want)
 	}
 }
+
+// TestCronHistoryShowsOutput: a failed run's output, its stderr included,
+// is in cron history --json always and in the text with --output, each
+// line escaped; without --output the text has the table alone.
+func TestCronHistoryShowsOutput(t *testing.T) {
+	env, p := appliedEnv(t, `
+cron:
+  report:
+    schedule: "0 4 * * *"
+    command: 'echo building; printf "cannot reach db\033[2J\n" >&2; exit 2'
+`)
+	if out, code := env.Run(t, "cron", "run", "report", "-f", p); code != 2 {
+		t.Fatalf("cron run: exit %d\n%s", code, out)
+	}
+	_, js, _ := runSplit(t, env.Command("cron", "history", "report", "-f", p, "--json"))
+	var runs []struct {
+		Status, Output string
+	}
+	if err := json.Unmarshal([]byte(js), &runs); err != nil || len(runs) != 1 || runs[0].Status != "failed" || runs[0].Output != "building\ncannot reach db\x1b[2J\n" {
+		t.Fatalf("history --json (%v): %+v\n%s", err, runs, js)
+	}
+	_, text, _ := runSplit(t, env.Command("cron", "history", "report", "-f", p))
+	if strings.Contains(text, "cannot reach db") {
+		t.Errorf("history without --output prints the output:\n%s", text)
+	}
+	_, text, _ = runSplit(t, env.Command("cron", "history", "report", "-f", p, "--output"))
+	for _, want := range []string{"attempt 1, failed, 29 bytes of output ---\nbuilding\n\"cannot reach db\\x1b[2J\"\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("history --output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "\x1b") {
+		t.Errorf("history --output prints a raw escape:\n%q", text)
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/open"
 	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/scheduler"
 	"github.com/coordd/coordd/semaphore"
@@ -186,10 +188,13 @@ type cronListJSON struct {
 type cronRunJSON struct {
 	backends.Run
 	ExitCode *int `json:"exit_code"`
+	// Output is the tail of the run's stdout and stderr as the store
+	// keeps it (at most 64 KiB), as text: invalid UTF-8 replaced.
+	Output string `json:"output"`
 }
 
 func newCronRunJSON(r backends.Run) cronRunJSON {
-	out := cronRunJSON{Run: r}
+	out := cronRunJSON{Run: r, Output: strings.ToValidUTF8(string(r.Output), "\uFFFD")}
 	switch r.Status {
 	case backends.RunRunning, backends.RunSkipped, backends.RunLost:
 	default:
@@ -288,7 +293,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			}
 			if len(h) > 0 {
 				last := newCronRunJSON(h[0])
-				last.Output = nil
+				last.Output = "" // cron history shows it
 				r.Last = &last
 			}
 		}
@@ -345,6 +350,7 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", 20, "show at most N runs (0: all kept)")
 	utc := fs.Bool("utc", false, "show times in UTC, not in the task's timezone")
+	output := fs.Bool("output", false, "print each run's output (the tail the store keeps) after the table")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -395,5 +401,24 @@ func cronHistory(ctx context.Context, c *command, env *cliEnv, args []string) in
 			esc(r.Host), times.format(r.StartedAt, t.Timezone), times.format(r.FinishedAt, t.Timezone), manual, esc(r.Error))
 	}
 	tw.Flush()
+	if *output {
+		writeRunOutputs(env, out, times, t.Timezone)
+	}
 	return 0
+}
+
+// writeRunOutputs prints each run's output under a line naming the run,
+// a line at a time, each escaped as the daemon's log escapes a command's
+// output: another host's command wrote it.
+func writeRunOutputs(env *cliEnv, runs []cronRunJSON, times cronTimes, tz string) {
+	w := env.stdout
+	for _, r := range runs {
+		fmt.Fprintf(w, "\n--- %s attempt %d, %s, %s ---\n", times.format(r.ScheduledAt, tz), r.Attempt, esc(r.Status), plural(int64(len(r.Run.Output)), "1 byte of output", fmt.Sprintf("%d bytes of output", len(r.Run.Output))))
+		if r.Output == "" {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(r.Output, "\n"), "\n") {
+			fmt.Fprintln(w, safetext.Text(line))
+		}
+	}
 }

@@ -378,10 +378,30 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		if j.Key != "" {
 			key = esc(j.Key)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", j.ID, key, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), esc(oneLine(j.LastError)))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", j.ID, key, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), esc(errorCell(j.LastError)))
 	}
 	tw.Flush()
 	return 0
+}
+
+// errorCell is a last error in a table row: the reason, and of the
+// command's stderr that queue work recorded after it, the end, where the
+// reason usually is (--json has it all).
+func errorCell(s string) string {
+	reason, stderr, ok := strings.Cut(s, "; stderr: ")
+	if !ok {
+		return oneLine(s)
+	}
+	reason = oneLine(reason)
+	stderr = strings.Join(strings.Fields(stderr), " ")
+	if room := max(200-len(reason), 40); len(stderr) > room {
+		cut := len(stderr) - room
+		for cut < len(stderr) && !utf8.RuneStart(stderr[cut]) {
+			cut++
+		}
+		stderr = "..." + stderr[cut:]
+	}
+	return reason + "; stderr: " + stderr
 }
 
 // oneLine keeps a table row on one line: white space runs become one

@@ -76,12 +76,16 @@ func TestQueuePushDedupDeadRequeue(t *testing.T) {
 	}
 
 	// A failing command retries, then the jobs die.
-	if code, _, errs := c.run("", false, "queue", "work", "q", "-f", p, "--drain", "--concurrency", "2", "--", "sh", "-c", "cat >/dev/null; exit 3"); code != 0 {
+	// Their stderr's end is kept with the error.
+	if code, _, errs := c.run("", false, "queue", "work", "q", "-f", p, "--drain", "--concurrency", "2", "--", "sh", "-c", "cat >/dev/null; echo decoding >&2; echo cannot decode image >&2; exit 3"); code != 0 {
 		t.Fatalf("work --drain: %d %s", code, errs)
 	}
 	code, out, errs := c.run("", false, "queue", "dead", "q", "-f", p)
-	if code != 0 || !strings.Contains(out, strings.TrimSpace(first)) || strings.Count(out, "exit status 3") != 2 {
+	if code != 0 || !strings.Contains(out, strings.TrimSpace(first)) || strings.Count(out, "exit status 3; stderr: decoding cannot decode image") != 2 {
 		t.Fatalf("queue dead: %d\n%s\n%s", code, out, errs)
+	}
+	if _, js, _ := c.run("", false, "queue", "dead", "q", "-f", p, "--json"); strings.Count(js, `"last_error": "exit status 3; stderr: decoding\ncannot decode image"`) != 2 {
+		t.Fatalf("queue dead --json:\n%s", js)
 	}
 	if st := queueStatsOf(t, c, p); st.Ready != 0 || st.InFlight != 0 || st.Dead != 2 {
 		t.Fatalf("stats after the failures: %+v", st)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/child"
+	"github.com/coordd/coordd/internal/tailbuf"
 	"github.com/coordd/coordd/queue"
 )
 
@@ -180,7 +181,8 @@ func (w *commandWorker) options(a *workArgs, hostID string) queue.WorkerOptions 
 // job's lease and returns why it failed (nil: it exited 0).
 func (w *commandWorker) handle(hctx context.Context, j backends.Job) error {
 	l := queue.LeaseOf(hctx)
-	p, err := w.start(hctx, j, l)
+	stderr := tailbuf.New(stderrTail)
+	p, err := w.start(hctx, j, l, stderr)
 	if err != nil {
 		return err
 	}
@@ -193,20 +195,39 @@ func (w *commandWorker) handle(hctx context.Context, j backends.Job) error {
 	w.mu.Lock()
 	delete(w.running, p)
 	w.mu.Unlock()
-	return resultError(res)
+	return withStderr(resultError(res), stderr)
+}
+
+// stderrTail is how much of a failed command's stderr its job records
+// with the error: its end, where the reason usually is.
+const stderrTail = 4 << 10
+
+// withStderr adds the tail of the command's stderr to the error of a
+// failed run, so that `queue dead`, its JSON and the dashboard show why it
+// failed ("cannot decode image"), not only "exit status 1".
+func withStderr(err error, stderr *tailbuf.Buffer) error {
+	b := bytes.TrimRight(stderr.Bytes(), "\r\n")
+	if err == nil || len(b) == 0 {
+		return err
+	}
+	tail := strings.ToValidUTF8(string(b), "\uFFFD")
+	if stderr.Cut() {
+		tail = "..." + tail
+	}
+	return fmt.Errorf("%w; stderr: %s", err, tail)
 }
 
 // start starts the command on job j. A start that fails for a reason of
 // the worker's (queue.ErrCannotStart) sends the job back unworked and
 // stops the worker.
-func (w *commandWorker) start(hctx context.Context, j backends.Job, l *queue.Lease) (*child.Process, error) {
+func (w *commandWorker) start(hctx context.Context, j backends.Job, l *queue.Lease, stderrTail io.Writer) (*child.Process, error) {
 	applied := w.target.applied
 	vis := applied.VisibilityTimeout
 	grace := min(vis/3, 10*time.Second)
 	p, err := child.Start(hctx, child.Spec{
 		Argv:   w.argv,
 		Stdin:  bytes.NewReader(j.Payload),
-		Stdout: w.stdout, Stderr: w.stderr,
+		Stdout: w.stdout, Stderr: io.MultiWriter(w.stderr, stderrTail),
 		Env: []string{
 			"COORDD_QUEUE=" + w.name,
 			"COORDD_JOB_ID=" + strconv.FormatInt(j.ID, 10),
