@@ -191,7 +191,7 @@ type Extension struct {
 }
 
 // ExtendResult is the outcome of one Extension: the new expiry, or the
-// error ExtendOccurrence would have returned.
+// error that renewing it alone would have returned.
 type ExtendResult struct {
 	ExpiresAt time.Time
 	Err       error
@@ -247,20 +247,19 @@ type Crons interface {
 	// may be relied on (as with a ClaimOccurrence whose answer was lost,
 	// one that was made anyway is reaped when its run lease expires).
 	ClaimOccurrences(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
-	// ExtendOccurrence renews Owner's run lease (ErrLost otherwise).
-	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)
-	// ExtendOccurrences renews many run leases in one round trip, each
-	// under ExtendOccurrence's rules, with one result per extension; a
-	// non-nil error is about the call as a whole (no lease may be taken
-	// as renewed).
+	// ExtendOccurrences renews many run leases in one round trip: each
+	// extension renews its Owner's run lease to backend now + Lease
+	// (ErrLost when Owner no longer holds the run), with one result per
+	// extension; a non-nil error is about the call as a whole (no lease
+	// may be taken as renewed). ExtendOne renews one.
 	ExtendOccurrences(ctx context.Context, exts []Extension) ([]ExtendResult, error)
-	// FinishOccurrence records the result if occ.Owner still holds the run
-	// (ErrLost otherwise), and trims history to the task's history_limit.
-	FinishOccurrence(ctx context.Context, occ Occurrence, res RunResult) error
 	// FinishOccurrences records many results in as few round trips and
-	// commits as the backend allows, each under FinishOccurrence's rules,
-	// with one error per finish (nil: recorded); a non-nil error is about
-	// the call as a whole (no result may be taken as recorded).
+	// commits as the backend allows: each result is recorded only if its
+	// occurrence's Owner still holds the run (ErrLost otherwise), and the
+	// task's history is trimmed to its history_limit. It returns one
+	// error per finish (nil: recorded); a non-nil error is about the call
+	// as a whole (no result may be taken as recorded). FinishOne records
+	// one.
 	FinishOccurrences(ctx context.Context, fins []Finish) ([]error, error)
 	// ExpiredOccurrences lists running occurrences whose run lease expired:
 	// their host was lost.

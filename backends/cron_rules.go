@@ -33,7 +33,7 @@ func OutputTail(out []byte) []byte {
 const ManualProbes = 1000
 
 // CronFinal reports whether status ends a run: the statuses
-// FinishOccurrence records.
+// FinishOccurrences records.
 func CronFinal(status string) bool {
 	switch status {
 	case RunSucceeded, RunFailed, RunTimedOut, RunLost, RunSkipped:
@@ -190,8 +190,8 @@ func CheckExtension(e Extension) error {
 	return nil
 }
 
-// ExtendOne is a store's ExtendOccurrence: its ExtendOccurrences with one
-// extension, so that the single call follows the batch call's rules.
+// ExtendOne renews one run lease through c's ExtendOccurrences: the
+// contract has only the batch call, so one renewal follows its rules.
 func ExtendOne(ctx context.Context, c interface {
 	ExtendOccurrences(context.Context, []Extension) ([]ExtendResult, error)
 }, occ Occurrence, lease time.Duration) (time.Time, error) {
@@ -202,8 +202,8 @@ func ExtendOne(ctx context.Context, c interface {
 	return res[0].ExpiresAt, res[0].Err
 }
 
-// FinishOne is a store's FinishOccurrence: its FinishOccurrences with one
-// result, so that the single call follows the batch call's rules.
+// FinishOne records one result through c's FinishOccurrences: the
+// contract has only the batch call, so one result follows its rules.
 func FinishOne(ctx context.Context, c interface {
 	FinishOccurrences(context.Context, []Finish) ([]error, error)
 }, occ Occurrence, res RunResult) error {

@@ -146,7 +146,7 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit status 3", Output: []byte(hostileOutput)}); err != nil {
+	if err := backends.FinishOne(ctx, cr, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit status 3", Output: []byte(hostileOutput)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1b", Host: "web-1", Manual: true, Skip: "overlap: previous run still running"}); err != nil {
@@ -156,7 +156,7 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte(strings.Repeat("x", 5000) + "END")}); err != nil {
+	if err := backends.FinishOne(ctx, cr, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte(strings.Repeat("x", 5000) + "END")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "cleanup", Attempt: 1, Owner: "run-3", Host: "web-1", Lease: time.Minute, Manual: true}); err != nil {

@@ -158,7 +158,7 @@ func testCronsPause(t *testing.T, h Harness) {
 		occ := c.claim(scheduled("long", at, at.Add(time.Hour), newOwner("run"), lease))
 		_, _, err := p.PauseCron(t.Context(), "long", "ops-1", "stop after this one")
 		ok(t, err, "pause")
-		_, err = c.ExtendOccurrence(t.Context(), occ, lease)
+		_, err = backends.ExtendOne(t.Context(), c, occ, lease)
 		ok(t, err, "extend a run claimed before the pause")
 		c.finish(occ, backends.RunResult{Status: backends.RunSucceeded})
 		if r := findRun(t, c.history("long"), occ); r.Status != backends.RunSucceeded {

@@ -62,7 +62,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		return occ

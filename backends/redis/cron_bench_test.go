@@ -45,7 +45,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := s.RoundTrips()
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
 			b.Fatal(err)
 		}
 		claimTrips += t1 - t0

@@ -281,18 +281,6 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 	return out, nil
 }
 
-// ExtendOccurrence renews occ.Owner's run lease to the server's now +
-// lease (backends.ExtendOne).
-func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	return backends.ExtendOne(ctx, s, occ, lease)
-}
-
-// FinishOccurrence records res if occ.Owner still runs occ
-// (backends.FinishOne).
-func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	return backends.FinishOne(ctx, s, occ, res)
-}
-
 // FinishOccurrences implements backends.Crons.FinishOccurrences in one
 // script.
 func (s *Store) FinishOccurrences(ctx context.Context, fins []backends.Finish) ([]error, error) {

@@ -40,7 +40,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
 			b.Fatal(err)
 		}
 		trips += s.RoundTrips() - t0
