@@ -121,12 +121,15 @@ type Semaphores interface {
 // the line that TryAcquire follows. An instance of a keyed semaphore has a
 // line of its own, bounded by the semaphore's max_waiting.
 type Waiters interface {
-	// EnterWait registers owner as a waiter with a lease, at the tail of
-	// the line; an owner already in line renews its lease and keeps its
-	// place. A record whose lease expired (its waiter crashed) no longer
-	// counts, so it holds the line for at most its lease. It returns
-	// ErrTooManyWaiters when max_waiting live waiters exist.
-	EnterWait(ctx context.Context, name, owner string, lease time.Duration) error
+	// EnterWait registers req.Owner as a waiter with a waiter lease of
+	// req.Lease, at the tail of the line; an owner already in line renews
+	// its lease and keeps its place. A record whose lease expired (its
+	// waiter crashed) no longer counts, so it holds the line for at most
+	// its lease. A backend that lists its line (WaiterLister) records
+	// req.Host and req.PID and, on entry, the backend's now as Since.
+	// req.Host is checked as TryAcquire checks it (CheckAcquire). It
+	// returns ErrTooManyWaiters when max_waiting live waiters exist.
+	EnterWait(ctx context.Context, name string, req AcquireRequest) error
 	// LeaveWait removes owner's waiter record, waking whoever that makes
 	// it the turn of.
 	LeaveWait(ctx context.Context, name, owner string) error

@@ -34,11 +34,6 @@ type Waiter struct {
 // coordd status. memcached's waiters are an unordered count, so it lists
 // nothing.
 type WaiterLister interface {
-	// EnterWaitAs is Waiters.EnterWait for req.Owner with a waiter lease
-	// of req.Lease, recording req.Host and req.PID (and, on entry, the
-	// backend's now as Since) for ListWaiters. req.Host is checked as
-	// TryAcquire checks it (CheckAcquire).
-	EnterWaitAs(ctx context.Context, name string, req AcquireRequest) error
 	// ListWaiters lists the live waiters of semaphore or instance
 	// reference name in line order, expired records left out. For the
 	// plain name of a keyed semaphore it lists the waiters of every

@@ -137,7 +137,7 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	} {
 		ref := w.Owner
 		w.Owner, w.Lease = fmt.Sprintf("waiter-%d", w.PID), 2*time.Minute
-		if err := b.(backends.WaiterLister).EnterWaitAs(ctx, ref, w); err != nil {
+		if err := b.(backends.Waiters).EnterWait(ctx, ref, w); err != nil {
 			t.Fatal(err)
 		}
 	}

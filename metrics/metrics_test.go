@@ -269,7 +269,7 @@ func TestMetricsKeyedInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.EnterWait(ctx, backends.Instance("k", "a"), "w", time.Minute); err != nil {
+	if err := st.EnterWait(ctx, backends.Instance("k", "a"), backends.AcquireRequest{Owner: "w", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, Semaphores: []string{"k"}}}}

@@ -51,7 +51,7 @@ func TestKeyedSemaphoreLifecycle(t *testing.T) {
 	st := f.store("db")
 	k1 := keyedAcquire(t, backends.Instance("s", "k1"), st, 2)
 	k2 := keyedAcquire(t, backends.Instance("s", "k2"), st, 1)
-	if err := st.EnterWait(ctx, backends.Instance("s", "k1"), "waiter", time.Minute); err != nil {
+	if err := st.EnterWait(ctx, backends.Instance("s", "k1"), backends.AcquireRequest{Owner: "waiter", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Waiting) != 0 {

@@ -503,13 +503,9 @@ func sleepHold(ctx context.Context, hold *backends.LossHoldError, deadline <-cha
 }
 
 // enterWait joins (or renews) the line as owner, naming this host and
-// pid where the backend records who waits (backends.WaiterLister) so that
-// operators see them in the line.
+// pid so that operators see who waits in the line.
 func (c *Client) enterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	if l, ok := c.waiters.(backends.WaiterLister); ok {
-		return l.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: lease})
-	}
-	return c.waiters.EnterWait(ctx, name, owner, lease)
+	return c.waiters.EnterWait(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: lease})
 }
 
 // waitersFull is the part of a backend's max_waiting refusal that says

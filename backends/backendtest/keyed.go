@@ -139,7 +139,7 @@ func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 	l8, err := other.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true, Key: "user-8"})
 	ok(t, err, "first caller of user-8")
 	w8 := newOwner("w8")
-	ok(t, as[backends.Waiters](t, b).EnterWait(ctx, backends.Instance("reindex", "user-8"), w8, time.Minute), "a waiter of user-8 beside user-7's")
+	ok(t, as[backends.Waiters](t, b).EnterWait(ctx, backends.Instance("reindex", "user-8"), backends.AcquireRequest{Owner: w8, Lease: time.Minute}), "a waiter of user-8 beside user-7's")
 
 	select {
 	case l := <-got2:
@@ -201,8 +201,8 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	h.noRows(t, b, "k", "after the last release")
 
 	waiter := newOwner("w")
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "enter wait")
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "renew wait")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "renew wait")
 	ok(t, w.LeaveWait(ctx, ref, waiter), "leave wait")
 	h.noRows(t, b, "k", "after the only waiter left")
 
@@ -211,7 +211,7 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	for _, o := range holders {
 		s.acquire(ref, o, time.Minute)
 	}
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "enter wait behind two holders")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait behind two holders")
 	s.release(ref, holders[0])
 	s.acquire(ref, waiter, time.Minute)
 	s.wantWaiters("k", 0, "after the waiter's grant")
@@ -267,8 +267,8 @@ func testKeyedExpiredWaiter(t *testing.T, h Harness) {
 	ref := backends.Instance("k", "user-1")
 	before, err := b.Now(ctx)
 	ok(t, err, "now")
-	ok(t, w.EnterWait(ctx, ref, newOwner("crashed"), time.Second), "enter the waiter that will crash")
-	wantErr(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), backends.ErrTooManyWaiters, "a second waiter while the first's record is live")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("crashed"), Lease: time.Second}), "enter the waiter that will crash")
+	wantErr(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), backends.ErrTooManyWaiters, "a second waiter while the first's record is live")
 	waitPast(t, b, before.Add(2*time.Second))
 	poke := backends.Instance("k", "other")
 	h.waitNoRows(t, b, "k", "after the crashed waiter's record expired", func() {
@@ -276,7 +276,7 @@ func testKeyedExpiredWaiter(t *testing.T, h Harness) {
 		s.acquire(poke, o, time.Minute)
 		s.release(poke, o)
 	})
-	ok(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), "a waiter after the crashed one's record expired")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), "a waiter after the crashed one's record expired")
 }
 
 // testKeyedLimit: instances obey the semaphore's limit as applied now: a
@@ -328,7 +328,7 @@ func testKeyedDelete(t *testing.T, h Harness) {
 	ref := backends.Instance("k", "x")
 	holder := newOwner("h")
 	s.acquire(ref, holder, time.Minute)
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), newOwner("w"), time.Minute), "a waiter of another key")
+	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), "a waiter of another key")
 	wantErr(t, s.DeleteSemaphore(ctx, "k"), backends.ErrHeld, "delete with an instance holder")
 	st := s.observe("k")
 	if st == nil || st.Config.Limit != 0 || len(st.Holders) != 1 {
@@ -344,7 +344,7 @@ func testKeyedDelete(t *testing.T, h Harness) {
 	h.noRows(t, b, "k", "after the delete")
 	_, err := s.TryAcquire(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute})
 	wantErr(t, err, backends.ErrNotFound, "acquire an instance of a deleted semaphore")
-	wantErr(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), backends.ErrNotFound, "wait on an instance of a deleted semaphore")
+	wantErr(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), backends.ErrNotFound, "wait on an instance of a deleted semaphore")
 }
 
 // testKeyedFencing: fencing numbers grow strictly in grant order across an
@@ -384,17 +384,17 @@ func testKeyedRules(t *testing.T, h Harness) {
 
 	_, err := s.TryAcquire(ctx, "k", req)
 	wantErr(t, err, backends.ErrKeyRequired, "acquire a keyed semaphore without a key")
-	wantErr(t, w.EnterWait(ctx, "k", req.Owner, time.Minute), backends.ErrKeyRequired, "wait on a keyed semaphore without a key")
+	wantErr(t, w.EnterWait(ctx, "k", backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), backends.ErrKeyRequired, "wait on a keyed semaphore without a key")
 	_, err = s.TryAcquire(ctx, backends.Instance("plain", "x"), req)
 	wantErr(t, err, backends.ErrNotKeyed, "acquire an instance of a semaphore that is not keyed")
-	wantErr(t, w.EnterWait(ctx, backends.Instance("plain", "x"), req.Owner, time.Minute), backends.ErrNotKeyed, "wait on an instance of a semaphore that is not keyed")
+	wantErr(t, w.EnterWait(ctx, backends.Instance("plain", "x"), backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), backends.ErrNotKeyed, "wait on an instance of a semaphore that is not keyed")
 	_, err = s.TryAcquire(ctx, backends.Instance("absent", "x"), req)
 	wantErr(t, err, backends.ErrNotFound, "acquire an instance of an absent semaphore")
 
 	for _, key := range []string{"", "a\nb", "bell\x07", strings.Repeat("k", spec.MaxKeyLen+1), "\xff\xfe"} {
 		_, err := s.TryAcquire(ctx, backends.Instance("k", key), req)
 		wantErr(t, err, spec.ErrInvalidKey, fmt.Sprintf("acquire with key %q", key))
-		wantErr(t, w.EnterWait(ctx, backends.Instance("k", key), req.Owner, time.Minute), spec.ErrInvalidKey, fmt.Sprintf("wait with key %q", key))
+		wantErr(t, w.EnterWait(ctx, backends.Instance("k", key), backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), spec.ErrInvalidKey, fmt.Sprintf("wait with key %q", key))
 	}
 	h.noRows(t, b, "k", "after refused calls")
 
@@ -441,9 +441,9 @@ func testKeyedObserve(t *testing.T, h Harness) {
 	a, c := newOwner("a"), newOwner("c")
 	s.acquire(backends.Instance("k", "b-key"), a, time.Minute)
 	s.acquire(backends.Instance("k", "a-key"), c, time.Minute)
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), newOwner("w1"), time.Minute), "wait 1")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), newOwner("w2"), time.Minute), "wait 2")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "c-key"), newOwner("w3"), time.Minute), "wait 3")
+	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), backends.AcquireRequest{Owner: newOwner("w1"), Lease: time.Minute}), "wait 1")
+	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), backends.AcquireRequest{Owner: newOwner("w2"), Lease: time.Minute}), "wait 2")
+	ok(t, w.EnterWait(ctx, backends.Instance("k", "c-key"), backends.AcquireRequest{Owner: newOwner("w3"), Lease: time.Minute}), "wait 3")
 	st := s.observe("k")
 	if len(st.Holders) != 2 || st.Waiters != 3 || st.Slots != st.WantSlots() {
 		t.Fatalf("observed %d holders, %d waiters, %d slots (want %d): want 2 holders, 3 waiters, no drift", len(st.Holders), st.Waiters, st.Slots, st.WantSlots())
@@ -485,9 +485,9 @@ func testKeyedLineRule(t *testing.T, h Harness) {
 	ref := backends.Instance("k", "x")
 	holder, first, second := newOwner("holder"), newOwner("first"), newOwner("second")
 	s.acquire(ref, holder, time.Minute)
-	ok(t, w.EnterWait(ctx, ref, first, time.Minute), "first waiter")
-	ok(t, w.EnterWait(ctx, ref, second, time.Minute), "second waiter")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), newOwner("other"), time.Minute), "a waiter of another key")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: first, Lease: time.Minute}), "first waiter")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: second, Lease: time.Minute}), "second waiter")
+	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), backends.AcquireRequest{Owner: newOwner("other"), Lease: time.Minute}), "a waiter of another key")
 	s.release(ref, holder)
 	s.refused(ref, newOwner("newcomer"), "a newcomer while two wait")
 	s.refused(ref, second, "the second waiter before the first")

@@ -61,13 +61,13 @@ func (h Harness) waitConfig(name string, maxWaiting int) backends.SemaphoreConfi
 func testWaitMax(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
-	wantErr(t, w.EnterWait(ctx, "absent", newOwner("w"), time.Minute), backends.ErrNotFound, "enter wait on an absent semaphore")
+	wantErr(t, w.EnterWait(ctx, "absent", backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), backends.ErrNotFound, "enter wait on an absent semaphore")
 
 	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a")
-	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a again (renew)")
-	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b beyond max_waiting 1")
+	ok(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: a, Lease: time.Minute}), "enter a")
+	ok(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: a, Lease: time.Minute}), "enter a again (renew)")
+	wantErr(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: b, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter b beyond max_waiting 1")
 	if n := s.observe("build").Waiters; n != 1 {
 		t.Errorf("observed %d waiters, want 1", n)
 	}
@@ -76,11 +76,11 @@ func testWaitMax(t *testing.T, h Harness) {
 		t.Errorf("observed %d waiters after leave, want 0", n)
 	}
 	ok(t, w.LeaveWait(ctx, "build", a), "leave a twice")
-	ok(t, w.EnterWait(ctx, "build", b, time.Minute), "enter b after a left")
-	wantErr(t, w.EnterWait(ctx, "build", a, time.Minute), backends.ErrTooManyWaiters, "enter a while b waits")
+	ok(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: b, Lease: time.Minute}), "enter b after a left")
+	wantErr(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: a, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter a while b waits")
 
 	s.put(h.waitConfig("closed", 0))
-	wantErr(t, w.EnterWait(ctx, "closed", a, time.Minute), backends.ErrTooManyWaiters, "enter with max_waiting 0")
+	wantErr(t, w.EnterWait(ctx, "closed", backends.AcquireRequest{Owner: a, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter with max_waiting 0")
 }
 
 func testWaitUnbounded(t *testing.T, h Harness) {
@@ -88,7 +88,7 @@ func testWaitUnbounded(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("open", -1))
 	for range 20 {
-		ok(t, w.EnterWait(ctx, "open", newOwner("w"), time.Minute), "enter with max_waiting -1")
+		ok(t, w.EnterWait(ctx, "open", backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), "enter with max_waiting -1")
 	}
 }
 
@@ -97,10 +97,10 @@ func testWaitExpiry(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "build", a, time.Second), "enter a with a 1s lease")
-	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b while a waits")
+	ok(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: a, Lease: time.Second}), "enter a with a 1s lease")
+	wantErr(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: b, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter b while a waits")
 	waitFor(t, "a's waiter lease to expire and free its place", func() (bool, error) {
-		err := w.EnterWait(ctx, "build", b, time.Minute)
+		err := w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: b, Lease: time.Minute})
 		if errors.Is(err, backends.ErrTooManyWaiters) {
 			return false, nil
 		}
@@ -130,17 +130,17 @@ func testWaitFIFO(t *testing.T, h Harness) {
 	wantFirst("", "of an empty line")
 	a, b, c := newOwner("wa"), newOwner("wb"), newOwner("wc")
 	for _, o := range []string{a, b, c} {
-		ok(t, w.EnterWait(ctx, "line", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
 	wantFirst(a, "after a, b, c entered")
 	ok(t, w.LeaveWait(ctx, "line", a), "leave a")
 	wantFirst(b, "after a left")
 	// Renewing keeps the place in line.
-	ok(t, w.EnterWait(ctx, "line", c, time.Minute), "renew c")
-	ok(t, w.EnterWait(ctx, "line", b, time.Minute), "renew b")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: c, Lease: time.Minute}), "renew c")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: b, Lease: time.Minute}), "renew b")
 	wantFirst(b, "after c and b renewed")
 	// A newcomer queues behind everyone, even one who left earlier.
-	ok(t, w.EnterWait(ctx, "line", a, time.Minute), "a enters again")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: a, Lease: time.Minute}), "a enters again")
 	ok(t, w.LeaveWait(ctx, "line", b), "leave b")
 	wantFirst(c, "after b left")
 	ok(t, w.LeaveWait(ctx, "line", c), "leave c")
@@ -160,7 +160,7 @@ func testWaitWake(t *testing.T, h Harness) {
 	// Releases wake the waiters of the line: WaitSemaphore is for an owner
 	// registered with EnterWait.
 	waiter := newOwner("waiter")
-	ok(t, w.EnterWait(ctx, "build", waiter, time.Minute), "enter wait")
+	ok(t, w.EnterWait(ctx, "build", backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait")
 
 	const maxWait = 10 * time.Second
 	started := make(chan struct{})
@@ -245,7 +245,7 @@ func testWaitLine(t *testing.T, h Harness) {
 	s.acquire("line", holder, time.Minute)
 	w1, w2, w3 := newOwner("w1"), newOwner("w2"), newOwner("w3")
 	for _, o := range []string{w1, w2, w3} {
-		ok(t, w.EnterWait(ctx, "line", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
 	s.release("line", holder)
 
@@ -286,7 +286,7 @@ func testWaitLineSeveral(t *testing.T, h Harness) {
 	s.acquire("pool", h2, time.Minute)
 	w1, w2, w3 := newOwner("w1"), newOwner("w2"), newOwner("w3")
 	for _, o := range []string{w1, w2, w3} {
-		ok(t, w.EnterWait(ctx, "pool", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, "pool", backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
 	s.release("pool", h1)
 	s.refused("pool", w2, "the second waiter, one slot free")
@@ -311,11 +311,11 @@ func testWaitLineCrashed(t *testing.T, h Harness) {
 	before, err := s.b.Now(ctx)
 	ok(t, err, "now")
 	crashed := newOwner("crashed")
-	ok(t, w.EnterWait(ctx, "line", crashed, lease), "enter the waiter that will crash")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: crashed, Lease: lease}), "enter the waiter that will crash")
 	after, err := s.b.Now(ctx)
 	ok(t, err, "now")
 	next := newOwner("next")
-	ok(t, w.EnterWait(ctx, "line", next, time.Minute), "enter the next waiter")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: next, Lease: time.Minute}), "enter the next waiter")
 	s.release("line", holder)
 
 	_, err = s.TryAcquire(ctx, "line", backends.AcquireRequest{Owner: next, Host: "h", PID: 1, Lease: time.Minute})
@@ -416,7 +416,7 @@ func testWaitLineCrashedWakes(t *testing.T, h Harness) {
 	const lease = 2 * time.Second
 	before, err := b.Now(ctx)
 	ok(t, err, "now")
-	ok(t, w.EnterWait(ctx, "line", newOwner("crashed"), lease), "enter the waiter that will crash")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: newOwner("crashed"), Lease: lease}), "enter the waiter that will crash")
 
 	c := lineClient(t, open(), "waiter")
 	l, err := c.Acquire(ctx, "line", semaphore.AcquireOptions{Lease: time.Minute, WaiterLease: 3 * time.Minute, Wait: waitTimeout})

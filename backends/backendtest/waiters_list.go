@@ -19,7 +19,10 @@ import (
 func testWaiterList(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, _ := freshWaiters(t, h)
-	l := as[backends.WaiterLister](t, s.b)
+	l := as[interface {
+		backends.Waiters
+		backends.WaiterLister
+	}](t, s.b)
 	s.put(h.waitConfig("line", -1))
 	if ws, err := l.ListWaiters(ctx, "line"); err != nil || len(ws) != 0 {
 		t.Fatalf("waiters of an idle semaphore: %+v (%v), want none", ws, err)
@@ -33,8 +36,8 @@ func testWaiterList(t *testing.T, h Harness) {
 	before, err := s.b.Now(ctx)
 	ok(t, err, "now")
 	a, b := newOwner("wa"), newOwner("wb")
-	ok(t, l.EnterWaitAs(ctx, "line", backends.AcquireRequest{Owner: a, Host: "host-a", PID: 101, Lease: time.Minute}), "a enters")
-	ok(t, l.EnterWaitAs(ctx, "line", backends.AcquireRequest{Owner: b, Host: "host-b", PID: 102, Lease: 2 * time.Second}), "b enters with a 2s lease")
+	ok(t, l.EnterWait(ctx, "line", backends.AcquireRequest{Owner: a, Host: "host-a", PID: 101, Lease: time.Minute}), "a enters")
+	ok(t, l.EnterWait(ctx, "line", backends.AcquireRequest{Owner: b, Host: "host-b", PID: 102, Lease: 2 * time.Second}), "b enters with a 2s lease")
 	after, err := s.b.Now(ctx)
 	ok(t, err, "now")
 
@@ -59,7 +62,7 @@ func testWaiterList(t *testing.T, h Harness) {
 	}
 
 	// a renews: same place, same since.
-	ok(t, l.EnterWaitAs(ctx, "line", backends.AcquireRequest{Owner: a, Host: "host-a", PID: 101, Lease: time.Minute}), "a renews")
+	ok(t, l.EnterWait(ctx, "line", backends.AcquireRequest{Owner: a, Host: "host-a", PID: 101, Lease: time.Minute}), "a renews")
 	again := listWaiters(t, l, "line")
 	wantLine(t, again, "host-a/101", "host-b/102")
 	if !again[0].Since.Equal(ws[0].Since) {
@@ -89,9 +92,9 @@ func testWaiterList(t *testing.T, h Harness) {
 	x, y := backends.Instance("per-user", "x"), backends.Instance("per-user", "y")
 	for _, ref := range []string{y, x} {
 		s.acquire(ref, newOwner("holder"), time.Minute)
-		ok(t, l.EnterWaitAs(ctx, ref, backends.AcquireRequest{Owner: newOwner("w"), Host: "host-" + ref[len(ref)-1:], PID: 7, Lease: time.Minute}), "enter "+ref)
+		ok(t, l.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("w"), Host: "host-" + ref[len(ref)-1:], PID: 7, Lease: time.Minute}), "enter "+ref)
 	}
-	ok(t, l.EnterWaitAs(ctx, x, backends.AcquireRequest{Owner: newOwner("w"), Host: "host-x2", PID: 8, Lease: time.Minute}), "enter x again")
+	ok(t, l.EnterWait(ctx, x, backends.AcquireRequest{Owner: newOwner("w"), Host: "host-x2", PID: 8, Lease: time.Minute}), "enter x again")
 	wantLine(t, listWaiters(t, l, x), "x:host-x/7", "x:host-x2/8")
 	wantLine(t, listWaiters(t, l, "per-user"), "x:host-x/7", "x:host-x2/8", "y:host-y/7")
 }

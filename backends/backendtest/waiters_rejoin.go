@@ -3,6 +3,8 @@ package backendtest
 import (
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/backends"
 )
 
 // testWaitRejoin checks spec.md's "Waiting": "A waiter whose process stalls
@@ -16,14 +18,14 @@ func testWaitRejoin(t *testing.T, h Harness) {
 	fw := as[firstWaiter](t, s.b)
 	s.put(h.waitConfig("line", -1))
 	a, b := newOwner("stalled"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "line", a, time.Second), "enter a with a 1s lease")
-	ok(t, w.EnterWait(ctx, "line", b, time.Minute), "enter b")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: a, Lease: time.Second}), "enter a with a 1s lease")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: b, Lease: time.Minute}), "enter b")
 	waitFor(t, "a's record to expire", func() (bool, error) {
 		first, err := fw.FirstWaiter(ctx, "line")
 		return first == b, err
 	})
 	// a runs again and renews: it is behind b now.
-	ok(t, w.EnterWait(ctx, "line", a, time.Minute), "a renews after its record expired")
+	ok(t, w.EnterWait(ctx, "line", backends.AcquireRequest{Owner: a, Lease: time.Minute}), "a renews after its record expired")
 	first, err := fw.FirstWaiter(ctx, "line")
 	ok(t, err, "first waiter")
 	if first != b {

@@ -83,7 +83,7 @@
 // max_waiting; the acquire script serves that line first come, first served
 // and a waiter parks in the server until a release wakes it (sem_park.go).
 // A record also names the waiter's host and pid and when it entered the
-// line (EnterWaitAs), for ListWaiters (waiters_list.go).
+// line (EnterWait), for ListWaiters (waiters_list.go).
 //
 // # Semaphores, mode session (GET_LOCK slots)
 //

@@ -26,18 +26,13 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 	qWaitLeave = "DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
 )
 
-// EnterWait registers owner as a waiter of semaphore name, leased for lease
-// in backend time, behind every live waiter. If owner already waits, its
-// lease is renewed and it keeps its place: one autocommit statement when
-// this store registered it. It returns ErrTooManyWaiters when max_waiting
-// live waiters exist, ErrNotFound when the semaphore is absent.
-func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister).
-func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in backend time, behind every live waiter, recording req.Host
+// and req.PID for ListWaiters. If it already waits, its lease is renewed
+// and it keeps its place: one autocommit statement when this store
+// registered it. It returns ErrTooManyWaiters when max_waiting live
+// waiters exist, ErrNotFound when the semaphore is absent.
+func (s *Store) EnterWait(ctx context.Context, name string, req backends.AcquireRequest) error {
 	us, err := sqlstore.CheckEnterWait(name, req)
 	if err != nil {
 		return err

@@ -400,7 +400,7 @@ func TestSemMaxWaiting(t *testing.T) {
 		if !errors.Is(err, backends.ErrNoSlot) {
 			return err
 		}
-		return s.EnterWait(ctx, "job", owner, time.Minute)
+		return s.EnterWait(ctx, "job", backends.AcquireRequest{Owner: owner, Lease: time.Minute})
 	}
 	if err := arrive("first"); err != nil {
 		t.Fatalf("first: %v", err)

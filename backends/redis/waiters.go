@@ -32,18 +32,13 @@ const (
 	semBlockGrace = 5 * time.Second
 )
 
-// EnterWait registers owner as a waiter of semaphore name, leased for lease
-// in backend time, behind every live waiter, after pruning expired waiter
-// records. If owner already waits, its lease is renewed and it keeps its
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in backend time, behind every live waiter, after pruning
+// expired waiter records, and records req.Host and req.PID for
+// ListWaiters. If it already waits, its lease is renewed and it keeps its
 // place. It returns ErrTooManyWaiters when max_waiting live waiters exist,
 // ErrNotFound when the semaphore is absent.
-func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister).
-func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+func (s *Store) EnterWait(ctx context.Context, name string, req backends.AcquireRequest) error {
 	owner, lease := req.Owner, req.Lease
 	if err := s.writable(); err != nil {
 		return err

@@ -41,7 +41,7 @@ func TestStatusListsWaiters(t *testing.T) {
 		{Owner: "secret-token-a", Host: "web-2", PID: 2001, Lease: time.Minute},
 		{Owner: "secret-token-b", Host: "web-3", PID: 3001, Lease: time.Minute},
 	} {
-		if err := b.(backends.WaiterLister).EnterWaitAs(ctx, "s", w); err != nil {
+		if err := b.(backends.Waiters).EnterWait(ctx, "s", w); err != nil {
 			t.Fatal(err)
 		}
 	}

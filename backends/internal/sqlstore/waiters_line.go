@@ -142,19 +142,14 @@ func CheckEnterWait(name string, req backends.AcquireRequest) (int64, error) {
 	return us, nil
 }
 
-// EnterWait registers owner as a waiter of semaphore name, leased for
-// lease in the store's time, behind every live waiter. If owner already
-// waits, its lease is renewed and it keeps its place. It returns
-// ErrTooManyWaiters when max_waiting live waiters exist, ErrNotFound when
-// the semaphore is absent.
-func (s *Core) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister). An instance reference queues in the instance's
-// line, creating the instance.
-func (s *Core) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in the store's time, behind every live waiter, recording
+// req.Host and req.PID for ListWaiters. If it already waits, its lease is
+// renewed and it keeps its place. It returns ErrTooManyWaiters when
+// max_waiting live waiters exist, ErrNotFound when the semaphore is
+// absent. An instance reference queues in the instance's line, creating
+// the instance.
+func (s *Core) EnterWait(ctx context.Context, name string, req backends.AcquireRequest) error {
 	us, err := CheckEnterWait(name, req)
 	if err != nil {
 		return err
