@@ -90,10 +90,10 @@ type Grant struct {
 	ExpiresAt time.Time // backend time
 }
 
-// Semaphores is the runtime side of semaphores. Every name below may also
-// be the reference of an instance of a keyed semaphore (Instance, in
-// instance.go): TryAcquire then refuses a plain name of a keyed semaphore
-// (ErrKeyRequired) and a reference to one that is not keyed (ErrNotKeyed),
+// Semaphores is the runtime side of semaphores. Each method names a
+// semaphore or an instance of a keyed one by a SemRef (instance.go):
+// TryAcquire refuses the semaphore itself of a keyed semaphore
+// (ErrKeyRequired) and an instance of one that is not keyed (ErrNotKeyed),
 // and checks the key (CheckInstanceKey) before anything is read or written.
 type Semaphores interface {
 	// TryAcquire takes a free or expired slot without waiting. It returns
@@ -107,14 +107,14 @@ type Semaphores interface {
 	// line having every live waiter ahead of it, and otherwise returns
 	// ErrNoSlot; the check and the grant are one transaction or script, and
 	// the grant removes req.Owner's waiter record.
-	TryAcquire(ctx context.Context, name string, req AcquireRequest) (Grant, error)
+	TryAcquire(ctx context.Context, ref SemRef, req AcquireRequest) (Grant, error)
 	// Extend renews owner's lease to now+lease in backend time.
-	Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error)
+	Extend(ctx context.Context, ref SemRef, owner string, lease time.Duration) (time.Time, error)
 	// Release frees owner's slot (or deletes it when the semaphore has more
 	// slots than its limit). It returns ErrLost when owner holds nothing.
-	Release(ctx context.Context, name, owner string) error
+	Release(ctx context.Context, ref SemRef, owner string) error
 	// Holders lists live holders.
-	Holders(ctx context.Context, name string) ([]Holder, error)
+	Holders(ctx context.Context, ref SemRef) ([]Holder, error)
 }
 
 // Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO):
@@ -129,10 +129,10 @@ type Waiters interface {
 	// req.Host and req.PID and, on entry, the backend's now as Since.
 	// req.Host is checked as TryAcquire checks it (CheckAcquire). It
 	// returns ErrTooManyWaiters when max_waiting live waiters exist.
-	EnterWait(ctx context.Context, name string, req AcquireRequest) error
+	EnterWait(ctx context.Context, ref SemRef, req AcquireRequest) error
 	// LeaveWait removes owner's waiter record, waking whoever that makes
 	// it the turn of.
-	LeaveWait(ctx context.Context, name, owner string) error
+	LeaveWait(ctx context.Context, ref SemRef, owner string) error
 	// WaitSemaphore blocks owner, a waiter in line, until it may be its
 	// turn (a slot was freed, a waiter ahead left or its record expired),
 	// max elapsed or ctx ended; an owner not in line waits as a newcomer.
@@ -142,7 +142,7 @@ type Waiters interface {
 	// connection that will hold the slot and may take the slot already:
 	// owner's next TryAcquire then completes that grant, and LeaveWait frees
 	// what the wait still holds.
-	WaitSemaphore(ctx context.Context, name, owner string, max time.Duration) error
+	WaitSemaphore(ctx context.Context, ref SemRef, owner string, max time.Duration) error
 }
 
 // WakeRepairer is implemented by backends whose semaphore waiters sleep in
@@ -153,7 +153,8 @@ type Waiters interface {
 // semaphore package runs it when a caller starts waiting, so a waiter never
 // depends on a daemon; the daemon's leader runs it periodically too.
 type WakeRepairer interface {
-	// RepairWakeups wakes parked waiters of the named semaphores that have
-	// a free slot, one per free slot, and returns how many it woke.
-	RepairWakeups(ctx context.Context, semaphores []string) (int, error)
+	// RepairWakeups wakes parked waiters of the semaphores and instances
+	// refs that have a free slot, one per free slot, and returns how many
+	// it woke.
+	RepairWakeups(ctx context.Context, refs []SemRef) (int, error)
 }

@@ -34,9 +34,9 @@ type Waiter struct {
 // coordd status. memcached's waiters are an unordered count, so it lists
 // nothing.
 type WaiterLister interface {
-	// ListWaiters lists the live waiters of semaphore or instance
-	// reference name in line order, expired records left out. For the
-	// plain name of a keyed semaphore it lists the waiters of every
-	// instance, by key and then place. An absent semaphore has none.
-	ListWaiters(ctx context.Context, name string) ([]Waiter, error)
+	// ListWaiters lists the live waiters of ref in line order, expired
+	// records left out. For a keyed semaphore itself (no key) it lists the
+	// waiters of every instance, by key and then place. An absent
+	// semaphore has none.
+	ListWaiters(ctx context.Context, ref SemRef) ([]Waiter, error)
 }

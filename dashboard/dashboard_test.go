@@ -119,25 +119,27 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-1", Host: "web-2", PID: 31337, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Owner: "owner-1", Host: "web-2", PID: 31337, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.Instance("reindex", "tenant-<b>7</b>"), backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.SemRef{Name: "reindex", Key: "tenant-<b>7</b>"}, backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// image-import full, with two waiters in line, and one waiter for the
 	// keyed instance: the semaphores page lists both lines.
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-3", Host: "web-1", PID: 4101, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Owner: "owner-3", Host: "web-1", PID: 4101, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []backends.AcquireRequest{
-		{Owner: "image-import", Host: "web-1", PID: 5120},
-		{Owner: "image-import", Host: "web-2", PID: 978},
-		{Owner: backends.Instance("reindex", "tenant-<b>7</b>"), Host: "web-2", PID: 979},
+	for _, w := range []struct {
+		ref backends.SemRef
+		backends.AcquireRequest
+	}{
+		{backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Host: "web-1", PID: 5120}},
+		{backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Host: "web-2", PID: 978}},
+		{backends.SemRef{Name: "reindex", Key: "tenant-<b>7</b>"}, backends.AcquireRequest{Host: "web-2", PID: 979}},
 	} {
-		ref := w.Owner
 		w.Owner, w.Lease = fmt.Sprintf("waiter-%d", w.PID), 2*time.Minute
-		if err := b.(backends.Waiters).EnterWait(ctx, ref, w); err != nil {
+		if err := b.(backends.Waiters).EnterWait(ctx, w.ref, w.AcquireRequest); err != nil {
 			t.Fatal(err)
 		}
 	}

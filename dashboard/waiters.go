@@ -38,7 +38,7 @@ func listLine(ctx context.Context, b backends.Backend, row *semRow, st *backends
 	if st.Waiters == 0 {
 		return
 	}
-	ws, err := l.ListWaiters(ctx, row.Name)
+	ws, err := l.ListWaiters(ctx, backends.SemRef{Name: row.Name})
 	if err != nil {
 		row.LineErr = err.Error()
 		return

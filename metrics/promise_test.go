@@ -96,7 +96,7 @@ func TestPromiseSemaphoreMetricsEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: fmt.Sprint("o", i), Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+				if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: fmt.Sprint("o", i), Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}

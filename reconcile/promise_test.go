@@ -167,7 +167,7 @@ func observeSem(t *testing.T, b backends.Backend, name string) *backends.Semapho
 func grab(t *testing.T, b backends.Backend, name string) (owner string, g backends.Grant, err error) {
 	t.Helper()
 	owner = fmt.Sprintf("owner-%d", time.Now().UnixNano())
-	g, err = b.(backends.Semaphores).TryAcquire(context.Background(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
+	g, err = b.(backends.Semaphores).TryAcquire(context.Background(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
 	return owner, g, err
 }
 
@@ -438,7 +438,7 @@ func TestPromiseFencingAboveAfterRecreate(t *testing.T) {
 				t.Fatalf("%s: fencing %d, not above %d handed out before", what, g.Fencing, last)
 			}
 			last = g.Fencing
-			if err := h.(backends.Semaphores).Release(context.Background(), "s", owner); err != nil {
+			if err := h.(backends.Semaphores).Release(context.Background(), backends.SemRef{Name: "s"}, owner); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -787,7 +787,7 @@ func TestPromiseReplaceAdmitsNobodyUntilDrained(t *testing.T) {
 		if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Waiting) != 1 {
 			t.Fatalf("plan while the replace drains:\n%s", text(p))
 		}
-		if err := h.(backends.Semaphores).Release(context.Background(), "s", owner); err != nil {
+		if err := h.(backends.Semaphores).Release(context.Background(), backends.SemRef{Name: "s"}, owner); err != nil {
 			t.Fatal(err)
 		}
 		f.apply(reconcile.Options{})

@@ -144,8 +144,8 @@ func fuzzAcquire(t *testing.T, s backends.Semaphores, name, host string) {
 	ctx := t.Context()
 	want := backends.CheckAcquire(backends.AcquireRequest{Host: host})
 	owner := newOwner("fuzz")
-	_, err := s.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: host, PID: 7, Lease: time.Minute})
-	holders, herr := s.Holders(ctx, name)
+	_, err := s.TryAcquire(ctx, backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: host, PID: 7, Lease: time.Minute})
+	holders, herr := s.Holders(ctx, backends.SemRef{Name: name})
 	ok(t, herr, "holders")
 	if want != nil {
 		if !errors.Is(err, spec.ErrInvalidHostID) {
@@ -162,7 +162,7 @@ func fuzzAcquire(t *testing.T, s backends.Semaphores, name, host string) {
 	if len(holders) != 1 || holders[0].Owner != owner || holders[0].Host != host {
 		t.Fatalf("acquire as host %q: holders %+v, want %s on host %q", host, holders, owner, host)
 	}
-	ok(t, s.Release(ctx, name, owner), "release")
+	ok(t, s.Release(ctx, backends.SemRef{Name: name}, owner), "release")
 }
 
 func fuzzHeartbeat(t *testing.T, r backends.HostRegistry, host string) {

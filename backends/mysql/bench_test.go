@@ -213,10 +213,10 @@ func measurePair(b *testing.B, s *mysql.Store, raw func()) (pairT, rawT, soloT t
 	pair := func() {
 		owner++
 		o := "owner-" + strconv.Itoa(owner)
-		if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Release(ctx, "s", o); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -66,10 +66,10 @@ func leaseAcquireRelease(b *testing.B, updates bool) {
 		}
 	}
 	op := func() {
-		if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "bench", Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "bench", Lease: time.Minute}); err != nil {
 			b.Fatalf("acquire: %v", err)
 		}
-		if err := s.Release(ctx, "s", "bench"); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -31,12 +31,13 @@ var waiterListScript = luaScript("waiter_list.lua")
 // ListWaiters lists the live waiters of semaphore or instance name in line
 // order (backends.WaiterLister). For a keyed semaphore each instance's
 // line is read on its own: the list is not one snapshot.
-func (s *Store) ListWaiters(ctx context.Context, name string) ([]backends.Waiter, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		k := s.keys.instance(parent, key)
-		ws, err := s.listLine(ctx, key, k[instKeyWseq], k[instKeyWseq+1])
+func (s *Store) ListWaiters(ctx context.Context, ref backends.SemRef) ([]backends.Waiter, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		k := s.keys.instance(name, ref.Key)
+		ws, err := s.listLine(ctx, ref.Key, k[instKeyWseq], k[instKeyWseq+1])
 		if err != nil {
-			return nil, s.instErr("list waiters", parent, key, err)
+			return nil, s.instErr("list waiters", name, ref.Key, err)
 		}
 		return ws, nil
 	}

@@ -22,7 +22,7 @@ func semLine(ctx context.Context, b backends.Backend, name string, st *backends.
 	if !ok || n == 0 {
 		return &n, nil
 	}
-	line, err := l.ListWaiters(ctx, name)
+	line, err := l.ListWaiters(ctx, backends.SemRef{Name: name})
 	if err != nil {
 		return &n, nil
 	}
