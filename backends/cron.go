@@ -52,23 +52,6 @@ func DefPaused(def json.RawMessage) bool {
 	return json.Unmarshal(def, &d) == nil && d.Paused
 }
 
-// CronPauser is implemented by every backend that holds cron tasks. A
-// paused task keeps its definition and its next_exec, which stays at the
-// first time missed while paused: once resumed, the missed times follow
-// the task's catch_up rule, as after a downtime. ClaimOccurrence refuses a
-// paused task's scheduled claims and retries in the claim itself.
-type CronPauser interface {
-	// PauseCron records an operator's pause of task name by host (a host
-	// id) for reason, at backend now. A task already paused by an operator
-	// keeps that first pause, which is returned with changed false. An
-	// absent task is ErrNotFound.
-	PauseCron(ctx context.Context, name, host, reason string) (p CronPause, changed bool, err error)
-	// ResumeCron removes the operator's pause of task name and returns it
-	// (nil: there was none). paused: true in the definition is the spec's
-	// and stays. An absent task is ErrNotFound.
-	ResumeCron(ctx context.Context, name string) (*CronPause, error)
-}
-
 // CheckPause checks a pause before anything is written: a host id
 // (spec.CheckHostID) and a reason of at most MaxPauseReason bytes.
 func CheckPause(name, host, reason string) error {
@@ -85,20 +68,6 @@ func CheckPause(name, host, reason string) error {
 		return errors.New("reason is not valid UTF-8")
 	}
 	return nil
-}
-
-// CronAdmin is reconcile's view of cron tasks.
-type CronAdmin interface {
-	// ObserveCrons observes many tasks; absent ones are missing from the map.
-	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
-	// PutCron stores the definition. When resetNext is true (a new task, a
-	// schedule or timezone change, a repair) it also sets next_exec. An
-	// operator's pause of the task is kept.
-	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
-	// DeleteCron removes the task, and an operator's pause of it with it.
-	// Running occurrences keep their rows and finish; absent is not an
-	// error.
-	DeleteCron(ctx context.Context, name string) error
 }
 
 // DueTask is a task whose next_exec is at or before backend now.
@@ -203,8 +172,36 @@ type Finish struct {
 	Result     RunResult
 }
 
-// Crons is the runtime side of the scheduler.
+// Crons is the cron tasks a backend holds: reconcile's view (observe,
+// put, delete), operators' pause, and the scheduler's runtime (claim,
+// extend, finish, reap, history).
+//
+// A paused task keeps its definition and its next_exec, which stays at the
+// first time missed while paused: once resumed, the missed times follow
+// the task's catch_up rule, as after a downtime. ClaimOccurrence refuses a
+// paused task's scheduled claims and retries in the claim itself.
 type Crons interface {
+	// ObserveCrons observes many tasks; absent ones are missing from the map.
+	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
+	// PutCron stores the definition. When resetNext is true (a new task, a
+	// schedule or timezone change, a repair) it also sets next_exec. An
+	// operator's pause of the task is kept.
+	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
+	// DeleteCron removes the task, and an operator's pause of it with it.
+	// Running occurrences keep their rows and finish; absent is not an
+	// error.
+	DeleteCron(ctx context.Context, name string) error
+
+	// PauseCron records an operator's pause of task name by host (a host
+	// id) for reason, at backend now. A task already paused by an operator
+	// keeps that first pause, which is returned with changed false. An
+	// absent task is ErrNotFound.
+	PauseCron(ctx context.Context, name, host, reason string) (p CronPause, changed bool, err error)
+	// ResumeCron removes the operator's pause of task name and returns it
+	// (nil: there was none). paused: true in the definition is the spec's
+	// and stays. An absent task is ErrNotFound.
+	ResumeCron(ctx context.Context, name string) (*CronPause, error)
+
 	// DueTasks lists tasks whose next_exec is at or before backend now,
 	// earliest first, and the earliest next_exec of the others (zero when
 	// none) so that the scheduler can sleep until then. Paused tasks are
@@ -224,7 +221,7 @@ type Crons interface {
 	//     the pending next_exec it would collide with, and leaves next_exec
 	//     alone.
 	//
-	// While the task is paused (CronPauser, or paused: true in its stored
+	// While the task is paused (PauseCron, or paused: true in its stored
 	// definition), every claim but attempt 1 of a manual run (a scheduled
 	// run, a skip, a retry) is ErrPaused and writes nothing, next_exec
 	// included: the pause is read in the same transaction or script as the

@@ -61,20 +61,6 @@ func (s *SemaphoreState) WantSlots() int {
 	return max(s.Config.Limit, len(s.Holders))
 }
 
-// SemaphoreAdmin is reconcile's view of semaphores.
-type SemaphoreAdmin interface {
-	// ObserveSemaphores observes many semaphores in as few round trips as the
-	// backend allows. Absent semaphores are missing from the map.
-	ObserveSemaphores(ctx context.Context, names []string) (map[string]*SemaphoreState, error)
-	// PutSemaphore creates the semaphore or updates its config, and repairs
-	// its slots so that there are max(limit, holders) of them. Idempotent.
-	PutSemaphore(ctx context.Context, cfg SemaphoreConfig) error
-	// DeleteSemaphore removes a semaphore that has no live holder. With live
-	// holders it sets the limit to 0, removes free slots and returns ErrHeld;
-	// the holders' slots retire on release. Absent is not an error.
-	DeleteSemaphore(ctx context.Context, name string) error
-}
-
 // AcquireRequest asks for one slot.
 type AcquireRequest struct {
 	Owner string // a random owner token, unique per attempt
@@ -90,12 +76,25 @@ type Grant struct {
 	ExpiresAt time.Time // backend time
 }
 
-// Semaphores is the runtime side of semaphores. Each method names a
-// semaphore or an instance of a keyed one by a SemRef (instance.go):
-// TryAcquire refuses the semaphore itself of a keyed semaphore
-// (ErrKeyRequired) and an instance of one that is not keyed (ErrNotKeyed),
-// and checks the key (CheckInstanceKey) before anything is read or written.
+// Semaphores is the semaphores a backend holds: reconcile's view
+// (observe, put, delete) and the runtime's (acquire, extend, release). The
+// runtime methods name a semaphore or an instance of a keyed one by a
+// SemRef (instance.go): TryAcquire refuses the semaphore itself of a keyed
+// semaphore (ErrKeyRequired) and an instance of one that is not keyed
+// (ErrNotKeyed), and checks the key (CheckInstanceKey) before anything is
+// read or written.
 type Semaphores interface {
+	// ObserveSemaphores observes many semaphores in as few round trips as the
+	// backend allows. Absent semaphores are missing from the map.
+	ObserveSemaphores(ctx context.Context, names []string) (map[string]*SemaphoreState, error)
+	// PutSemaphore creates the semaphore or updates its config, and repairs
+	// its slots so that there are max(limit, holders) of them. Idempotent.
+	PutSemaphore(ctx context.Context, cfg SemaphoreConfig) error
+	// DeleteSemaphore removes a semaphore that has no live holder. With live
+	// holders it sets the limit to 0, removes free slots and returns ErrHeld;
+	// the holders' slots retire on release. Absent is not an error.
+	DeleteSemaphore(ctx context.Context, name string) error
+
 	// TryAcquire takes a free or expired slot without waiting. It returns
 	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent,
 	// spec.ErrInvalidHostID when req.Host is neither empty nor a host id
@@ -115,18 +114,23 @@ type Semaphores interface {
 	Release(ctx context.Context, ref SemRef, owner string) error
 	// Holders lists live holders.
 	Holders(ctx context.Context, ref SemRef) ([]Holder, error)
+
+	// Waiters is the semaphores' lines of waiters, nil on a backend that
+	// keeps none (memcached: a caller then polls TryAcquire).
+	Waiters() Waiters
 }
 
 // Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO):
-// the line that TryAcquire follows. An instance of a keyed semaphore has a
-// line of its own, bounded by the semaphore's max_waiting.
+// the line that TryAcquire follows, and that operators see (the dashboard,
+// coordd status: ListWaiters). An instance of a keyed semaphore has a line
+// of its own, bounded by the semaphore's max_waiting.
 type Waiters interface {
 	// EnterWait registers req.Owner as a waiter with a waiter lease of
 	// req.Lease, at the tail of the line; an owner already in line renews
 	// its lease and keeps its place. A record whose lease expired (its
 	// waiter crashed) no longer counts, so it holds the line for at most
-	// its lease. A backend that lists its line (WaiterLister) records
-	// req.Host and req.PID and, on entry, the backend's now as Since.
+	// its lease. It records req.Host and req.PID and, on entry, the
+	// backend's now as Since, for ListWaiters.
 	// req.Host is checked as TryAcquire checks it (CheckAcquire). It
 	// returns ErrTooManyWaiters when max_waiting live waiters exist.
 	EnterWait(ctx context.Context, ref SemRef, req AcquireRequest) error
@@ -143,6 +147,11 @@ type Waiters interface {
 	// owner's next TryAcquire then completes that grant, and LeaveWait frees
 	// what the wait still holds.
 	WaitSemaphore(ctx context.Context, ref SemRef, owner string, max time.Duration) error
+	// ListWaiters lists the live waiters of ref in line order, expired
+	// records left out, never their owner tokens. For a keyed semaphore
+	// itself (no key) it lists the waiters of every instance, by key and
+	// then place. An absent semaphore has none.
+	ListWaiters(ctx context.Context, ref SemRef) ([]Waiter, error)
 }
 
 // WakeRepairer is implemented by backends whose semaphore waiters sleep in

@@ -199,11 +199,11 @@ type hostSource struct {
 	source
 	local, applied string
 	known          bool
-	reg            backends.HostRegistry
+	reg            backends.Cluster
 }
 
 func (s *hostSource) SpecHashes() (string, string, bool) { return s.local, s.applied, s.known }
-func (s *hostSource) HostRegistry() (string, backends.HostRegistry) {
+func (s *hostSource) HostRegistry() (string, backends.Cluster) {
 	return "local", s.reg
 }
 

@@ -137,11 +137,11 @@ func New(b backends.Backend, host string) (*Client, error) {
 	if err := spec.CheckHostID(host); err != nil {
 		return nil, err
 	}
-	s, ok := b.(backends.Semaphores)
-	if !ok {
+	s := b.Semaphores()
+	if s == nil {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold semaphores: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
-	w, _ := b.(backends.Waiters)
+	w := s.Waiters()
 	r, _ := b.(backends.WakeRepairer)
 	lg, _ := b.(backends.LossGuard)
 	var p [8]byte

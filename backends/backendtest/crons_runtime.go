@@ -13,11 +13,10 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// crn bundles the two cron interfaces of one handle.
+// crn bundles the cron tasks of one handle with the handle.
 type crn struct {
 	t *testing.T
 	b backends.Backend
-	backends.CronAdmin
 	backends.Crons
 }
 
@@ -25,12 +24,12 @@ type crn struct {
 func freshCrons(t *testing.T, h Harness) (*crn, func() *crn) {
 	t.Helper()
 	b, open := fresh(t, h)
-	return cronsOf(t, b), func() *crn { return cronsOf(t, open()) }
+	return crnOf(t, b), func() *crn { return crnOf(t, open()) }
 }
 
-func cronsOf(t *testing.T, b backends.Backend) *crn {
+func crnOf(t *testing.T, b backends.Backend) *crn {
 	t.Helper()
-	return &crn{t: t, b: b, CronAdmin: as[backends.CronAdmin](t, b), Crons: as[backends.Crons](t, b)}
+	return &crn{t: t, b: b, Crons: cronsOf(t, b)}
 }
 
 // now reads the backend clock.

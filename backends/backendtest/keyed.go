@@ -139,7 +139,7 @@ func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 	l8, err := other.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true, Key: "user-8"})
 	ok(t, err, "first caller of user-8")
 	w8 := newOwner("w8")
-	ok(t, as[backends.Waiters](t, b).EnterWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, backends.AcquireRequest{Owner: w8, Lease: time.Minute}), "a waiter of user-8 beside user-7's")
+	ok(t, waitersOf(t, b).EnterWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, backends.AcquireRequest{Owner: w8, Lease: time.Minute}), "a waiter of user-8 beside user-7's")
 
 	select {
 	case l := <-got2:
@@ -160,7 +160,7 @@ func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 		t.Errorf("fencing %d after %d: want strictly increasing", l2.Fencing, l1.Fencing)
 	}
 	ok(t, l2.Release(ctx), "the second caller of user-7 ends")
-	ok(t, as[backends.Waiters](t, b).LeaveWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, w8), "the waiter of user-8 leaves")
+	ok(t, waitersOf(t, b).LeaveWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, w8), "the waiter of user-8 leaves")
 	ok(t, l8.Release(ctx), "the caller of user-8 ends")
 	h.noRows(t, b, "reindex", "after every caller released or left")
 }
@@ -185,7 +185,7 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 2, -1))
 	ref := backends.SemRef{Name: "k", Key: "file/α 1.txt"}
 	h.noRows(t, b, "k", "before any acquire")
@@ -262,7 +262,7 @@ func testKeyedExpiredWaiter(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, 1))
 	ref := backends.SemRef{Name: "k", Key: "user-1"}
 	before, err := b.Now(ctx)
@@ -323,7 +323,7 @@ func testKeyedDelete(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 2, -1))
 	ref := backends.SemRef{Name: "k", Key: "x"}
 	holder := newOwner("h")
@@ -377,7 +377,7 @@ func testKeyedRules(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
 	s.put(h.semConfig("plain", 1))
 	req := backends.AcquireRequest{Owner: newOwner("o"), Host: "h", PID: 1, Lease: time.Minute}
@@ -432,7 +432,7 @@ func testKeyedObserve(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, 3))
 	cfg := h.keyedConfig("k", 1, 3)
 	if st := s.observe("k"); st == nil || st.Config != cfg || len(st.Instances) != 0 || st.Slots != st.WantSlots() {
@@ -480,7 +480,7 @@ func testKeyedLineRule(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
 	ref := backends.SemRef{Name: "k", Key: "x"}
 	holder, first, second := newOwner("holder"), newOwner("first"), newOwner("second")

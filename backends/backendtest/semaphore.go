@@ -13,11 +13,10 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// sem bundles the two semaphore interfaces of one handle.
+// sem bundles the semaphores of one handle with the handle.
 type sem struct {
 	t *testing.T
 	b backends.Backend
-	backends.SemaphoreAdmin
 	backends.Semaphores
 }
 
@@ -30,7 +29,7 @@ func freshSem(t *testing.T, h Harness) (*sem, func() *sem) {
 
 func semOf(t *testing.T, b backends.Backend) *sem {
 	t.Helper()
-	return &sem{t: t, b: b, SemaphoreAdmin: as[backends.SemaphoreAdmin](t, b), Semaphores: as[backends.Semaphores](t, b)}
+	return &sem{t: t, b: b, Semaphores: semsOf(t, b)}
 }
 
 // semConfig is a full config, so that every field's round trip is checked,
@@ -139,7 +138,7 @@ func (s *sem) holders(ref backends.SemRef) []backends.Holder {
 	return hs
 }
 
-// testSemaphores checks SemaphoreAdmin and Semaphores together, in the
+// testSemaphores checks Semaphores, reconcile's side and the runtime's, in the
 // mode h says. Tests of lease expiry and of slot rows are not run for modes
 // without them (session); those modes have tests of their own.
 func testSemaphores(t *testing.T, h Harness) {

@@ -23,7 +23,7 @@ type firstWaiter interface {
 func freshWaiters(t *testing.T, h Harness) (*sem, backends.Waiters) {
 	t.Helper()
 	b, _ := fresh(t, h)
-	return semOf(t, b), as[backends.Waiters](t, b)
+	return semOf(t, b), waitersOf(t, b)
 }
 
 func testWaiters(t *testing.T, h Harness) {
@@ -411,7 +411,7 @@ func testWaitLineCrashedWakes(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, open := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.waitConfig("line", -1))
 	const lease = 2 * time.Second
 	before, err := b.Now(ctx)

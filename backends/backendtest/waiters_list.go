@@ -10,7 +10,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// testWaiterList checks backends.WaiterLister, which every backend with a
+// testWaiterList checks backends.Waiters, which every backend with a
 // line of waiters implements (the dashboard's and coordd status's view of
 // the line): waiters are listed in arrival order with their host and pid,
 // since and expiry by the backend clock; a renewal keeps a waiter's place
@@ -19,10 +19,7 @@ import (
 func testWaiterList(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, _ := freshWaiters(t, h)
-	l := as[interface {
-		backends.Waiters
-		backends.WaiterLister
-	}](t, s.b)
+	l := waitersOf(t, s.b)
 	s.put(h.waitConfig("line", -1))
 	if ws, err := l.ListWaiters(ctx, backends.SemRef{Name: "line"}); err != nil || len(ws) != 0 {
 		t.Fatalf("waiters of an idle semaphore: %+v (%v), want none", ws, err)
@@ -101,7 +98,7 @@ func testWaiterList(t *testing.T, h Harness) {
 
 // listWaiters lists ref's waiters and checks that their places count
 // from 1 in each line.
-func listWaiters(t *testing.T, l backends.WaiterLister, ref backends.SemRef) []backends.Waiter {
+func listWaiters(t *testing.T, l backends.Waiters, ref backends.SemRef) []backends.Waiter {
 	t.Helper()
 	ws, err := l.ListWaiters(t.Context(), ref)
 	ok(t, err, "list waiters "+ref.String())

@@ -109,7 +109,7 @@ func BenchmarkLeaseAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkCronClaimFinish claims attempt 1 of one scheduled occurrence
-// and records its completion (ClaimOccurrence then FinishOccurrence, as the
+// and records its completion (ClaimOccurrence then FinishOne, as the
 // scheduler does for every run), on a task with the default history_limit
 // of 100 that quickly fills, so that most finishes also trim the history.
 // It counts the Store's RoundTrips per occurrence (a script of several

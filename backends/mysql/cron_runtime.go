@@ -11,8 +11,6 @@ import (
 	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
-var _ backends.Crons = (*Store)(nil)
-
 // MySQL's writes on claimed cron occurrences: each call is one script
 // (several statements in one round trip on a dedicated connection, see
 // runScript), one transaction. The shared store's reads (due tasks,

@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
-var _ backends.Queues = (*Store)(nil)
-
 // The queue runtime on MySQL: the shared store's (sqlstore, queue_*.go:
 // the job states, ExtendJob, the dead set), with MySQL's own push, claim,
 // ack and wait, and wake-ups of parked workers after every write that

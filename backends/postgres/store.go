@@ -22,20 +22,25 @@ var ErrReadOnly = sqlstore.ErrReadOnly
 
 // Compile-time checks of the capabilities the store implements.
 var (
-	_ backends.Backend        = (*Store)(nil)
-	_ backends.Migrator       = (*Store)(nil)
-	_ backends.StateStore     = (*Store)(nil)
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-	_ backends.Waiters        = (*Store)(nil)
-	_ backends.Leader         = (*Store)(nil)
-	_ backends.CronAdmin      = (*Store)(nil)
-	_ backends.Crons          = (*Store)(nil)
-	_ backends.QueueAdmin     = (*Store)(nil)
-	_ backends.Queues         = (*Store)(nil)
-	_ backends.DeadJobs       = (*Store)(nil)
-	_ backends.DeadJobReader  = (*Store)(nil)
+	_ backends.Backend    = (*Store)(nil)
+	_ backends.Migrator   = (*Store)(nil)
+	_ backends.Cluster    = (*Store)(nil)
+	_ backends.Semaphores = (*Store)(nil)
+	_ backends.Waiters    = (*Store)(nil)
+	_ backends.Crons      = (*Store)(nil)
+	_ backends.Queues     = (*Store)(nil)
 )
+
+// The areas the store holds (backends.Backend): all of them, each served
+// by the store itself, so that what it overrides of the shared SQL store
+// is what callers get.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }
 
 // txAttempts bounds the runs of a write transaction that PostgreSQL rolled
 // back (a deadlock, a serialisation failure, a lock it could not take).

@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Crons = (*Store)(nil)
-
 // An occurrence is identified within its task by "<scheduled_at µs>:
 // <attempt>", its id. Its record is a JSON object in the task's occ hash,
 // written by the scripts with cjson; every number in it is a string,

@@ -15,8 +15,6 @@ import (
 	"github.com/coordd/coordd/backends/internal/group"
 )
 
-var _ backends.Queues = (*Store)(nil)
-
 // The queue runtime. A claim is one script that sweeps (due delayed jobs
 // into the ready sets, expired leases back to them or to the dead list)
 // and leases the oldest claimable jobs, whatever their partition, to each

@@ -17,11 +17,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var (
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-)
-
 // semKeyNames are the parts of a semaphore's keys, in the order of the
 // scripts' KEYS (see semaphore_scripts.go).
 var semKeyNames = [...]string{"cfg", "free", "exp", "holders", "fencing", "wake", "wseq", "wexp", "lock"}

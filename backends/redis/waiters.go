@@ -15,8 +15,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Waiters = (*Store)(nil)
-
 // Blocking calls (a waiter's BLPOP) hold a connection for as long as they
 // block, so they run on a client of their own, created on first use, so
 // that waiters never starve the commands of the main pool. At most

@@ -9,8 +9,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Crons = (*Core)(nil)
-
 // The claims of the Standard flavor: one write transaction per call, in
 // which every claim first writes its task's row (the compare-and-swap of
 // next_exec, or the fencing counter's bump), so that the row's lock orders

@@ -10,8 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Semaphores = (*Core)(nil)
-
 // The lease of a slot row, in the Standard flavor: one write transaction
 // per call, the semaphore's row locked first. A MySQL store brings its own
 // acquire, extend and the common release (one round trip each) and shares

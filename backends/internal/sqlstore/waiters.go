@@ -9,7 +9,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// The lines of waiters, as backends.WaiterLister lists them. Each query
+// The lines of waiters, as backends.Waiters lists them. Each query
 // returns, in line order within each key:
 //
 //	ikey ('' for a semaphore's own line), host, pid, since, expires_at

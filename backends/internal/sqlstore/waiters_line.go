@@ -10,11 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var (
-	_ backends.Waiters      = (*Core)(nil)
-	_ backends.WaiterLister = (*Core)(nil)
-)
-
 // A semaphore's line is semaphore_waiters: EnterWait gives each waiter a
 // ticket (seq) above every live waiter's, and an acquire grants a slot
 // only while fewer live waiters are ahead of the caller than slots are
