@@ -133,12 +133,18 @@ func Refused(err error) bool {
 	return errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrHeld) || errors.Is(err, ErrPaused)
 }
 
+// ClaimsError is the error of a ClaimOccurrences call as a whole: err,
+// saying how many claims it was making.
+func ClaimsError(n int, err error) error {
+	return fmt.Errorf("claim %d cron occurrences: %w", n, err)
+}
+
 // ClaimBatch is what every store's ClaimOccurrences shares: each request
 // is checked (CheckClaim), a manual one is refused with ErrUnsupported
 // (manual runs are claimed one at a time, by ClaimOccurrence), and claim
 // makes the others, in the order given, in one call; their results go
 // back in place. claim is not called when no request is left; its error
-// fails the whole call.
+// (a ClaimsError) fails the whole call.
 func ClaimBatch(reqs []ClaimRequest, claim func([]ClaimRequest) ([]ClaimResult, error)) ([]ClaimResult, error) {
 	out := make([]ClaimResult, len(reqs))
 	var batch []ClaimRequest

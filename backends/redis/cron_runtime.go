@@ -160,7 +160,7 @@ func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) 
 // script, which makes the claims one after another.
 func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	if err := s.writable(); err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return backends.ClaimBatch(reqs, func(batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 		return s.claimCrons(ctx, batch)
@@ -196,7 +196,7 @@ func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([
 		err = fmt.Errorf("script returned %d replies for %d claims", len(res), len(reqs))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	out := make([]backends.ClaimResult, len(reqs))
 	for i, req := range reqs {

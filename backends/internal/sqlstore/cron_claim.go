@@ -122,7 +122,7 @@ func (s *Core) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (
 // (TaskOrder).
 func (s *Core) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	if err := s.standard(); err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return backends.ClaimBatch(reqs, func(batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 		return s.claimBatch(ctx, batch)
@@ -159,7 +159,7 @@ func (s *Core) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([]
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return out, nil
 }
