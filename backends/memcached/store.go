@@ -29,9 +29,8 @@ const (
 )
 
 var (
-	_ backends.Backend    = (*Store)(nil)
-	_ backends.LossGuard  = (*Store)(nil)
-	_ backends.Semaphores = (*Store)(nil)
+	_ backends.Backend   = (*Store)(nil)
+	_ backends.LossGuard = (*Store)(nil)
 )
 
 // The areas the store holds (backends.Backend): semaphores only, without a

@@ -22,25 +22,9 @@ var ErrReadOnly = sqlstore.ErrReadOnly
 
 // Compile-time checks of the capabilities the store implements.
 var (
-	_ backends.Backend    = (*Store)(nil)
-	_ backends.Migrator   = (*Store)(nil)
-	_ backends.Cluster    = (*Store)(nil)
-	_ backends.Semaphores = (*Store)(nil)
-	_ backends.Waiters    = (*Store)(nil)
-	_ backends.Crons      = (*Store)(nil)
-	_ backends.Queues     = (*Store)(nil)
+	_ backends.Backend  = (*Store)(nil)
+	_ backends.Migrator = (*Store)(nil)
 )
-
-// The areas the store holds (backends.Backend): all of them, each served
-// by the store itself, so that what it overrides of the shared SQL store
-// is what callers get.
-func (s *Store) Cluster() backends.Cluster       { return s }
-func (s *Store) Semaphores() backends.Semaphores { return s }
-func (s *Store) Crons() backends.Crons           { return s }
-func (s *Store) Queues() backends.Queues         { return s }
-
-// Waiters is the store's lines of waiters (backends.Semaphores).
-func (s *Store) Waiters() backends.Waiters { return s }
 
 // txAttempts bounds the runs of a write transaction that PostgreSQL rolled
 // back (a deadlock, a serialisation failure, a lock it could not take).
@@ -181,3 +165,15 @@ func (s *Store) Close() error {
 	s.pool.Close()
 	return s.db.Close()
 }
+
+// The areas the store holds (backends.Backend): all of them, each served
+// by the store itself, so that what it overrides of the shared SQL store
+// is what callers get. Each return checks at compile time that the store
+// implements its area.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }

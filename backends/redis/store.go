@@ -22,21 +22,7 @@ var (
 	_ backends.Backend        = (*Store)(nil)
 	_ backends.LossGuard      = (*Store)(nil)
 	_ backends.PayloadLimiter = (*Store)(nil)
-	_ backends.Cluster        = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-	_ backends.Waiters        = (*Store)(nil)
-	_ backends.Crons          = (*Store)(nil)
-	_ backends.Queues         = (*Store)(nil)
 )
-
-// The areas the store holds (backends.Backend): all of them.
-func (s *Store) Cluster() backends.Cluster       { return s }
-func (s *Store) Semaphores() backends.Semaphores { return s }
-func (s *Store) Crons() backends.Crons           { return s }
-func (s *Store) Queues() backends.Queues         { return s }
-
-// Waiters is the store's lines of waiters (backends.Semaphores).
-func (s *Store) Waiters() backends.Waiters { return s }
 
 // Store is one handle on a Redis database under one key prefix. It is safe
 // for concurrent use; several Stores (in one process or several) may share
@@ -186,3 +172,13 @@ func (h tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 		return next(ctx, cmds)
 	}
 }
+
+// The areas the store holds (backends.Backend): all of them. Each return
+// checks at compile time that the store implements its area.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }
