@@ -100,7 +100,7 @@ type Semaphores interface {
 	// spec.ErrInvalidHostID when req.Host is neither empty nor a host id
 	// (CheckAcquire, before anything is read or written).
 	//
-	// A backend with Waiters serves its line first come, first served: it
+	// A backend with a line (Waiters) serves it first come, first served: it
 	// grants a slot only while fewer live waiters are ahead of req.Owner in
 	// line than slots are free (limit minus live holders), an owner not in
 	// line having every live waiter ahead of it, and otherwise returns
@@ -130,9 +130,9 @@ type Waiters interface {
 	// its lease and keeps its place. A record whose lease expired (its
 	// waiter crashed) no longer counts, so it holds the line for at most
 	// its lease. It records req.Host and req.PID and, on entry, the
-	// backend's now as Since, for ListWaiters.
-	// req.Host is checked as TryAcquire checks it (CheckAcquire). It
-	// returns ErrTooManyWaiters when max_waiting live waiters exist.
+	// backend's now as Since, for ListWaiters; req.Host is checked as
+	// TryAcquire checks it (CheckAcquire). It returns ErrTooManyWaiters
+	// when max_waiting live waiters exist.
 	EnterWait(ctx context.Context, ref SemRef, req AcquireRequest) error
 	// LeaveWait removes owner's waiter record, waking whoever that makes
 	// it the turn of.
