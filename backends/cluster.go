@@ -88,7 +88,9 @@ func (h Hosts) LiveSpecHashes() map[string][]string {
 
 // Cluster is what the cluster backend holds for the whole cluster: the
 // applied state (inventory, apply records, the apply lock), the host
-// registry, and the leader lease.
+// registry (every daemon heartbeats its record, rarely: one write every
+// 30 s by default, and `coordd status` and /metrics read them), and the
+// leader lease.
 type Cluster interface {
 	// LoadState reads the inventory and the last apply record. A store that
 	// was never migrated reads as empty.
@@ -109,10 +111,6 @@ type Cluster interface {
 	// apply): a cheap read for a daemon that compares its spec hash with
 	// the applied one, where LoadState reads the inventory too.
 	LastApply(ctx context.Context) (*ApplyRecord, error)
-
-	// The host registry: every daemon heartbeats its record (rarely: one
-	// write every 30 s by default), and `coordd status` and /metrics read
-	// them.
 
 	// Heartbeat upserts rec under rec.Host, with LastSeen (and, for a new
 	// record or a new RunID, StartedAt) set to backend now. A rec.Host
