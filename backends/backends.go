@@ -3,26 +3,29 @@
 //
 // A backend is opened from a spec.Backend by the factory in backends/open
 // (kept outside this package so that the contract never imports its
-// implementations). What a backend can do is expressed as small interfaces
-// that callers discover with a type assertion:
+// implementations). Every backend is a Backend, which hands out the areas
+// it holds, one interface each, and nil for an area it does not hold:
 //
-//	Backend         every backend: name, type, clock, round-trip counter
+//	Cluster     the cluster backend: inventory, apply records and lock,
+//	            host registry, leader lease (Leader)
+//	Semaphores  observe, put, delete; acquire, extend, release; its line
+//	            of waiters (Waiters, nil on a backend without one)
+//	Crons       observe, put, delete, pause; claim, extend, finish, reap
+//	Queues      observe, put, delete; push, claim, ack, retry; dead jobs
+//
+// sqlite, mysql, postgres and redis hold all four; memcached holds
+// semaphores only, without a line. A few capabilities only some backends
+// have are small interfaces that callers discover with a type assertion on
+// the Backend:
+//
 //	Migrator        SQL backends: numbered, embedded migrations
-//	StateStore      the cluster backend: inventory, apply records, apply lock
-//	SemaphoreAdmin  reconcile's view of semaphores: observe, put, delete
-//	Semaphores      runtime: acquire, extend, release, wait
-//	Leader          runtime: the leader lease, scoped to a term
-//	CronAdmin       reconcile's view of cron tasks
-//	CronPauser      operators: pause and resume a cron task
-//	Crons           runtime: claim a due occurrence, extend, finish
-//	QueueAdmin      reconcile's view of queues
-//	Queues          runtime: push, claim, ack, retry
-//	LossGuard       backends that can lose their data silently (Redis)
-//	HostRegistry    the cluster backend: each daemon's heartbeat record
+//	WakeRepairer    backends whose waiters sleep in the server (MySQL)
+//	LossGuard       backends that can lose their data silently (Redis, memcached)
+//	PayloadLimiter  backends whose server bounds a payload (MySQL, Redis)
 //
 // The contract is split into files by area: backends.go (Backend, Migrator,
-// the sentinel errors), state.go (inventory and apply records), cluster.go
-// (leader lease and host registry), semaphores.go, cron.go and queues.go.
+// the sentinel errors), state.go and cluster.go (Cluster), semaphores.go,
+// cron.go and queues.go, and beside them the rules every store shares.
 //
 // Rules every implementation follows, and that backends/backendtest checks:
 //
@@ -125,6 +128,16 @@ type Backend interface {
 	// RoundTrips counts requests sent to the backend since it was opened.
 	RoundTrips() uint64
 	Close() error
+
+	// Cluster is the cluster's state, hosts and leader lease; nil when the
+	// backend cannot be the cluster backend (memcached).
+	Cluster() Cluster
+	// Semaphores is nil when the backend holds no semaphores.
+	Semaphores() Semaphores
+	// Crons is nil when the backend holds no cron tasks (memcached).
+	Crons() Crons
+	// Queues is nil when the backend holds no queues (memcached).
+	Queues() Queues
 }
 
 // SchemaInfo describes a SQL backend's migration state.

@@ -3,6 +3,8 @@ package backends
 import (
 	"context"
 	"time"
+
+	"github.com/coordd/coordd/spec"
 )
 
 // HostRetention is how long a host's record outlives its last heartbeat.
@@ -84,10 +86,32 @@ func (h Hosts) LiveSpecHashes() map[string][]string {
 	return out
 }
 
-// HostRegistry is implemented by the cluster backends (sqlite, mysql,
-// redis). Every daemon heartbeats its record (rarely: one write every 30 s
-// by default), and `coordd status` and /metrics read them.
-type HostRegistry interface {
+// Cluster is what the cluster backend holds for the whole cluster: the
+// applied state (inventory, apply records, the apply lock), the host
+// registry (every daemon heartbeats its record, rarely: one write every
+// 30 s by default, and `coordd status` and /metrics read them), and the
+// leader lease.
+type Cluster interface {
+	// LoadState reads the inventory and the last apply record. A store that
+	// was never migrated reads as empty.
+	LoadState(ctx context.Context) (State, error)
+	// TryLockApply takes the apply lock for owner with a lease of ttl in
+	// backend time. It returns ErrLocked while another owner's lease is
+	// unexpired. unlock releases only owner's lock.
+	TryLockApply(ctx context.Context, owner string, ttl time.Duration) (unlock func(context.Context) error, err error)
+	// CommitApply writes the inventory changes and a new apply record
+	// atomically, but only while owner still holds the apply lock (ErrLost
+	// otherwise). It assigns and returns the new generation.
+	CommitApply(ctx context.Context, owner string, rec ApplyRecord, put []InventoryEntry, remove []spec.Address) (int64, error)
+	// FindApply returns the latest apply record of specHash, ErrNotFound
+	// when that hash was never applied. The daemon uses it to tell a new
+	// spec (apply it) from a stale checkout (warn, never apply).
+	FindApply(ctx context.Context, specHash string) (ApplyRecord, error)
+	// LastApply reads the latest apply record (nil before the first
+	// apply): a cheap read for a daemon that compares its spec hash with
+	// the applied one, where LoadState reads the inventory too.
+	LastApply(ctx context.Context) (*ApplyRecord, error)
+
 	// Heartbeat upserts rec under rec.Host, with LastSeen (and, for a new
 	// record or a new RunID, StartedAt) set to backend now. A rec.Host
 	// outside spec.CheckHostID is spec.ErrInvalidHostID, with nothing
@@ -99,10 +123,9 @@ type HostRegistry interface {
 	// PruneHosts deletes the records not seen for olderThan of backend
 	// time and returns how many it deleted.
 	PruneHosts(ctx context.Context, olderThan time.Duration) (int, error)
-	// LastApply reads the latest apply record (nil before the first
-	// apply): a cheap read for a daemon that compares its spec hash with
-	// the applied one, where StateStore.LoadState reads the inventory too.
-	LastApply(ctx context.Context) (*ApplyRecord, error)
+
+	// Leader is the leader lease.
+	Leader
 }
 
 // Term is one holder's tenure of the leader lease.
@@ -112,7 +135,8 @@ type Term struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// Leader is the leader lease.
+// Leader is the leader lease: the part of Cluster that the leadership
+// package's elector needs.
 type Leader interface {
 	// ElectLeader takes the lease when it is free or expired, starting a new
 	// term with a higher number. It returns ErrNotLeader while another

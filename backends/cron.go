@@ -52,23 +52,6 @@ func DefPaused(def json.RawMessage) bool {
 	return json.Unmarshal(def, &d) == nil && d.Paused
 }
 
-// CronPauser is implemented by every backend that holds cron tasks. A
-// paused task keeps its definition and its next_exec, which stays at the
-// first time missed while paused: once resumed, the missed times follow
-// the task's catch_up rule, as after a downtime. ClaimOccurrence refuses a
-// paused task's scheduled claims and retries in the claim itself.
-type CronPauser interface {
-	// PauseCron records an operator's pause of task name by host (a host
-	// id) for reason, at backend now. A task already paused by an operator
-	// keeps that first pause, which is returned with changed false. An
-	// absent task is ErrNotFound.
-	PauseCron(ctx context.Context, name, host, reason string) (p CronPause, changed bool, err error)
-	// ResumeCron removes the operator's pause of task name and returns it
-	// (nil: there was none). paused: true in the definition is the spec's
-	// and stays. An absent task is ErrNotFound.
-	ResumeCron(ctx context.Context, name string) (*CronPause, error)
-}
-
 // CheckPause checks a pause before anything is written: a host id
 // (spec.CheckHostID) and a reason of at most MaxPauseReason bytes.
 func CheckPause(name, host, reason string) error {
@@ -85,20 +68,6 @@ func CheckPause(name, host, reason string) error {
 		return errors.New("reason is not valid UTF-8")
 	}
 	return nil
-}
-
-// CronAdmin is reconcile's view of cron tasks.
-type CronAdmin interface {
-	// ObserveCrons observes many tasks; absent ones are missing from the map.
-	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
-	// PutCron stores the definition. When resetNext is true (a new task, a
-	// schedule or timezone change, a repair) it also sets next_exec. An
-	// operator's pause of the task is kept.
-	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
-	// DeleteCron removes the task, and an operator's pause of it with it.
-	// Running occurrences keep their rows and finish; absent is not an
-	// error.
-	DeleteCron(ctx context.Context, name string) error
 }
 
 // DueTask is a task whose next_exec is at or before backend now.
@@ -191,7 +160,7 @@ type Extension struct {
 }
 
 // ExtendResult is the outcome of one Extension: the new expiry, or the
-// error ExtendOccurrence would have returned.
+// error that renewing it alone would have returned.
 type ExtendResult struct {
 	ExpiresAt time.Time
 	Err       error
@@ -203,8 +172,36 @@ type Finish struct {
 	Result     RunResult
 }
 
-// Crons is the runtime side of the scheduler.
+// Crons is the cron tasks a backend holds: reconcile's view (observe,
+// put, delete), operators' pause, and the scheduler's runtime (claim,
+// extend, finish, reap, history).
+//
+// A paused task keeps its definition and its next_exec, which stays at the
+// first time missed while paused: once resumed, the missed times follow
+// the task's catch_up rule, as after a downtime. ClaimOccurrence refuses a
+// paused task's scheduled claims and retries in the claim itself.
 type Crons interface {
+	// ObserveCrons observes many tasks; absent ones are missing from the map.
+	ObserveCrons(ctx context.Context, names []string) (map[string]*CronState, error)
+	// PutCron stores the definition. When resetNext is true (a new task, a
+	// schedule or timezone change, a repair) it also sets next_exec. An
+	// operator's pause of the task is kept.
+	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
+	// DeleteCron removes the task, and an operator's pause of it with it.
+	// Running occurrences keep their rows and finish; absent is not an
+	// error.
+	DeleteCron(ctx context.Context, name string) error
+
+	// PauseCron records an operator's pause of task name by host (a host
+	// id) for reason, at backend now. A task already paused by an operator
+	// keeps that first pause, which is returned with changed false. An
+	// absent task is ErrNotFound.
+	PauseCron(ctx context.Context, name, host, reason string) (p CronPause, changed bool, err error)
+	// ResumeCron removes the operator's pause of task name and returns it
+	// (nil: there was none). paused: true in the definition is the spec's
+	// and stays. An absent task is ErrNotFound.
+	ResumeCron(ctx context.Context, name string) (*CronPause, error)
+
 	// DueTasks lists tasks whose next_exec is at or before backend now,
 	// earliest first, and the earliest next_exec of the others (zero when
 	// none) so that the scheduler can sleep until then. Paused tasks are
@@ -224,7 +221,7 @@ type Crons interface {
 	//     the pending next_exec it would collide with, and leaves next_exec
 	//     alone.
 	//
-	// While the task is paused (CronPauser, or paused: true in its stored
+	// While the task is paused (PauseCron, or paused: true in its stored
 	// definition), every claim but attempt 1 of a manual run (a scheduled
 	// run, a skip, a retry) is ErrPaused and writes nothing, next_exec
 	// included: the pause is read in the same transaction or script as the
@@ -247,20 +244,19 @@ type Crons interface {
 	// may be relied on (as with a ClaimOccurrence whose answer was lost,
 	// one that was made anyway is reaped when its run lease expires).
 	ClaimOccurrences(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
-	// ExtendOccurrence renews Owner's run lease (ErrLost otherwise).
-	ExtendOccurrence(ctx context.Context, occ Occurrence, lease time.Duration) (time.Time, error)
-	// ExtendOccurrences renews many run leases in one round trip, each
-	// under ExtendOccurrence's rules, with one result per extension; a
-	// non-nil error is about the call as a whole (no lease may be taken
-	// as renewed).
+	// ExtendOccurrences renews many run leases in one round trip: each
+	// extension renews its Owner's run lease to backend now + Lease
+	// (ErrLost when Owner no longer holds the run), with one result per
+	// extension; a non-nil error is about the call as a whole (no lease
+	// may be taken as renewed). ExtendOne renews one.
 	ExtendOccurrences(ctx context.Context, exts []Extension) ([]ExtendResult, error)
-	// FinishOccurrence records the result if occ.Owner still holds the run
-	// (ErrLost otherwise), and trims history to the task's history_limit.
-	FinishOccurrence(ctx context.Context, occ Occurrence, res RunResult) error
 	// FinishOccurrences records many results in as few round trips and
-	// commits as the backend allows, each under FinishOccurrence's rules,
-	// with one error per finish (nil: recorded); a non-nil error is about
-	// the call as a whole (no result may be taken as recorded).
+	// commits as the backend allows: each result is recorded only if its
+	// occurrence's Owner still holds the run (ErrLost otherwise), and the
+	// task's history is trimmed to its history_limit. It returns one
+	// error per finish (nil: recorded); a non-nil error is about the call
+	// as a whole (no result may be taken as recorded). FinishOne records
+	// one.
 	FinishOccurrences(ctx context.Context, fins []Finish) ([]error, error)
 	// ExpiredOccurrences lists running occurrences whose run lease expired:
 	// their host was lost.

@@ -33,7 +33,7 @@ func OutputTail(out []byte) []byte {
 const ManualProbes = 1000
 
 // CronFinal reports whether status ends a run: the statuses
-// FinishOccurrence records.
+// FinishOccurrences records.
 func CronFinal(status string) bool {
 	switch status {
 	case RunSucceeded, RunFailed, RunTimedOut, RunLost, RunSkipped:
@@ -133,12 +133,18 @@ func Refused(err error) bool {
 	return errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrHeld) || errors.Is(err, ErrPaused)
 }
 
+// ClaimsError is the error of a ClaimOccurrences call as a whole: err,
+// saying how many claims it was making.
+func ClaimsError(n int, err error) error {
+	return fmt.Errorf("claim %d cron occurrences: %w", n, err)
+}
+
 // ClaimBatch is what every store's ClaimOccurrences shares: each request
 // is checked (CheckClaim), a manual one is refused with ErrUnsupported
 // (manual runs are claimed one at a time, by ClaimOccurrence), and claim
 // makes the others, in the order given, in one call; their results go
 // back in place. claim is not called when no request is left; its error
-// fails the whole call.
+// (a ClaimsError) fails the whole call.
 func ClaimBatch(reqs []ClaimRequest, claim func([]ClaimRequest) ([]ClaimResult, error)) ([]ClaimResult, error) {
 	out := make([]ClaimResult, len(reqs))
 	var batch []ClaimRequest
@@ -190,8 +196,8 @@ func CheckExtension(e Extension) error {
 	return nil
 }
 
-// ExtendOne is a store's ExtendOccurrence: its ExtendOccurrences with one
-// extension, so that the single call follows the batch call's rules.
+// ExtendOne renews one run lease through c's ExtendOccurrences: the
+// contract has only the batch call, so one renewal follows its rules.
 func ExtendOne(ctx context.Context, c interface {
 	ExtendOccurrences(context.Context, []Extension) ([]ExtendResult, error)
 }, occ Occurrence, lease time.Duration) (time.Time, error) {
@@ -202,8 +208,8 @@ func ExtendOne(ctx context.Context, c interface {
 	return res[0].ExpiresAt, res[0].Err
 }
 
-// FinishOne is a store's FinishOccurrence: its FinishOccurrences with one
-// result, so that the single call follows the batch call's rules.
+// FinishOne records one result through c's FinishOccurrences: the
+// contract has only the batch call, so one result follows its rules.
 func FinishOne(ctx context.Context, c interface {
 	FinishOccurrences(context.Context, []Finish) ([]error, error)
 }, occ Occurrence, res RunResult) error {

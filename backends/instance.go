@@ -25,16 +25,10 @@ import (
 // grow strictly across every instance of the semaphore, so across the
 // removal and re-creation of one instance too.
 //
-// The Semaphores and Waiters methods name an instance by the reference
-// Instance(name, key) in place of a semaphore name. The separator is a
-// control character, which neither names nor keys may hold
-// (spec.CheckKey), so a reference splits back exactly. Backends that
-// cannot hold keyed semaphores refuse Keyed in PutSemaphore with
-// ErrUnsupported (memcached, and MySQL's mode session; docs/spec.md says
-// why).
-
-// instanceSep separates a semaphore's name from a key in a reference.
-const instanceSep = "\x1f"
+// The Semaphores and Waiters methods name a semaphore, or an instance of a
+// keyed one, by a SemRef. Backends that cannot hold keyed semaphores
+// refuse Keyed in PutSemaphore with ErrUnsupported (memcached, and MySQL's
+// mode session; docs/spec.md says why).
 
 // Sentinel errors of keyed semaphores.
 var (
@@ -44,14 +38,23 @@ var (
 	ErrNotKeyed = errors.New("the semaphore is not keyed: give no key")
 )
 
-// Instance is the reference of the instance of keyed semaphore name for
-// key, to pass as the name of the Semaphores and Waiters methods.
-func Instance(name, key string) string { return name + instanceSep + key }
+// SemRef names what the Semaphores and Waiters methods act on: semaphore
+// Name itself when Key is empty, else the instance of keyed semaphore
+// Name for Key. It is comparable, so that it can key a map.
+type SemRef struct {
+	Name string
+	Key  string
+}
 
-// SplitInstance splits an instance reference into the semaphore's name and
-// the key; ok is false for a plain semaphore name.
-func SplitInstance(ref string) (name, key string, ok bool) {
-	return strings.Cut(ref, instanceSep)
+// IsInstance reports whether r names an instance of a keyed semaphore.
+func (r SemRef) IsInstance() bool { return r.Key != "" }
+
+// String renders r for a message: `"name"` or `"name" key "key"`.
+func (r SemRef) String() string {
+	if r.IsInstance() {
+		return fmt.Sprintf("%q key %q", r.Name, r.Key)
+	}
+	return fmt.Sprintf("%q", r.Name)
 }
 
 // CheckInstanceKey checks the key of an instance: not empty, and within
@@ -59,15 +62,6 @@ func SplitInstance(ref string) (name, key string, ok bool) {
 // semaphore package runs it before any backend is touched, and each
 // backend first thing when an instance is created (TryAcquire, EnterWait).
 func CheckInstanceKey(key string) error { return spec.CheckSemaphoreKey(key) }
-
-// DescribeRef renders a semaphore name or an instance reference for a
-// message: `"name"` or `"name" key "key"`.
-func DescribeRef(ref string) string {
-	if name, key, ok := SplitInstance(ref); ok {
-		return fmt.Sprintf("%q key %q", name, key)
-	}
-	return fmt.Sprintf("%q", ref)
-}
 
 // InstanceState is one live instance of a keyed semaphore: one with a live
 // holder or a live waiter.

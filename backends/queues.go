@@ -48,19 +48,6 @@ func (q *QueueState) Jobs() int64 { return q.Ready + q.InFlight + q.Dead }
 // stats and coordd_queue_ready all report this number.
 func (q *QueueState) ReadyNow() int64 { return q.Ready - q.Delayed }
 
-// QueueAdmin is reconcile's view of queues.
-type QueueAdmin interface {
-	// ObserveQueues observes many queues; absent ones are missing from the map.
-	ObserveQueues(ctx context.Context, names []string) (map[string]*QueueState, error)
-	// PutQueue creates or updates the queue and its partitions. Jobs in
-	// partitions that no longer exist move into the remaining ones in the
-	// same transaction, so none is lost. It returns how many moved.
-	PutQueue(ctx context.Context, cfg QueueConfig) (moved int64, err error)
-	// DeleteQueue removes the queue; with jobs left it returns ErrHasJobs
-	// unless force. Absent is not an error.
-	DeleteQueue(ctx context.Context, name string, force bool) error
-}
-
 // PayloadLimiter is implemented by a backend whose server bounds one job's
 // payload below spec.MaxPayloadCap whatever coordd does (MySQL's
 // max_allowed_packet, Redis's proto-max-bulk-len). Plan checks each queue's
@@ -100,8 +87,21 @@ type PushRequest struct {
 	Delay time.Duration
 }
 
-// Queues is the runtime side of queues.
+// Queues is the queues a backend holds: reconcile's view (observe, put,
+// delete), the runtime's (push, claim, ack, retry, wait), and the dead
+// set, as a whole and one job at a time (the dashboard's view; the
+// conformance groups QueueDeadJob and QueueDeadRead check it).
 type Queues interface {
+	// ObserveQueues observes many queues; absent ones are missing from the map.
+	ObserveQueues(ctx context.Context, names []string) (map[string]*QueueState, error)
+	// PutQueue creates or updates the queue and its partitions. Jobs in
+	// partitions that no longer exist move into the remaining ones in the
+	// same transaction, so none is lost. It returns how many moved.
+	PutQueue(ctx context.Context, cfg QueueConfig) (moved int64, err error)
+	// DeleteQueue removes the queue; with jobs left it returns ErrHasJobs
+	// unless force. Absent is not an error.
+	DeleteQueue(ctx context.Context, name string, force bool) error
+
 	// Push enqueues a job (ErrPayloadTooLarge, ErrNotFound; ErrDuplicate
 	// with the existing job). It first runs CheckPush: a key outside
 	// spec.CheckKey is spec.ErrInvalidKey, with nothing written.
@@ -144,4 +144,23 @@ type Queues interface {
 	RequeueDead(ctx context.Context, queue string) (int64, error)
 	// PurgeDead deletes every dead job.
 	PurgeDead(ctx context.Context, queue string) (int64, error)
+
+	// RequeueDeadJob makes dead job id of queue ready now with its
+	// attempts reset and its last_error kept, as RequeueDead does to each
+	// dead job, and wakes an idle worker. ErrNotFound when the queue has
+	// no dead job with that id (never pushed, acked, ready, in flight, or
+	// already requeued or purged): nothing changes then.
+	RequeueDeadJob(ctx context.Context, queue string, id int64) error
+	// PurgeDeadJob deletes dead job id of queue; ErrNotFound as above.
+	PurgeDeadJob(ctx context.Context, queue string, id int64) error
+	// DeadPage lists up to limit dead jobs of queue in Dead's order
+	// (oldest first), skipping the first offset; each carries at most cut
+	// bytes of its payload and of its last error, so that a page costs the
+	// same whatever the payloads weigh (max_payload may be 64 MiB). No
+	// queue: no job.
+	DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]PartialJob, error)
+	// DeadJob reads dead job id of queue with at most cut bytes of its
+	// payload and of its last error. ErrNotFound when the queue has no dead
+	// job with that id (as RequeueDeadJob).
+	DeadJob(ctx context.Context, queue string, id int64, cut int) (PartialJob, error)
 }

@@ -61,20 +61,6 @@ func (s *SemaphoreState) WantSlots() int {
 	return max(s.Config.Limit, len(s.Holders))
 }
 
-// SemaphoreAdmin is reconcile's view of semaphores.
-type SemaphoreAdmin interface {
-	// ObserveSemaphores observes many semaphores in as few round trips as the
-	// backend allows. Absent semaphores are missing from the map.
-	ObserveSemaphores(ctx context.Context, names []string) (map[string]*SemaphoreState, error)
-	// PutSemaphore creates the semaphore or updates its config, and repairs
-	// its slots so that there are max(limit, holders) of them. Idempotent.
-	PutSemaphore(ctx context.Context, cfg SemaphoreConfig) error
-	// DeleteSemaphore removes a semaphore that has no live holder. With live
-	// holders it sets the limit to 0, removes free slots and returns ErrHeld;
-	// the holders' slots retire on release. Absent is not an error.
-	DeleteSemaphore(ctx context.Context, name string) error
-}
-
 // AcquireRequest asks for one slot.
 type AcquireRequest struct {
 	Owner string // a random owner token, unique per attempt
@@ -90,46 +76,67 @@ type Grant struct {
 	ExpiresAt time.Time // backend time
 }
 
-// Semaphores is the runtime side of semaphores. Every name below may also
-// be the reference of an instance of a keyed semaphore (Instance, in
-// instance.go): TryAcquire then refuses a plain name of a keyed semaphore
-// (ErrKeyRequired) and a reference to one that is not keyed (ErrNotKeyed),
-// and checks the key (CheckInstanceKey) before anything is read or written.
+// Semaphores is the semaphores a backend holds: reconcile's view
+// (observe, put, delete) and the runtime's (acquire, extend, release). The
+// runtime methods name a semaphore or an instance of a keyed one by a
+// SemRef (instance.go): TryAcquire refuses the semaphore itself of a keyed
+// semaphore (ErrKeyRequired) and an instance of one that is not keyed
+// (ErrNotKeyed), and checks the key (CheckInstanceKey) before anything is
+// read or written.
 type Semaphores interface {
+	// ObserveSemaphores observes many semaphores in as few round trips as the
+	// backend allows. Absent semaphores are missing from the map.
+	ObserveSemaphores(ctx context.Context, names []string) (map[string]*SemaphoreState, error)
+	// PutSemaphore creates the semaphore or updates its config, and repairs
+	// its slots so that there are max(limit, holders) of them. Idempotent.
+	PutSemaphore(ctx context.Context, cfg SemaphoreConfig) error
+	// DeleteSemaphore removes a semaphore that has no live holder. With live
+	// holders it sets the limit to 0, removes free slots and returns ErrHeld;
+	// the holders' slots retire on release. Absent is not an error.
+	DeleteSemaphore(ctx context.Context, name string) error
+
 	// TryAcquire takes a free or expired slot without waiting. It returns
 	// ErrNoSlot when none is free, ErrNotFound when the semaphore is absent,
 	// spec.ErrInvalidHostID when req.Host is neither empty nor a host id
 	// (CheckAcquire, before anything is read or written).
 	//
-	// A backend with Waiters serves its line first come, first served: it
+	// A backend with a line (Waiters) serves it first come, first served: it
 	// grants a slot only while fewer live waiters are ahead of req.Owner in
 	// line than slots are free (limit minus live holders), an owner not in
 	// line having every live waiter ahead of it, and otherwise returns
 	// ErrNoSlot; the check and the grant are one transaction or script, and
 	// the grant removes req.Owner's waiter record.
-	TryAcquire(ctx context.Context, name string, req AcquireRequest) (Grant, error)
+	TryAcquire(ctx context.Context, ref SemRef, req AcquireRequest) (Grant, error)
 	// Extend renews owner's lease to now+lease in backend time.
-	Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error)
+	Extend(ctx context.Context, ref SemRef, owner string, lease time.Duration) (time.Time, error)
 	// Release frees owner's slot (or deletes it when the semaphore has more
 	// slots than its limit). It returns ErrLost when owner holds nothing.
-	Release(ctx context.Context, name, owner string) error
+	Release(ctx context.Context, ref SemRef, owner string) error
 	// Holders lists live holders.
-	Holders(ctx context.Context, name string) ([]Holder, error)
+	Holders(ctx context.Context, ref SemRef) ([]Holder, error)
+
+	// Waiters is the semaphores' lines of waiters, nil on a backend that
+	// keeps none (memcached: a caller then polls TryAcquire).
+	Waiters() Waiters
 }
 
 // Waiters bounds and orders the waiters of a semaphore (max_waiting, FIFO):
-// the line that TryAcquire follows. An instance of a keyed semaphore has a
-// line of its own, bounded by the semaphore's max_waiting.
+// the line that TryAcquire follows, and that operators see (the dashboard,
+// coordd status: ListWaiters). An instance of a keyed semaphore has a line
+// of its own, bounded by the semaphore's max_waiting.
 type Waiters interface {
-	// EnterWait registers owner as a waiter with a lease, at the tail of
-	// the line; an owner already in line renews its lease and keeps its
-	// place. A record whose lease expired (its waiter crashed) no longer
-	// counts, so it holds the line for at most its lease. It returns
-	// ErrTooManyWaiters when max_waiting live waiters exist.
-	EnterWait(ctx context.Context, name, owner string, lease time.Duration) error
+	// EnterWait registers req.Owner as a waiter with a waiter lease of
+	// req.Lease, at the tail of the line; an owner already in line renews
+	// its lease and keeps its place. A record whose lease expired (its
+	// waiter crashed) no longer counts, so it holds the line for at most
+	// its lease. It records req.Host and req.PID and, on entry, the
+	// backend's now as Since, for ListWaiters; req.Host is checked as
+	// TryAcquire checks it (CheckAcquire). It returns ErrTooManyWaiters
+	// when max_waiting live waiters exist.
+	EnterWait(ctx context.Context, ref SemRef, req AcquireRequest) error
 	// LeaveWait removes owner's waiter record, waking whoever that makes
 	// it the turn of.
-	LeaveWait(ctx context.Context, name, owner string) error
+	LeaveWait(ctx context.Context, ref SemRef, owner string) error
 	// WaitSemaphore blocks owner, a waiter in line, until it may be its
 	// turn (a slot was freed, a waiter ahead left or its record expired),
 	// max elapsed or ctx ended; an owner not in line waits as a newcomer.
@@ -139,7 +146,12 @@ type Waiters interface {
 	// connection that will hold the slot and may take the slot already:
 	// owner's next TryAcquire then completes that grant, and LeaveWait frees
 	// what the wait still holds.
-	WaitSemaphore(ctx context.Context, name, owner string, max time.Duration) error
+	WaitSemaphore(ctx context.Context, ref SemRef, owner string, max time.Duration) error
+	// ListWaiters lists the live waiters of ref in line order, expired
+	// records left out, never their owner tokens. For a keyed semaphore
+	// itself (no key) it lists the waiters of every instance, by key and
+	// then place. An absent semaphore has none.
+	ListWaiters(ctx context.Context, ref SemRef) ([]Waiter, error)
 }
 
 // WakeRepairer is implemented by backends whose semaphore waiters sleep in
@@ -150,7 +162,8 @@ type Waiters interface {
 // semaphore package runs it when a caller starts waiting, so a waiter never
 // depends on a daemon; the daemon's leader runs it periodically too.
 type WakeRepairer interface {
-	// RepairWakeups wakes parked waiters of the named semaphores that have
-	// a free slot, one per free slot, and returns how many it woke.
-	RepairWakeups(ctx context.Context, semaphores []string) (int, error)
+	// RepairWakeups wakes parked waiters of the semaphores and instances
+	// refs that have a free slot, one per free slot, and returns how many
+	// it woke.
+	RepairWakeups(ctx context.Context, refs []SemRef) (int, error)
 }

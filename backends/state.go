@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
@@ -53,24 +52,4 @@ type State struct {
 	Entries []InventoryEntry
 	// Last is nil before the first apply.
 	Last *ApplyRecord
-}
-
-// StateStore holds the inventory and the apply records. The cluster backend
-// implements it (memcached cannot).
-type StateStore interface {
-	// LoadState reads the inventory and the last apply record. A store that
-	// was never migrated reads as empty.
-	LoadState(ctx context.Context) (State, error)
-	// TryLockApply takes the apply lock for owner with a lease of ttl in
-	// backend time. It returns ErrLocked while another owner's lease is
-	// unexpired. unlock releases only owner's lock.
-	TryLockApply(ctx context.Context, owner string, ttl time.Duration) (unlock func(context.Context) error, err error)
-	// CommitApply writes the inventory changes and a new apply record
-	// atomically, but only while owner still holds the apply lock (ErrLost
-	// otherwise). It assigns and returns the new generation.
-	CommitApply(ctx context.Context, owner string, rec ApplyRecord, put []InventoryEntry, remove []spec.Address) (int64, error)
-	// FindApply returns the latest apply record of specHash, ErrNotFound
-	// when that hash was never applied. The daemon uses it to tell a new
-	// spec (apply it) from a stale checkout (warn, never apply).
-	FindApply(ctx context.Context, specHash string) (ApplyRecord, error)
 }

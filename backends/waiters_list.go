@@ -1,9 +1,6 @@
 package backends
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Waiter is one live record in a semaphore's line of waiters, as an
 // operator sees it: who waits and since when, never the owner token (a
@@ -15,33 +12,15 @@ type Waiter struct {
 	// for a keyed semaphore): the waiter that the next free slot goes to.
 	Place int `json:"place"`
 	// Host and PID are those of the process that waits; empty and 0 for a
-	// record written by a binary from before WaiterLister.
+	// record written by a binary from before the line listed them.
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
 	// Since is when the waiter entered the line, by the backend's clock
-	// (zero for a record written before WaiterLister); renewing the record
+	// (zero for a record written before the line listed them); renewing the record
 	// does not move it.
 	Since time.Time `json:"since"`
 	// ExpiresAt is when the record lapses unless its waiter renews it (a
 	// waiter renews it while it waits; a crashed one holds its place until
 	// then), by the backend's clock.
 	ExpiresAt time.Time `json:"expires_at"`
-}
-
-// WaiterLister is implemented by the backends whose Waiters keep an
-// ordered line (SQLite, MySQL in both modes, Redis), so that operators can
-// see who waits for a semaphore and in what order: the dashboard and
-// coordd status. memcached's waiters are an unordered count, so it lists
-// nothing.
-type WaiterLister interface {
-	// EnterWaitAs is Waiters.EnterWait for req.Owner with a waiter lease
-	// of req.Lease, recording req.Host and req.PID (and, on entry, the
-	// backend's now as Since) for ListWaiters. req.Host is checked as
-	// TryAcquire checks it (CheckAcquire).
-	EnterWaitAs(ctx context.Context, name string, req AcquireRequest) error
-	// ListWaiters lists the live waiters of semaphore or instance
-	// reference name in line order, expired records left out. For the
-	// plain name of a keyed semaphore it lists the waiters of every
-	// instance, by key and then place. An absent semaphore has none.
-	ListWaiters(ctx context.Context, name string) ([]Waiter, error)
 }

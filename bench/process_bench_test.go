@@ -377,7 +377,7 @@ func BenchmarkSemWakeCrossProcess(b *testing.B) {
 			}
 			p := env.Start(b, fmt.Sprintf("sem-run-%d", i), "sem", "run", "s", "-f", specPath, "--", "date", "+%s%N")
 			eventually(b, 20*time.Second, "the waiter's record", func() bool {
-				w, err := st.FirstWaiter(ctx, "s")
+				w, err := st.FirstWaiter(ctx, backends.SemRef{Name: "s"})
 				return err == nil && w != ""
 			})
 			time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)

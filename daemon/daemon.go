@@ -122,7 +122,7 @@ type Daemon struct {
 	// hosts is the cluster backend's host registry (nil: it has none),
 	// clusterName that backend's name; hostKick asks hostLoop for a
 	// heartbeat now (hosts.go).
-	hosts       backends.HostRegistry
+	hosts       backends.Cluster
 	clusterName string
 	hostKick    chan struct{}
 	// hashes is the local spec hash against the applied one (under mu).
@@ -180,16 +180,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	e.Loss = &reconcile.LossMemory{} // markers seen while this daemon runs
 	now := time.Now()
 	d := &Daemon{cfg: cfg, log: cfg.Log, spec: s, engine: e, lastReloadOK: true, lastReloadAt: now, lastGoodAt: now, kick: make(chan struct{}, 1), resyncKick: make(chan struct{}, 1), hostKick: make(chan struct{}, 1)}
-	cb := e.Backends[s.Cluster.Backend]
 	d.clusterName = s.Cluster.Backend
-	d.hosts, _ = cb.(backends.HostRegistry)
-	lb, ok := cb.(backends.Leader)
-	if !ok {
-		e.Close()
-		return nil, fmt.Errorf("cluster backend %q cannot hold the leader lease: %w", s.Cluster.Backend, backends.ErrUnsupported)
-	}
+	d.hosts = e.State // the cluster backend's Cluster: reconcile.Open checked it holds one
 	d.metrics = metrics.New(source{d})
-	if d.elector, err = leadership.New(leadership.Config{Leader: timeLeader(lb, s.Cluster.Backend, d.metrics), Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")}); err != nil {
+	if d.elector, err = leadership.New(leadership.Config{Leader: timeLeader(e.State, s.Cluster.Backend, d.metrics), Host: cfg.HostID, Lease: s.Cluster.LeaderLease, Log: d.log.Named("leader")}); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -235,7 +229,7 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 	defer d.mu.Unlock()
 	out := map[string]backends.Backend{}
 	for n, b := range d.engine.Backends {
-		if _, ok := b.(backends.Crons); ok {
+		if b.Crons() != nil {
 			out[n] = b
 		}
 	}
@@ -255,8 +249,8 @@ func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreCo
 	if b == nil {
 		return nil, backends.SemaphoreConfig{}, fmt.Errorf("its backend %q is not open", local.Backend)
 	}
-	adm, ok := b.(backends.SemaphoreAdmin)
-	if !ok {
+	adm := b.Semaphores()
+	if adm == nil {
 		return nil, backends.SemaphoreConfig{}, fmt.Errorf("backend %q cannot hold semaphores", local.Backend)
 	}
 	m, err := adm.ObserveSemaphores(context.Background(), []string{name})

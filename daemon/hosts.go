@@ -9,7 +9,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// The host registry (backends.HostRegistry) from the daemon's side. Every
+// The host registry (backends.Cluster) from the daemon's side. Every
 // daemon heartbeats its record into the cluster backend at start, every
 // Config.HeartbeatEvery (30 s: one statement, so an idle MySQL daemon stays
 // under one query a second), at once after a reload, and a last time, marked
@@ -179,7 +179,7 @@ func (d *Daemon) checkApplied(ctx context.Context) {
 }
 
 // engineState is the applied-state store of the cluster backend.
-func (d *Daemon) engineState() backends.StateStore {
+func (d *Daemon) engineState() backends.Cluster {
 	_, e := d.current()
 	return e.State
 }
@@ -221,6 +221,6 @@ func (s source) SpecHashes() (local, applied string, known bool) {
 }
 
 // HostRegistry implements metrics.HostSource.
-func (s source) HostRegistry() (string, backends.HostRegistry) {
+func (s source) HostRegistry() (string, backends.Cluster) {
 	return s.d.clusterName, s.d.hosts
 }

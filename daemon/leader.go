@@ -66,10 +66,10 @@ func (d *Daemon) leaderLoop(ctx context.Context) {
 // wake kill in the spec.
 func (d *Daemon) repairWakeups(ctx context.Context) {
 	s, e := d.current()
-	names := map[string][]string{}
+	names := map[string][]backends.SemRef{}
 	for n, sem := range s.Semaphores {
 		if sem.Mode == spec.ModeSession && sem.Wake == spec.WakeKill {
-			names[sem.Backend] = append(names[sem.Backend], n)
+			names[sem.Backend] = append(names[sem.Backend], backends.SemRef{Name: n})
 		}
 	}
 	for bn, ns := range names {

@@ -78,11 +78,11 @@ func (d *Dashboard) builtinActions() []Action {
 				if t == nil {
 					return "", fmt.Errorf("cron task %q is not declared in this host's spec: %w", name, backends.ErrNotFound)
 				}
-				adm, ok := e.Backends[t.Backend].(backends.CronAdmin)
-				if !ok {
+				b := e.Backends[t.Backend]
+				if b == nil || b.Crons() == nil {
 					return "", fmt.Errorf("backend %q is not open on this host", t.Backend)
 				}
-				m, err := adm.ObserveCrons(ctx, []string{name})
+				m, err := b.Crons().ObserveCrons(ctx, []string{name})
 				if err != nil {
 					return "", err
 				}
@@ -109,17 +109,13 @@ func (d *Dashboard) builtinActions() []Action {
 			return fmt.Sprintf("%s %d dead jobs of queue.%s", verb, n, name), nil
 		}
 	}
-	job := func(verb string, op func(backends.DeadJobs) func(context.Context, string, int64) error) func(context.Context, string, ActionRequest) (string, error) {
+	job := func(verb string, op func(backends.Queues) func(context.Context, string, int64) error) func(context.Context, string, ActionRequest) (string, error) {
 		return func(ctx context.Context, name string, req ActionRequest) (string, error) {
 			q, err := d.queue(name)
 			if err != nil {
 				return "", err
 			}
-			dj, ok := q.(backends.DeadJobs)
-			if !ok {
-				return "", fmt.Errorf("the backend of queue %q cannot act on one dead job", name)
-			}
-			if err := op(dj)(ctx, name, req.Job); err != nil {
+			if err := op(q)(ctx, name, req.Job); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("%s dead job %d of queue.%s", verb, req.Job, name), nil
@@ -128,12 +124,12 @@ func (d *Dashboard) builtinActions() []Action {
 	out = append(out,
 		Action{
 			Kind: spec.KindQueue, Name: "requeue-job", Label: "Requeue this job", Job: true,
-			Do: job("requeued", func(q backends.DeadJobs) func(context.Context, string, int64) error { return q.RequeueDeadJob }),
+			Do: job("requeued", func(q backends.Queues) func(context.Context, string, int64) error { return q.RequeueDeadJob }),
 		},
 		Action{
 			Kind: spec.KindQueue, Name: "purge-job", Label: "Purge this job", Job: true,
 			Confirm: "delete this dead job for good",
-			Do:      job("purged", func(q backends.DeadJobs) func(context.Context, string, int64) error { return q.PurgeDeadJob }),
+			Do:      job("purged", func(q backends.Queues) func(context.Context, string, int64) error { return q.PurgeDeadJob }),
 		},
 		Action{
 			Kind: spec.KindQueue, Name: "requeue-dead", Label: "Requeue all dead jobs",
@@ -178,11 +174,11 @@ func (d *Dashboard) queue(name string) (backends.Queues, error) {
 	if local == nil {
 		return nil, fmt.Errorf("queue %q is not declared in this host's spec: %w", name, backends.ErrNotFound)
 	}
-	q, ok := e.Backends[local.Backend].(backends.Queues)
-	if !ok {
+	b := e.Backends[local.Backend]
+	if b == nil || b.Queues() == nil {
 		return nil, fmt.Errorf("backend %q is not open on this host, or holds no queues", local.Backend)
 	}
-	return q, nil
+	return b.Queues(), nil
 }
 
 // actionsFor lists the actions offered on objects of kind.

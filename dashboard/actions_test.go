@@ -40,7 +40,7 @@ func tokenFile(t testing.TB, lines ...string) string {
 // dead kills one more job of the fixture's queue (max_attempts 1).
 func (f *fixture) dead() {
 	f.t.Helper()
-	q := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.Queues)
+	q := f.src.e.Backends[f.src.s.Cluster.Backend].Queues()
 	if _, err := q.Push(f.ctx, "thumbnails", backends.PushRequest{Payload: []byte(`{"image": 46}`), Delay: 0}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestDashboardActions(t *testing.T) {
 			// second; the other stays dead meanwhile.
 			f.dead()
 			f.dead()
-			q := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.Queues)
+			q := f.src.e.Backends[f.src.s.Cluster.Backend].Queues()
 			dead, err := q.Dead(f.ctx, "thumbnails", 10)
 			if err != nil || len(dead) != 2 {
 				t.Fatalf("dead jobs: %v %v", dead, err)
@@ -342,7 +342,7 @@ func TestDashboardActionsRefused(t *testing.T) {
 		if code, _ := c.do(http.MethodPost, "/actions/queue/thumbnails/purge-job", url.Values{"confirm": {"yes"}, "csrf": {csrf}}, same); code != http.StatusBadRequest {
 			t.Errorf("purge-job without an id: %d", code)
 		}
-		ready, err := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.Queues).Push(f.ctx, "thumbnails", backends.PushRequest{Payload: []byte("live")})
+		ready, err := f.src.e.Backends[f.src.s.Cluster.Backend].Queues().Push(f.ctx, "thumbnails", backends.PushRequest{Payload: []byte("live")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,15 +81,12 @@ type clusterData struct {
 func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	s, e := d.src.Current()
 	c := &clusterData{LocalHash: s.Hash(), Semaphores: len(s.Semaphores), Cron: len(s.Cron), Queues: len(s.Queues), ClusterStore: s.Cluster.Backend}
-	cb := e.Backends[s.Cluster.Backend]
-	if l, ok := cb.(backends.Leader); ok {
-		t, err := l.CurrentLeader(ctx)
-		switch {
-		case err == nil:
-			c.Leader = &t
-		case !isNotFound(err):
-			c.LeaderErr = err.Error()
-		}
+	t, err := e.State.CurrentLeader(ctx)
+	switch {
+	case err == nil:
+		c.Leader = &t
+	case !isNotFound(err):
+		c.LeaderErr = err.Error()
 	}
 	if st, err := e.State.LoadState(ctx); err != nil {
 		c.StateErr = err.Error()
@@ -97,12 +94,10 @@ func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (
 		c.Applied = st.Last
 		c.HashWarning = clusterview.HashWarning(ctx, e.State, st.Last, c.LocalHash)
 	}
-	if reg, ok := cb.(backends.HostRegistry); ok {
-		if hs, err := reg.ListHosts(ctx); err != nil {
-			c.HostsErr = err.Error()
-		} else {
-			c.addHosts(hs)
-		}
+	if hs, err := e.State.ListHosts(ctx); err != nil {
+		c.HostsErr = err.Error()
+	} else {
+		c.addHosts(hs)
 	}
 	c.Backends = backendRows(ctx, e.Backends)
 	c.Plan = d.plans.get(ctx, s, e)

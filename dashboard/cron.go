@@ -137,10 +137,12 @@ func (d *Dashboard) cronRows(ctx context.Context, s *spec.Spec, e *reconcile.Eng
 // read of their state and one of each task's last run; a read that fails
 // is the row's Err.
 func readCrons(ctx context.Context, bn string, b backends.Backend, names []string, rows map[string]*taskRow) {
-	adm, ok1 := b.(backends.CronAdmin)
-	cr, ok2 := b.(backends.Crons)
+	var cr backends.Crons
+	if b != nil {
+		cr = b.Crons()
+	}
 	var err error
-	if !ok1 || !ok2 {
+	if cr == nil {
 		err = fmt.Errorf("backend %q is not open on this host", bn)
 	}
 	var now time.Time
@@ -149,7 +151,7 @@ func readCrons(ctx context.Context, bn string, b backends.Backend, names []strin
 		now, err = b.Now(ctx)
 	}
 	if err == nil {
-		m, err = adm.ObserveCrons(ctx, names)
+		m, err = cr.ObserveCrons(ctx, names)
 	}
 	for _, n := range names {
 		row := rows[n]
@@ -225,9 +227,8 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 	if !td.Applied || td.Err != "" {
 		return td, http.StatusOK
 	}
-	b := e.Backends[td.Backend]
-	adm, cr := b.(backends.CronAdmin), b.(backends.Crons)
-	if m, err := adm.ObserveCrons(ctx, []string{name}); err == nil && m[name] != nil {
+	cr := e.Backends[td.Backend].Crons() // open: cronRows read it
+	if m, err := cr.ObserveCrons(ctx, []string{name}); err == nil && m[name] != nil {
 		if def, err := appliedTask(m[name].Def); err == nil {
 			td.Def = def
 			cmd := def.Command.Shell

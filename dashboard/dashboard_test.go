@@ -107,10 +107,10 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	b := e.Backends[s.Cluster.Backend]
 	src := &source{s: s, e: e}
 	var err error
-	if src.term, err = b.(backends.Leader).ElectLeader(ctx, "web-1/4101/a1b2c3", time.Minute); err != nil {
+	if src.term, err = b.Cluster().ElectLeader(ctx, "web-1/4101/a1b2c3", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	reg := b.(backends.HostRegistry)
+	reg := b.Cluster()
 	for _, h := range []backends.HostRecord{
 		{Host: "web-1", RunID: "web-1/4101/a1b2c3", PID: 4101, Version: "0.1.0", SpecHash: s.Hash(), HeartbeatEvery: 30 * time.Second},
 		{Host: "web-2", RunID: "web-2/977/d4e5f6", PID: 977, Version: "0.1.0", SpecHash: strings.Repeat("9f", 32), HeartbeatEvery: 30 * time.Second},
@@ -119,34 +119,36 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-1", Host: "web-2", PID: 31337, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.Semaphores().TryAcquire(ctx, backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Owner: "owner-1", Host: "web-2", PID: 31337, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, backends.Instance("reindex", "tenant-<b>7</b>"), backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.Semaphores().TryAcquire(ctx, backends.SemRef{Name: "reindex", Key: "tenant-<b>7</b>"}, backends.AcquireRequest{Owner: "owner-2", Host: "web-1", PID: 4242, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// image-import full, with two waiters in line, and one waiter for the
 	// keyed instance: the semaphores page lists both lines.
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "image-import", backends.AcquireRequest{Owner: "owner-3", Host: "web-1", PID: 4101, Lease: 2 * time.Minute}); err != nil {
+	if _, err := b.Semaphores().TryAcquire(ctx, backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Owner: "owner-3", Host: "web-1", PID: 4101, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []backends.AcquireRequest{
-		{Owner: "image-import", Host: "web-1", PID: 5120},
-		{Owner: "image-import", Host: "web-2", PID: 978},
-		{Owner: backends.Instance("reindex", "tenant-<b>7</b>"), Host: "web-2", PID: 979},
+	for _, w := range []struct {
+		ref backends.SemRef
+		backends.AcquireRequest
+	}{
+		{backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Host: "web-1", PID: 5120}},
+		{backends.SemRef{Name: "image-import"}, backends.AcquireRequest{Host: "web-2", PID: 978}},
+		{backends.SemRef{Name: "reindex", Key: "tenant-<b>7</b>"}, backends.AcquireRequest{Host: "web-2", PID: 979}},
 	} {
-		ref := w.Owner
 		w.Owner, w.Lease = fmt.Sprintf("waiter-%d", w.PID), 2*time.Minute
-		if err := b.(backends.WaiterLister).EnterWaitAs(ctx, ref, w); err != nil {
+		if err := b.Semaphores().Waiters().EnterWait(ctx, w.ref, w.AcquireRequest); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cr := b.(backends.Crons)
+	cr := b.Crons()
 	occ, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1", Host: "web-2", Lease: time.Minute, Manual: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit status 3", Output: []byte(hostileOutput)}); err != nil {
+	if err := backends.FinishOne(ctx, cr, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 3, Error: "exit status 3", Output: []byte(hostileOutput)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly-report", Attempt: 1, Owner: "run-1b", Host: "web-1", Manual: true, Skip: "overlap: previous run still running"}); err != nil {
@@ -156,13 +158,13 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cr.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte(strings.Repeat("x", 5000) + "END")}); err != nil {
+	if err := backends.FinishOne(ctx, cr, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte(strings.Repeat("x", 5000) + "END")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cr.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "cleanup", Attempt: 1, Owner: "run-3", Host: "web-1", Lease: time.Minute, Manual: true}); err != nil {
 		t.Fatal(err)
 	}
-	q := b.(backends.Queues)
+	q := b.Queues()
 	for _, p := range []backends.PushRequest{
 		{Payload: []byte(hostilePayload)},
 		{Payload: []byte(`{"image": 43}`)},
@@ -182,13 +184,13 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	}
 	// Drift: the queue changed outside coordd, as an operator's manual
 	// fix would; the plan on the cluster page shows it.
-	st, err := b.(backends.QueueAdmin).ObserveQueues(ctx, []string{"thumbnails"})
+	st, err := b.Queues().ObserveQueues(ctx, []string{"thumbnails"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := st["thumbnails"].Config
 	cfg.RetryBackoff = time.Minute
-	if _, err := b.(backends.QueueAdmin).PutQueue(ctx, cfg); err != nil {
+	if _, err := b.Queues().PutQueue(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	logs := &proctest.SyncBuffer{}
@@ -204,7 +206,7 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 // queueState reads the queue's counts from the store.
 func (f *fixture) queueState() *backends.QueueState {
 	f.t.Helper()
-	m, err := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.QueueAdmin).ObserveQueues(f.ctx, []string{"thumbnails"})
+	m, err := f.src.e.Backends[f.src.s.Cluster.Backend].Queues().ObserveQueues(f.ctx, []string{"thumbnails"})
 	if err != nil {
 		f.t.Fatal(err)
 	}

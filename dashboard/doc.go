@@ -18,7 +18,7 @@
 //
 // Reading needs no login, so what one request costs does not depend on
 // what the store holds: a queue's page reads one page of its dead set
-// with each payload cut by the backend (backends.DeadJobReader), a search
+// with each payload cut by the backend (backends.Queues), a search
 // reads at most deadScan dead jobs and uses a bounded query, a job's page
 // reads one job with at most payloadShown bytes of its payload, a run's
 // output is shown by its last outputTail bytes, and the plan shown on the

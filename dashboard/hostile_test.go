@@ -60,7 +60,7 @@ func TestDashboardDeadJobsReadBounded(t *testing.T) {
 		t.Run(bc.name, func(t *testing.T) {
 			ctx := t.Context()
 			s, e := applied(ctx, t, bc.header(t)+"queues:\n  big: {max_attempts: 1, max_payload: 2MiB}\n")
-			q := e.Backends[s.Cluster.Backend].(backends.Queues)
+			q := e.Backends[s.Cluster.Backend].Queues()
 			payload := []byte(strings.Repeat("p", size-3) + "END")
 			for range jobs {
 				if _, err := q.Push(ctx, "big", backends.PushRequest{Payload: payload}); err != nil {
@@ -114,7 +114,7 @@ func TestDashboardDeadJobsReadBounded(t *testing.T) {
 func TestDashboardDeadJobPastTheOldest5000(t *testing.T) {
 	ctx := t.Context()
 	s, e := applied(ctx, t, "queues:\n  q: {max_attempts: 1}\n")
-	q := e.Backends[s.Cluster.Backend].(backends.Queues)
+	q := e.Backends[s.Cluster.Backend].Queues()
 	const n = 5010
 	for i := range n {
 		if _, err := q.Push(ctx, "q", backends.PushRequest{Payload: fmt.Appendf(nil, "job %d", i)}); err != nil {
@@ -210,7 +210,7 @@ func TestDashboardStoredSpecHashEscaped(t *testing.T) {
 	if err := unlock(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	reg := f.src.e.Backends[f.src.s.Cluster.Backend].(backends.HostRegistry)
+	reg := f.src.e.Backends[f.src.s.Cluster.Backend].Cluster()
 	if err := reg.Heartbeat(f.ctx, backends.HostRecord{Host: "web-3", RunID: "web-3/1/x", PID: 1, Version: "0.1.0", SpecHash: hostile, HeartbeatEvery: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ type deadLimits struct {
 	Page, Scan, SearchBytes, QueryBytes, QueryWords int
 }
 
-// The dead set is read a page at a time (backends.DeadJobReader), each
+// The dead set is read a page at a time (backends.Queues), each
 // payload and last error cut by the backend, so that a page view costs
 // the same whatever the payloads weigh and however many jobs are dead.
 const (
@@ -144,19 +144,6 @@ func matches(j backends.PartialJob, words []string) bool {
 	return true
 }
 
-// deadReader is the dashboard's read of queue name's dead set.
-func (d *Dashboard) deadReader(name string) (backends.DeadJobReader, error) {
-	q, err := d.queue(name)
-	if err != nil {
-		return nil, err
-	}
-	dr, ok := q.(backends.DeadJobReader)
-	if !ok {
-		return nil, fmt.Errorf("the backend of queue %q cannot read its dead jobs a page at a time", name)
-	}
-	return dr, nil
-}
-
 func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	name := r.PathValue("name")
 	s, e := d.src.Current()
@@ -170,7 +157,7 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 	if !qd.Applied || qd.Err != "" {
 		return qd, http.StatusOK
 	}
-	dr, err := d.deadReader(name)
+	dr, err := d.queue(name)
 	if err != nil {
 		qd.Err = err.Error()
 		return qd, http.StatusOK
@@ -194,7 +181,7 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 
 // listDead lists one page of the dead set from offset at. It returns the
 // offset after the page and whether the dead set ended there.
-func (qd *queueData) listDead(ctx context.Context, dr backends.DeadJobReader, name string, at int) (int, bool, error) {
+func (qd *queueData) listDead(ctx context.Context, dr backends.Queues, name string, at int) (int, bool, error) {
 	jobs, err := dr.DeadPage(ctx, name, at, deadPage, searchBytes)
 	if err != nil {
 		return at, false, err
@@ -211,7 +198,7 @@ func (qd *queueData) listDead(ctx context.Context, dr backends.DeadJobReader, na
 // deadScan were read (Scanned) or the dead set ended. It returns the offset
 // after the last job read and whether the dead set ended; on an error the
 // matches so far stay listed.
-func (qd *queueData) searchDead(ctx context.Context, dr backends.DeadJobReader, name string, at int, words []string) (int, bool, error) {
+func (qd *queueData) searchDead(ctx context.Context, dr backends.Queues, name string, at int, words []string) (int, bool, error) {
 	off, end := at, false
 scan:
 	for off-at < deadScan {
@@ -290,7 +277,7 @@ func (d *Dashboard) jobPage(ctx context.Context, r *http.Request, p *page) (any,
 		return nil, http.StatusNotFound
 	}
 	p.Title, p.Nav = fmt.Sprintf("queue.%s dead job %d", name, id), "queues"
-	dr, err := d.deadReader(name)
+	dr, err := d.queue(name)
 	if err != nil {
 		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
 	}

@@ -54,7 +54,7 @@ func PauseActions(src Source) []Action {
 				if err != nil {
 					return "", err
 				}
-				m, err := pz.(backends.CronAdmin).ObserveCrons(ctx, []string{name})
+				m, err := pz.ObserveCrons(ctx, []string{name})
 				if err != nil {
 					return "", err
 				}
@@ -72,19 +72,17 @@ func PauseActions(src Source) []Action {
 
 // cronPauser is the backend of cron task name, as this host's spec places
 // it.
-func cronPauser(src Source, name string) (backends.CronPauser, error) {
+func cronPauser(src Source, name string) (backends.Crons, error) {
 	s, e := src.Current()
 	t := s.Cron[name]
 	if t == nil {
 		return nil, fmt.Errorf("cron task %q is not declared in this host's spec: %w", name, backends.ErrNotFound)
 	}
 	b := e.Backends[t.Backend]
-	pz, ok1 := b.(backends.CronPauser)
-	_, ok2 := b.(backends.CronAdmin)
-	if !ok1 || !ok2 {
+	if b == nil || b.Crons() == nil {
 		return nil, fmt.Errorf("backend %q is not open on this host, or cannot pause cron tasks", t.Backend)
 	}
-	return pz, nil
+	return b.Crons(), nil
 }
 
 // pauseText is who paused a task, when and why. The host and the reason

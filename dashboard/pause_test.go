@@ -32,7 +32,7 @@ func TestDashboardPauseResume(t *testing.T) {
 	f := newFixture(t, "", dashboard.Options{Actions: true, TokenFile: tokenFile(t, "alice:"+aliceSecret), Extra: dashboard.PauseActions(late)})
 	late.src = f.src
 	_, e := f.src.Current()
-	adm := e.Backends[f.src.s.Cron["nightly-report"].Backend].(backends.CronAdmin)
+	adm := e.Backends[f.src.s.Cron["nightly-report"].Backend].Crons()
 	pause := func() *backends.CronPause {
 		t.Helper()
 		m, err := adm.ObserveCrons(f.ctx, []string{"nightly-report"})

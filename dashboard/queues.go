@@ -51,9 +51,12 @@ func (d *Dashboard) queueRows(ctx context.Context, s *spec.Spec, e *reconcile.En
 // of their counts, and adds each reading to the queue's trend; a read
 // that fails is every row's Err.
 func (d *Dashboard) readQueues(ctx context.Context, bn string, b backends.Backend, names []string, rows map[string]*queueRow) {
-	adm, ok := b.(backends.QueueAdmin)
+	var adm backends.Queues
+	if b != nil {
+		adm = b.Queues()
+	}
 	var err error
-	if !ok {
+	if adm == nil {
 		err = fmt.Errorf("backend %q is not open on this host", bn)
 	}
 	var now time.Time

@@ -94,8 +94,11 @@ func readSemaphores(ctx context.Context, bn string, b backends.Backend, names []
 			rows[n].Err = err.Error()
 		}
 	}
-	adm, ok := b.(backends.SemaphoreAdmin)
-	if !ok {
+	var adm backends.Semaphores
+	if b != nil {
+		adm = b.Semaphores()
+	}
+	if adm == nil {
 		fail(fmt.Errorf("backend %q is not open on this host", bn))
 		return
 	}
@@ -121,6 +124,6 @@ func readSemaphores(ctx context.Context, bn string, b backends.Backend, names []
 		for _, i := range st.Instances {
 			row.Instances = append(row.Instances, instanceRow{Key: i.Key, Waiters: i.Waiters, Holders: holderRows(i.Holders, now)})
 		}
-		listLine(ctx, b, row, st)
+		listLine(ctx, adm, row, st)
 	}
 }

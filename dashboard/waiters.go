@@ -7,7 +7,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// The semaphores page lists each line of waiters (backends.WaiterLister):
+// The semaphores page lists each line of waiters (backends.Waiters):
 // place, host, pid, how long each has waited and when its record lapses,
 // never its owner token. memcached keeps no line, so the page says so
 // instead.
@@ -25,20 +25,18 @@ type waiterRow struct {
 	ExpiresIn time.Duration
 }
 
-// listLine fills row's line, and each instance's, from b when somebody
+// listLine fills row's line, and each instance's, from sems when somebody
 // waits (one more read only then).
-func listLine(ctx context.Context, b backends.Backend, row *semRow, st *backends.SemaphoreState) {
-	l, ok := b.(backends.WaiterLister)
-	if !ok {
-		if _, waits := b.(backends.Waiters); !waits {
-			row.NoLine = noLineText
-		}
+func listLine(ctx context.Context, sems backends.Semaphores, row *semRow, st *backends.SemaphoreState) {
+	l := sems.Waiters()
+	if l == nil {
+		row.NoLine = noLineText
 		return
 	}
 	if st.Waiters == 0 {
 		return
 	}
-	ws, err := l.ListWaiters(ctx, row.Name)
+	ws, err := l.ListWaiters(ctx, backends.SemRef{Name: row.Name})
 	if err != nil {
 		row.LineErr = err.Error()
 		return

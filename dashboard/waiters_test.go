@@ -38,10 +38,10 @@ semaphores:
   on-local: {backend: local, limit: 1, lease: 1m}
 `, addr, prefix))
 	local := e.Backends["local"]
-	if _, err := local.(backends.Semaphores).TryAcquire(ctx, "on-local", backends.AcquireRequest{Owner: "o-1", Host: "web-1", PID: 11, Lease: time.Minute}); err != nil {
+	if _, err := local.Semaphores().TryAcquire(ctx, backends.SemRef{Name: "on-local"}, backends.AcquireRequest{Owner: "o-1", Host: "web-1", PID: 11, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := local.(backends.WaiterLister).EnterWaitAs(ctx, "on-local", backends.AcquireRequest{Owner: "o-2", Host: "web-2", PID: 22, Lease: time.Minute}); err != nil {
+	if err := local.Semaphores().Waiters().EnterWait(ctx, backends.SemRef{Name: "on-local"}, backends.AcquireRequest{Owner: "o-2", Host: "web-2", PID: 22, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := dashboard.New(&source{s: s, e: e}, dashboard.Options{}, hclog.NewNullLogger())

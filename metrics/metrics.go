@@ -63,7 +63,7 @@ type Source interface {
 }
 
 // HostSource is implemented by a Source whose cluster backend keeps a host
-// registry (backends.HostRegistry). It is a separate interface so that a
+// registry (backends.Cluster). It is a separate interface so that a
 // Source without one still works.
 type HostSource interface {
 	// SpecHashes returns this host's spec hash and the latest applied one
@@ -72,7 +72,7 @@ type HostSource interface {
 	SpecHashes() (local, applied string, known bool)
 	// HostRegistry returns the cluster backend's name and registry (nil:
 	// none).
-	HostRegistry() (backend string, r backends.HostRegistry)
+	HostRegistry() (backend string, r backends.Cluster)
 }
 
 // ReloadSource is implemented by a Source that can tell a spec reload in
@@ -333,7 +333,7 @@ func specHashes(hs HostSource) []prometheus.Metric {
 // hosts reads the host registry: coordd_hosts by state and
 // coordd_hosts_spec_hashes. Nothing on an error: the registry is
 // informational, and a stale reading would mislead.
-func (c *collector) hosts(ctx context.Context, backend string, reg backends.HostRegistry) []prometheus.Metric {
+func (c *collector) hosts(ctx context.Context, backend string, reg backends.Cluster) []prometheus.Metric {
 	start := time.Now()
 	hs, err := reg.ListHosts(ctx)
 	c.m.RoundTrip(backend, "list_hosts", time.Since(start))
@@ -364,7 +364,7 @@ func short(h string) string {
 func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric {
 	out := []prometheus.Metric{nil}
 	ok := true
-	if sa, isSem := o.B.(backends.SemaphoreAdmin); isSem && len(o.Semaphores) > 0 {
+	if sa := o.B.Semaphores(); sa != nil && len(o.Semaphores) > 0 {
 		start := time.Now()
 		states, err := sa.ObserveSemaphores(ctx, o.Semaphores)
 		c.m.RoundTrip(o.Backend, "observe_semaphores", time.Since(start))
@@ -385,7 +385,7 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			}
 		}
 	}
-	if qa, isQueue := o.B.(backends.QueueAdmin); isQueue && len(o.Queues) > 0 {
+	if qa := o.B.Queues(); qa != nil && len(o.Queues) > 0 {
 		start := time.Now()
 		states, err := qa.ObserveQueues(ctx, o.Queues)
 		c.m.RoundTrip(o.Backend, "observe_queues", time.Since(start))
@@ -410,7 +410,7 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 				gauge(descQAge, age, n, o.Backend))
 		}
 	}
-	if ca, isCron := o.B.(backends.CronAdmin); isCron && len(o.Crons) > 0 {
+	if ca := o.B.Crons(); ca != nil && len(o.Crons) > 0 {
 		start := time.Now()
 		states, err := ca.ObserveCrons(ctx, o.Crons)
 		c.m.RoundTrip(o.Backend, "observe_crons", time.Since(start))

@@ -203,11 +203,11 @@ type hostSource struct {
 	source
 	local, applied string
 	known          bool
-	reg            backends.HostRegistry
+	reg            backends.Cluster
 }
 
 func (s *hostSource) SpecHashes() (string, string, bool) { return s.local, s.applied, s.known }
-func (s *hostSource) HostRegistry() (string, backends.HostRegistry) {
+func (s *hostSource) HostRegistry() (string, backends.Cluster) {
 	return "local", s.reg
 }
 
@@ -269,11 +269,11 @@ func TestMetricsKeyedInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, key := range []string{"a", "b"} {
-		if _, err := st.TryAcquire(ctx, backends.Instance("k", key), backends.AcquireRequest{Owner: fmt.Sprintf("o%d", i), Lease: time.Minute}); err != nil {
+		if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "k", Key: key}, backends.AcquireRequest{Owner: fmt.Sprintf("o%d", i), Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.EnterWait(ctx, backends.Instance("k", "a"), "w", time.Minute); err != nil {
+	if err := st.EnterWait(ctx, backends.SemRef{Name: "k", Key: "a"}, backends.AcquireRequest{Owner: "w", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, Semaphores: []string{"k"}}}}

@@ -25,7 +25,6 @@ import (
 // store is a backend under test with what its type can do.
 type store interface {
 	backends.Backend
-	backends.SemaphoreAdmin
 	backends.Semaphores
 }
 
@@ -96,7 +95,7 @@ func TestPromiseSemaphoreMetricsEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: fmt.Sprint("o", i), Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+				if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: fmt.Sprint("o", i), Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -107,7 +106,7 @@ func TestPromiseSemaphoreMetricsEveryBackend(t *testing.T) {
 				fmt.Sprintf(`coordd_semaphore_limit{backend=%q,semaphore="s"} 4`, name),
 				fmt.Sprintf(`coordd_semaphore_holders{backend=%q,semaphore="s"} 3`, name),
 			}
-			if reg, ok := st.(backends.HostRegistry); ok {
+			if reg := st.Cluster(); reg != nil {
 				src.reg = reg
 				for _, h := range []struct {
 					host    string

@@ -31,21 +31,19 @@ var ErrCannotStart = errors.New("the handler cannot start")
 
 // Client pushes to and works the queues held by one backend.
 type Client struct {
-	q   backends.Queues
-	adm backends.QueueAdmin // nil when the backend has none
+	q backends.Queues
 
 	mu    sync.Mutex
 	wakes map[string]chan struct{}
 }
 
-// New returns a client for b, which must implement backends.Queues.
+// New returns a client for b, which must hold queues (b.Queues()).
 func New(b backends.Backend) (*Client, error) {
-	q, ok := b.(backends.Queues)
-	if !ok {
+	q := b.Queues()
+	if q == nil {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold queues: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
-	adm, _ := b.(backends.QueueAdmin)
-	c := &Client{q: q, adm: adm, wakes: map[string]chan struct{}{}}
+	c := &Client{q: q, wakes: map[string]chan struct{}{}}
 	return c, nil
 }
 
@@ -112,10 +110,7 @@ func (c *Client) Config(ctx context.Context, queue string) (backends.QueueConfig
 }
 
 func (c *Client) observe(ctx context.Context, queue string) (*backends.QueueState, error) {
-	if c.adm == nil {
-		return nil, fmt.Errorf("queue %q: the backend cannot observe queues: %w", queue, backends.ErrUnsupported)
-	}
-	m, err := c.adm.ObserveQueues(ctx, []string{queue})
+	m, err := c.q.ObserveQueues(ctx, []string{queue})
 	if err != nil {
 		return nil, err
 	}

@@ -19,8 +19,8 @@ type Engine struct {
 	Spec *spec.Spec
 	// Backends holds an opened backend for each name in Spec.Backends.
 	Backends map[string]backends.Backend
-	// State is the cluster backend's state store.
-	State backends.StateStore
+	// State is the cluster backend's applied state, hosts and leader lease.
+	State backends.Cluster
 	// Host identifies this process in apply records and the apply lock.
 	Host string
 	// LockWait bounds how long Apply waits for another host's apply lock.
@@ -257,8 +257,8 @@ func (e *Engine) semHeld(ctx context.Context, backend, name string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	adm, ok := b.(backends.SemaphoreAdmin)
-	if !ok {
+	adm := b.Semaphores()
+	if adm == nil {
 		return false, fmt.Errorf("backend %q: semaphores: %w", backend, backends.ErrUnsupported)
 	}
 	m, err := adm.ObserveSemaphores(ctx, []string{name})
@@ -276,14 +276,14 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 	}
 	switch {
 	case d.sem != nil:
-		adm, ok := b.(backends.SemaphoreAdmin)
-		if !ok {
+		adm := b.Semaphores()
+		if adm == nil {
 			return fmt.Errorf("backend %q: semaphores: %w", d.backend, backends.ErrUnsupported)
 		}
 		return adm.PutSemaphore(ctx, semConfig(d.sem, limit))
 	case d.cron != nil:
-		adm, ok := b.(backends.CronAdmin)
-		if !ok {
+		adm := b.Crons()
+		if adm == nil {
 			return fmt.Errorf("backend %q: cron: %w", d.backend, backends.ErrUnsupported)
 		}
 		reset := c.Action == Create || c.Action == Replace || c.schedChanged
@@ -311,8 +311,8 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 		}
 		return adm.PutCron(ctx, d.addr.Name, d.raw, next, reset)
 	case d.queue != nil:
-		adm, ok := b.(backends.QueueAdmin)
-		if !ok {
+		adm := b.Queues()
+		if adm == nil {
 			return fmt.Errorf("backend %q: queues: %w", d.backend, backends.ErrUnsupported)
 		}
 		_, err := adm.PutQueue(ctx, queueConfig(d.queue))
@@ -331,8 +331,8 @@ func (e *Engine) cronPause(ctx context.Context, o *object) (*backends.CronPause,
 	if err != nil {
 		return nil, err
 	}
-	adm, ok := b.(backends.CronAdmin)
-	if !ok {
+	adm := b.Crons()
+	if adm == nil {
 		return nil, nil
 	}
 	m, err := adm.ObserveCrons(ctx, []string{o.addr.Name})
@@ -352,8 +352,8 @@ func (e *Engine) carryPause(ctx context.Context, d *object, p *backends.CronPaus
 	if err != nil {
 		return err
 	}
-	pz, ok := b.(backends.CronPauser)
-	if !ok {
+	pz := b.Crons()
+	if pz == nil {
 		return fmt.Errorf("backend %q cannot pause cron tasks: %w", d.backend, backends.ErrUnsupported)
 	}
 	if _, _, err := pz.PauseCron(ctx, d.addr.Name, p.Host, p.Reason); err != nil {
@@ -371,8 +371,8 @@ func (e *Engine) remove(ctx context.Context, o *object, opts Options) (held bool
 	}
 	switch {
 	case o.sem != nil:
-		adm, ok := b.(backends.SemaphoreAdmin)
-		if !ok {
+		adm := b.Semaphores()
+		if adm == nil {
 			return false, fmt.Errorf("backend %q: semaphores: %w", o.backend, backends.ErrUnsupported)
 		}
 		err := adm.DeleteSemaphore(ctx, o.addr.Name)
@@ -381,14 +381,14 @@ func (e *Engine) remove(ctx context.Context, o *object, opts Options) (held bool
 		}
 		return false, err
 	case o.cron != nil:
-		adm, ok := b.(backends.CronAdmin)
-		if !ok {
+		adm := b.Crons()
+		if adm == nil {
 			return false, fmt.Errorf("backend %q: cron: %w", o.backend, backends.ErrUnsupported)
 		}
 		return false, adm.DeleteCron(ctx, o.addr.Name)
 	case o.queue != nil:
-		adm, ok := b.(backends.QueueAdmin)
-		if !ok {
+		adm := b.Queues()
+		if adm == nil {
 			return false, fmt.Errorf("backend %q: queues: %w", o.backend, backends.ErrUnsupported)
 		}
 		return false, adm.DeleteQueue(ctx, o.addr.Name, opts.AllowDestroyJobs)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/sqlite"
 	"github.com/coordd/coordd/reconcile"
 )
@@ -67,7 +68,7 @@ func TestDriftRepair(t *testing.T) {
 	// The holder kept its slot, and the repaired semaphore admits exactly
 	// limit holders.
 	acquire(t, st, "reindex", 2)
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 	crons, _ := st.ObserveCrons(context.Background(), []string{"nightly"})
 	if c := crons["nightly"]; c == nil || c.NextExec.IsZero() {
 		t.Fatalf("cron task not repaired: %+v", c)

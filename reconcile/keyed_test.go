@@ -23,15 +23,15 @@ queues:
   q: {partitions: 1}
 `
 
-func keyedAcquire(t *testing.T, ref string, st interface {
-	TryAcquire(context.Context, string, backends.AcquireRequest) (backends.Grant, error)
+func keyedAcquire(t *testing.T, ref backends.SemRef, st interface {
+	TryAcquire(context.Context, backends.SemRef, backends.AcquireRequest) (backends.Grant, error)
 }, n int) []string {
 	t.Helper()
 	var owners []string
 	for i := range n {
 		o := fmt.Sprintf("owner-%d-%d", time.Now().UnixNano(), i)
 		if _, err := st.TryAcquire(context.Background(), ref, backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
-			t.Fatalf("acquire %d of %q: %v", i, ref, err)
+			t.Fatalf("acquire %d of %s: %v", i, ref, err)
 		}
 		owners = append(owners, o)
 	}
@@ -49,9 +49,9 @@ func TestKeyedSemaphoreLifecycle(t *testing.T) {
 	f.write(fmt.Sprintf(keyedSpec, "  s: {keyed: true, limit: 2, max_waiting: 1, max_hold: 1h}"))
 	f.apply(reconcile.Options{})
 	st := f.store("db")
-	k1 := keyedAcquire(t, backends.Instance("s", "k1"), st, 2)
-	k2 := keyedAcquire(t, backends.Instance("s", "k2"), st, 1)
-	if err := st.EnterWait(ctx, backends.Instance("s", "k1"), "waiter", time.Minute); err != nil {
+	k1 := keyedAcquire(t, backends.SemRef{Name: "s", Key: "k1"}, st, 2)
+	k2 := keyedAcquire(t, backends.SemRef{Name: "s", Key: "k2"}, st, 1)
+	if err := st.EnterWait(ctx, backends.SemRef{Name: "s", Key: "k1"}, backends.AcquireRequest{Owner: "waiter", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Waiting) != 0 {
@@ -69,12 +69,12 @@ func TestKeyedSemaphoreLifecycle(t *testing.T) {
 		t.Fatalf("limit change plan:\n%s", out)
 	}
 	f.apply(reconcile.Options{})
-	if hs, _ := st.Holders(ctx, backends.Instance("s", "k1")); len(hs) != 2 {
+	if hs, _ := st.Holders(ctx, backends.SemRef{Name: "s", Key: "k1"}); len(hs) != 2 {
 		t.Fatalf("k1 holders after lowering the limit: %d, want 2 kept", len(hs))
 	}
-	wantNoSlot(t, st, backends.Instance("s", "k1"))
-	k3 := keyedAcquire(t, backends.Instance("s", "k3"), st, 1)
-	wantNoSlot(t, st, backends.Instance("s", "k3"))
+	wantNoSlot(t, st, backends.SemRef{Name: "s", Key: "k1"})
+	k3 := keyedAcquire(t, backends.SemRef{Name: "s", Key: "k3"}, st, 1)
+	wantNoSlot(t, st, backends.SemRef{Name: "s", Key: "k3"})
 
 	// Removed from the spec: every instance drains.
 	f.write(fmt.Sprintf(keyedSpec, ""))
@@ -83,16 +83,16 @@ func TestKeyedSemaphoreLifecycle(t *testing.T) {
 		t.Fatalf("remove plan:\n%s", text(p))
 	}
 	f.apply(reconcile.Options{})
-	wantNoSlot(t, st, backends.Instance("s", "k4"))
+	wantNoSlot(t, st, backends.SemRef{Name: "s", Key: "k4"})
 	if p := f.plan(reconcile.Options{}); len(p.Waiting) != 1 || !strings.Contains(text(p), "4 holder(s)") {
 		t.Fatalf("plan while the instances drain:\n%s", text(p))
 	}
 	for _, o := range k1 {
-		if err := st.Release(ctx, backends.Instance("s", "k1"), o); err != nil {
+		if err := st.Release(ctx, backends.SemRef{Name: "s", Key: "k1"}, o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for ref, os := range map[string][]string{backends.Instance("s", "k2"): k2, backends.Instance("s", "k3"): k3} {
+	for ref, os := range map[backends.SemRef][]string{{Name: "s", Key: "k2"}: k2, {Name: "s", Key: "k3"}: k3} {
 		for _, o := range os {
 			if err := st.Release(ctx, ref, o); err != nil {
 				t.Fatal(err)
@@ -110,7 +110,7 @@ func TestKeyedSemaphoreLifecycle(t *testing.T) {
 	if err := st.DB().QueryRow(`SELECT (SELECT count(*) FROM semaphore_instance_slots) + (SELECT count(*) FROM semaphore_instance_waiters)`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("instance rows left after the delete: %d (%v)", rows, err)
 	}
-	_, err := st.TryAcquire(ctx, backends.Instance("s", "k1"), backends.AcquireRequest{Owner: "late", Lease: time.Minute})
+	_, err := st.TryAcquire(ctx, backends.SemRef{Name: "s", Key: "k1"}, backends.AcquireRequest{Owner: "late", Lease: time.Minute})
 	if !errors.Is(err, backends.ErrNotFound) {
 		t.Fatalf("acquire after the delete: %v, want ErrNotFound", err)
 	}
@@ -126,7 +126,7 @@ func TestKeyedFlipReplaces(t *testing.T) {
 	f.write(fmt.Sprintf(keyedSpec, "  s: {limit: 1, max_hold: 1h}"))
 	f.apply(reconcile.Options{})
 	st := f.store("db")
-	named := keyedAcquire(t, "s", st, 1)
+	named := keyedAcquire(t, backends.SemRef{Name: "s"}, st, 1)
 
 	f.write(fmt.Sprintf(keyedSpec, "  s: {keyed: true, limit: 1, max_hold: 1h}"))
 	p := f.plan(reconcile.Options{})
@@ -134,17 +134,17 @@ func TestKeyedFlipReplaces(t *testing.T) {
 		t.Fatalf("keyed flip plan:\n%s", out)
 	}
 	f.apply(reconcile.Options{})
-	wantNoSlot(t, st, backends.Instance("s", "k"))
-	if err := st.Release(ctx, "s", named[0]); err != nil {
+	wantNoSlot(t, st, backends.SemRef{Name: "s", Key: "k"})
+	if err := st.Release(ctx, backends.SemRef{Name: "s"}, named[0]); err != nil {
 		t.Fatalf("release of the holder from before the flip: %v", err)
 	}
 	if out := text(f.plan(reconcile.Options{})); !strings.Contains(out, "finishes its replacement") {
 		t.Fatalf("plan after the drain:\n%s", out)
 	}
 	f.apply(reconcile.Options{})
-	inst := keyedAcquire(t, backends.Instance("s", "k"), st, 1)
-	keyedAcquire(t, backends.Instance("s", "other"), st, 1)
-	_, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "plain", Lease: time.Minute})
+	inst := keyedAcquire(t, backends.SemRef{Name: "s", Key: "k"}, st, 1)
+	keyedAcquire(t, backends.SemRef{Name: "s", Key: "other"}, st, 1)
+	_, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "plain", Lease: time.Minute})
 	if !errors.Is(err, backends.ErrKeyRequired) {
 		t.Fatalf("plain acquire of the keyed semaphore: %v, want ErrKeyRequired", err)
 	}
@@ -152,8 +152,8 @@ func TestKeyedFlipReplaces(t *testing.T) {
 	// And back: the instance holders hold off the plain semaphore.
 	f.write(fmt.Sprintf(keyedSpec, "  s: {limit: 1, max_hold: 1h}"))
 	f.apply(reconcile.Options{})
-	wantNoSlot(t, st, "s")
-	if err := st.Release(ctx, backends.Instance("s", "k"), inst[0]); err != nil {
+	wantNoSlot(t, st, backends.SemRef{Name: "s"})
+	if err := st.Release(ctx, backends.SemRef{Name: "s", Key: "k"}, inst[0]); err != nil {
 		t.Fatal(err)
 	}
 	if p := f.plan(reconcile.Options{}); len(p.Waiting) != 1 {

@@ -39,7 +39,7 @@ semaphores:
 	}
 	defer st.Close()
 	ctx := context.Background()
-	if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "old", Host: "h", PID: 1, Lease: lease}); err != nil {
+	if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "old", Host: "h", PID: 1, Lease: lease}); err != nil {
 		t.Fatalf("first creation is immediate: acquire: %v (%s after apply)", err, time.Since(start))
 	}
 
@@ -56,11 +56,11 @@ semaphores:
 	if p.HasChanges() || len(p.Waiting) != 1 || !strings.Contains(text(p), "the semaphore comes back at") {
 		t.Fatalf("plan after apply recorded the loss: want the hold:\n%s", text(p))
 	}
-	if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); !errors.Is(err, backends.ErrNotFound) {
+	if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); !errors.Is(err, backends.ErrNotFound) {
 		t.Fatalf("acquire during the hold: %v, want ErrNotFound (nothing re-created)", err)
 	}
 	// The old holder learns it lost the slot at its next extend.
-	if _, err := st.Extend(ctx, "s", "old", lease); !errors.Is(err, backends.ErrLost) {
+	if _, err := st.Extend(ctx, backends.SemRef{Name: "s"}, "old", lease); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("the old holder's extend: %v, want ErrLost", err)
 	}
 
@@ -79,7 +79,7 @@ semaphores:
 	if waited := time.Since(lost); waited < lease {
 		t.Fatalf("re-created %s after the loss, before the lease (%s) passed", waited, lease)
 	}
-	if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); err != nil {
+	if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); err != nil {
 		t.Fatalf("acquire after the hold: %v", err)
 	}
 	if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Waiting) != 0 {
@@ -167,7 +167,7 @@ semaphores:
 	if waited := time.Since(lost); waited < lease {
 		t.Fatalf("re-created %s after the loss, before the lease (%s) passed", waited, lease)
 	}
-	if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); err != nil {
+	if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "h", PID: 1, Lease: lease}); err != nil {
 		t.Fatalf("acquire after the hold: %v", err)
 	}
 }

@@ -51,8 +51,8 @@ func Open(ctx context.Context, s *spec.Spec, o OpenOptions) (*Engine, error) {
 		}
 	}
 	cb := e.Backends[s.Cluster.Backend]
-	st, ok := cb.(backends.StateStore)
-	if !ok {
+	st := cb.Cluster()
+	if st == nil {
 		e.Close()
 		return nil, fmt.Errorf("cluster backend %q cannot hold applied state: %w", s.Cluster.Backend, backends.ErrUnsupported)
 	}

@@ -243,8 +243,8 @@ func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, err
 		ns := names[g]
 		switch g.kind {
 		case spec.KindSemaphore:
-			adm, ok := b.(backends.SemaphoreAdmin)
-			if !ok {
+			adm := b.Semaphores()
+			if adm == nil {
 				return nil, fmt.Errorf("backend %q (%s): semaphores: %w", g.backend, b.Type(), backends.ErrUnsupported)
 			}
 			m, err := adm.ObserveSemaphores(ctx, ns)
@@ -255,8 +255,8 @@ func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, err
 				obs.sem[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
 			}
 		case spec.KindCron:
-			adm, ok := b.(backends.CronAdmin)
-			if !ok {
+			adm := b.Crons()
+			if adm == nil {
 				return nil, fmt.Errorf("backend %q (%s): cron: %w", g.backend, b.Type(), backends.ErrUnsupported)
 			}
 			m, err := adm.ObserveCrons(ctx, ns)
@@ -267,8 +267,8 @@ func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, err
 				obs.cron[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
 			}
 		case spec.KindQueue:
-			adm, ok := b.(backends.QueueAdmin)
-			if !ok {
+			adm := b.Queues()
+			if adm == nil {
 				return nil, fmt.Errorf("backend %q (%s): queues: %w", g.backend, b.Type(), backends.ErrUnsupported)
 			}
 			m, err := adm.ObserveQueues(ctx, ns)

@@ -157,7 +157,7 @@ func (f *fixture) handle(name string) backends.Backend {
 
 func observeSem(t *testing.T, b backends.Backend, name string) *backends.SemaphoreState {
 	t.Helper()
-	m, err := b.(backends.SemaphoreAdmin).ObserveSemaphores(context.Background(), []string{name})
+	m, err := b.Semaphores().ObserveSemaphores(context.Background(), []string{name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func observeSem(t *testing.T, b backends.Backend, name string) *backends.Semapho
 func grab(t *testing.T, b backends.Backend, name string) (owner string, g backends.Grant, err error) {
 	t.Helper()
 	owner = fmt.Sprintf("owner-%d", time.Now().UnixNano())
-	g, err = b.(backends.Semaphores).TryAcquire(context.Background(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
+	g, err = b.Semaphores().TryAcquire(context.Background(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
 	return owner, g, err
 }
 
@@ -234,7 +234,7 @@ func TestPromiseHalfDoneApplyRepaired(t *testing.T) {
 		mustGrab(t, h, "s")
 
 		// Created but not recorded: the inventory forgets semaphore.s.
-		ss := h.(backends.StateStore)
+		ss := h.Cluster()
 		unlock, err := ss.TryLockApply(ctx, "crash", time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -262,10 +262,10 @@ func TestPromiseHalfDoneApplyRepaired(t *testing.T) {
 
 		// Deleted but not forgotten: the objects are gone from the backend
 		// while the inventory still lists them.
-		if err := h.(backends.CronAdmin).DeleteCron(ctx, "c"); err != nil {
+		if err := h.Crons().DeleteCron(ctx, "c"); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.(backends.QueueAdmin).DeleteQueue(ctx, "q", true); err != nil {
+		if err := h.Queues().DeleteQueue(ctx, "q", true); err != nil {
 			t.Fatal(err)
 		}
 		f.write(head)
@@ -306,7 +306,7 @@ func TestPromisePruneOnlyInventory(t *testing.T) {
 		if x.typ == spec.TypeMemcached {
 			lim = -1 // memcached keeps no waiter line
 		}
-		if err := h.(backends.SemaphoreAdmin).PutSemaphore(context.Background(),
+		if err := h.Semaphores().PutSemaphore(context.Background(),
 			backends.SemaphoreConfig{Name: "foreign", Limit: 1, Lease: time.Minute, Mode: spec.ModeLease, MaxWaiting: lim}); err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +352,7 @@ func TestPromiseReplaceGuards(t *testing.T) {
 		h, local := f.handle("x"), f.handle("local")
 		if queues {
 			// A delayed job is a job too: the guard must count it.
-			if _, err := h.(backends.Queues).Push(context.Background(), "q", backends.PushRequest{Payload: []byte("job"), Delay: time.Hour}); err != nil {
+			if _, err := h.Queues().Push(context.Background(), "q", backends.PushRequest{Payload: []byte("job"), Delay: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -384,7 +384,7 @@ func TestPromiseReplaceGuards(t *testing.T) {
 			if _, err := f.engine(false).Apply(context.Background(), reconcile.Options{}, ""); !errors.Is(err, reconcile.ErrBlocked) {
 				t.Fatalf("replace of a queue with a job: %v, want ErrBlocked", err)
 			}
-			qs, err := h.(backends.QueueAdmin).ObserveQueues(context.Background(), []string{"q"})
+			qs, err := h.Queues().ObserveQueues(context.Background(), []string{"q"})
 			if err != nil || qs["q"] == nil || qs["q"].Jobs() != 1 {
 				t.Fatalf("the refused replace touched the queue: %+v, %v", qs["q"], err)
 			}
@@ -438,7 +438,7 @@ func TestPromiseFencingAboveAfterRecreate(t *testing.T) {
 				t.Fatalf("%s: fencing %d, not above %d handed out before", what, g.Fencing, last)
 			}
 			last = g.Fencing
-			if err := h.(backends.Semaphores).Release(context.Background(), "s", owner); err != nil {
+			if err := h.Semaphores().Release(context.Background(), backends.SemRef{Name: "s"}, owner); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -582,7 +582,7 @@ func TestPromiseDriftRepaired(t *testing.T) {
 				}
 			}()
 		} else {
-			if err := h.(backends.CronAdmin).DeleteCron(ctx, "c"); err != nil {
+			if err := h.Crons().DeleteCron(ctx, "c"); err != nil {
 				t.Fatal(err)
 			}
 			want = []string{"cron.c", "missing in backend x"}
@@ -600,7 +600,7 @@ func TestPromiseDriftRepaired(t *testing.T) {
 		f.apply(reconcile.Options{})
 		noChanges(t, f, "after the repair")
 		if x.typ != spec.TypeMemcached {
-			crons, err := h.(backends.CronAdmin).ObserveCrons(ctx, []string{"c"})
+			crons, err := h.Crons().ObserveCrons(ctx, []string{"c"})
 			if err != nil || crons["c"] == nil || crons["c"].NextExec.IsZero() {
 				t.Fatalf("cron task not repaired: %+v, %v", crons["c"], err)
 			}
@@ -667,14 +667,14 @@ queues:
 		t.Fatalf("waiting %q, want the semaphore alone:\n%s", waiting, text(p))
 	}
 	f.applyHeld()
-	crons, err := h.(backends.CronAdmin).ObserveCrons(ctx, []string{"c"})
+	crons, err := h.Crons().ObserveCrons(ctx, []string{"c"})
 	if err != nil || crons["c"] == nil || crons["c"].NextExec.IsZero() {
 		t.Fatalf("cron task after the loss: %+v, %v; want it re-created with a next run", crons["c"], err)
 	}
-	if qs, err := h.(backends.QueueAdmin).ObserveQueues(ctx, []string{"q"}); err != nil || qs["q"] == nil {
+	if qs, err := h.Queues().ObserveQueues(ctx, []string{"q"}); err != nil || qs["q"] == nil {
 		t.Fatalf("queue after the loss: %+v, %v; want it re-created", qs["q"], err)
 	}
-	if _, err := h.(backends.Queues).Push(ctx, "q", backends.PushRequest{Payload: []byte("again")}); err != nil {
+	if _, err := h.Queues().Push(ctx, "q", backends.PushRequest{Payload: []byte("again")}); err != nil {
 		t.Fatalf("push after the loss: %v", err)
 	}
 	if st := observeSem(t, h, "s"); st != nil {
@@ -731,7 +731,7 @@ func TestPromiseCronNextExecEveryBackend(t *testing.T) {
 		ctx := context.Background()
 		observe := func() map[string]*backends.CronState {
 			t.Helper()
-			m, err := h.(backends.CronAdmin).ObserveCrons(ctx, []string{"c", "d"})
+			m, err := h.Crons().ObserveCrons(ctx, []string{"c", "d"})
 			if err != nil || m["c"] == nil || m["d"] == nil {
 				t.Fatalf("observe crons: %v, %v", m, err)
 			}
@@ -787,7 +787,7 @@ func TestPromiseReplaceAdmitsNobodyUntilDrained(t *testing.T) {
 		if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Waiting) != 1 {
 			t.Fatalf("plan while the replace drains:\n%s", text(p))
 		}
-		if err := h.(backends.Semaphores).Release(context.Background(), "s", owner); err != nil {
+		if err := h.Semaphores().Release(context.Background(), backends.SemRef{Name: "s"}, owner); err != nil {
 			t.Fatal(err)
 		}
 		f.apply(reconcile.Options{})

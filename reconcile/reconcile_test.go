@@ -113,7 +113,7 @@ func acquire(t *testing.T, st *sqlite.Store, name string, n int) []string {
 	var owners []string
 	for i := 0; i < n; i++ {
 		owner := fmt.Sprintf("owner-%s-%d-%d", name, time.Now().UnixNano(), i)
-		if _, err := st.TryAcquire(context.Background(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := st.TryAcquire(context.Background(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatalf("acquire %d of %s: %v", i, name, err)
 		}
 		owners = append(owners, owner)
@@ -121,11 +121,11 @@ func acquire(t *testing.T, st *sqlite.Store, name string, n int) []string {
 	return owners
 }
 
-func wantNoSlot(t *testing.T, st *sqlite.Store, name string) {
+func wantNoSlot(t *testing.T, st *sqlite.Store, ref backends.SemRef) {
 	t.Helper()
-	_, err := st.TryAcquire(context.Background(), name, backends.AcquireRequest{Owner: "intruder", Host: "h", PID: 1, Lease: time.Minute})
+	_, err := st.TryAcquire(context.Background(), ref, backends.AcquireRequest{Owner: "intruder", Host: "h", PID: 1, Lease: time.Minute})
 	if !errors.Is(err, backends.ErrNoSlot) {
-		t.Fatalf("acquire on full %s: got %v, want ErrNoSlot", name, err)
+		t.Fatalf("acquire on full %s: got %v, want ErrNoSlot", ref, err)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestLimitUpAndDownWithSlotsHeld(t *testing.T) {
 	f.apply(reconcile.Options{})
 	st := f.store("db")
 	acquire(t, st, "reindex", 3)
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 
 	// Up: 3 -> 5 admits exactly two more.
 	f.write(strings.Replace(threeKinds, "limit: 3", "limit: 5", 1))
@@ -220,7 +220,7 @@ func TestLimitUpAndDownWithSlotsHeld(t *testing.T) {
 	}
 	f.apply(reconcile.Options{})
 	owners := acquire(t, st, "reindex", 2)
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 
 	// Down: 5 -> 2 with 5 held evicts nobody and admits nobody.
 	f.write(strings.Replace(threeKinds, "limit: 3", "limit: 2", 1))
@@ -233,18 +233,18 @@ func TestLimitUpAndDownWithSlotsHeld(t *testing.T) {
 	if len(s.Holders) != 5 || s.Config.Limit != 2 {
 		t.Fatalf("after limit down: %d holders, limit %d", len(s.Holders), s.Config.Limit)
 	}
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 	if p := f.plan(reconcile.Options{}); p.HasChanges() {
 		t.Fatalf("held slots above the limit must not show as drift:\n%s", text(p))
 	}
 	// Releasing down to the limit retires slots and still admits nobody.
 	all := f.semState(st, "reindex").Holders
 	for _, h := range all[:3] {
-		if err := st.Release(context.Background(), "reindex", h.Owner); err != nil {
+		if err := st.Release(context.Background(), backends.SemRef{Name: "reindex"}, h.Owner); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 	if s := f.semState(st, "reindex"); s.Slots != 2 {
 		t.Fatalf("slots after releases = %d, want 2", s.Slots)
 	}
@@ -279,19 +279,19 @@ semaphores:
 	f.apply(reconcile.Options{})
 	sb := f.store("b")
 	// The new object exists but admits nobody while a's holders remain.
-	wantNoSlot(t, sb, "s")
-	wantNoSlot(t, sa, "s")
+	wantNoSlot(t, sb, backends.SemRef{Name: "s"})
+	wantNoSlot(t, sa, backends.SemRef{Name: "s"})
 	p = f.plan(reconcile.Options{})
 	if p.HasChanges() || len(p.Waiting) != 1 {
 		t.Fatalf("plan while draining:\n%s", text(p))
 	}
 	// One holder releases: still one left, still nobody admitted.
-	if err := sa.Release(context.Background(), "s", owners[0]); err != nil {
+	if err := sa.Release(context.Background(), backends.SemRef{Name: "s"}, owners[0]); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(reconcile.Options{})
-	wantNoSlot(t, sb, "s")
-	if err := sa.Release(context.Background(), "s", owners[1]); err != nil {
+	wantNoSlot(t, sb, backends.SemRef{Name: "s"})
+	if err := sa.Release(context.Background(), backends.SemRef{Name: "s"}, owners[1]); err != nil {
 		t.Fatal(err)
 	}
 	p = f.plan(reconcile.Options{})
@@ -300,7 +300,7 @@ semaphores:
 	}
 	f.apply(reconcile.Options{})
 	acquire(t, sb, "s", 2)
-	wantNoSlot(t, sb, "s")
+	wantNoSlot(t, sb, backends.SemRef{Name: "s"})
 	if s := f.semState(sa, "s"); s != nil {
 		t.Fatalf("old semaphore still on a: %+v", s)
 	}
@@ -337,12 +337,12 @@ func TestRemoveObjectsAndEmptyGuard(t *testing.T) {
 		t.Fatalf("delete plan:\n%s", text(p))
 	}
 	f.apply(reconcile.Options{})
-	wantNoSlot(t, st, "reindex")
+	wantNoSlot(t, st, backends.SemRef{Name: "reindex"})
 	p = f.plan(reconcile.Options{})
 	if p.HasChanges() || len(p.Waiting) != 1 {
 		t.Fatalf("plan while draining:\n%s", text(p))
 	}
-	if err := st.Release(context.Background(), "reindex", owners[0]); err != nil {
+	if err := st.Release(context.Background(), backends.SemRef{Name: "reindex"}, owners[0]); err != nil {
 		t.Fatal(err)
 	}
 	p = f.plan(reconcile.Options{})

@@ -160,7 +160,7 @@ func (s *Scheduler) batchers(cb *cronBackend) *cronBatchers {
 	return bt
 }
 
-// extendOccurrence is ExtendOccurrence, coalesced with the other runs'.
+// extendOccurrence renews one run lease, coalesced with the other runs' (ExtendOccurrences).
 func (s *Scheduler) extendOccurrence(ctx context.Context, cb *cronBackend, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
 	r, err := s.batchers(cb).extend.do(ctx, backends.Extension{Occurrence: occ, Lease: lease})
 	if err != nil {
@@ -169,7 +169,7 @@ func (s *Scheduler) extendOccurrence(ctx context.Context, cb *cronBackend, occ b
 	return r.ExpiresAt, r.Err
 }
 
-// finishOccurrence is FinishOccurrence, coalesced with the other runs'.
+// finishOccurrence records one result, coalesced with the other runs' (FinishOccurrences).
 func (s *Scheduler) finishOccurrence(ctx context.Context, cb *cronBackend, occ backends.Occurrence, res backends.RunResult) error {
 	err, callErr := s.batchers(cb).finish.do(ctx, backends.Finish{Occurrence: occ, Result: res})
 	if callErr != nil {

@@ -177,7 +177,7 @@ func TestDueTimesWaitForRunOfAnotherProcess(t *testing.T) {
 			h := start(t, path, "a")
 			// It renews its lease for about 3.5 s, then records its end.
 			for end := time.Now().Add(3500 * time.Millisecond); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-				if _, err := other.ExtendOccurrence(t.Context(), occ, 5*time.Second); err != nil {
+				if _, err := backends.ExtendOne(t.Context(), other, occ, 5*time.Second); err != nil {
 					t.Fatalf("renewing the other run: %v", err)
 				}
 			}
@@ -185,7 +185,7 @@ func TestDueTimesWaitForRunOfAnotherProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := other.FinishOccurrence(t.Context(), occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
+			if err := backends.FinishOne(t.Context(), other, occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
 				t.Fatal(err)
 			}
 			// The first time due after the end has run.

@@ -31,20 +31,18 @@ type clockOffset struct {
 	at time.Time
 }
 
-// cronBackend is the two cron views of one backend.
+// cronBackend is one backend with its cron tasks.
 type cronBackend struct {
 	backends.Backend
 	backends.Crons
-	backends.CronAdmin
 }
 
 func asCron(b backends.Backend) (*cronBackend, error) {
-	c, ok := b.(backends.Crons)
-	a, ok2 := b.(backends.CronAdmin)
-	if !ok || !ok2 {
+	c := b.Crons()
+	if c == nil {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold cron tasks: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
-	return &cronBackend{Backend: b, Crons: c, CronAdmin: a}, nil
+	return &cronBackend{Backend: b, Crons: c}, nil
 }
 
 // pass does one round on backend bn: with sweep, reap and retries first;

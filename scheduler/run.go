@@ -26,7 +26,7 @@ const (
 
 // runLease keeps one occurrence's run lease alive.
 type runLease struct {
-	// ext renews the lease (ExtendOccurrence, coalesced with the other
+	// ext renews the lease (ExtendOccurrences, coalesced with the other
 	// runs' renewals).
 	ext   func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error)
 	occ   backends.Occurrence

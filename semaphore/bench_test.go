@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/internal/benchutil"
 	"github.com/coordd/coordd/semaphore"
 )
@@ -106,7 +107,7 @@ func BenchmarkSemaphoreWakeInProcess(b *testing.B) {
 			// The waiter is blocked once its waiter record exists; then let
 			// it sit in its wait for a random while.
 			for {
-				w, err := st.FirstWaiter(ctx, "s")
+				w, err := st.FirstWaiter(ctx, backends.SemRef{Name: "s"})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -79,13 +79,13 @@ func ExampleClient_Acquire_keyed() {
 	// A second caller of user-7 waits in line (here in the backend
 	// directly, so that the example does not block).
 	w := backends.Waiters(st)
-	_ = w.EnterWait(ctx, backends.Instance("reindex", "user-7"), "second-caller", time.Minute)
+	_ = w.EnterWait(ctx, backends.SemRef{Name: "reindex", Key: "user-7"}, backends.AcquireRequest{Owner: "second-caller", Lease: time.Minute})
 	_, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, Key: "user-7"})
 	fmt.Println("third caller of user-7:", errors.Is(err, backends.ErrTooManyWaiters))
 	other, err := c.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true, Key: "user-8"})
 	fmt.Println("first caller of user-8:", err == nil, other.Key)
 	_ = other.Release(ctx)
-	_ = w.LeaveWait(ctx, backends.Instance("reindex", "user-7"), "second-caller")
+	_ = w.LeaveWait(ctx, backends.SemRef{Name: "reindex", Key: "user-7"}, "second-caller")
 	_ = running.Release(ctx)
 	// Output:
 	// third caller of user-7: true

@@ -18,7 +18,7 @@ import (
 type lossStore interface {
 	backends.Backend
 	backends.LossGuard
-	backends.SemaphoreAdmin
+	backends.Semaphores
 }
 
 // TestAcquireWaitsOutLossHold: the semaphore's backend restarted empty (a

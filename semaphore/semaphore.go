@@ -119,7 +119,7 @@ type Client struct {
 	releases [wakeBuckets]atomic.Uint64
 	waiting  atomic.Int64
 	mu       sync.Mutex
-	wakes    map[string]chan struct{}
+	wakes    map[backends.SemRef]chan struct{}
 }
 
 // wakeBuckets spreads names over release counters: a release of another
@@ -128,8 +128,8 @@ const wakeBuckets = 64
 
 var wakeSeed = maphash.MakeSeed()
 
-// wakeBucket is name's release counter.
-func wakeBucket(name string) int { return int(maphash.String(wakeSeed, name) % wakeBuckets) }
+// wakeBucket is ref's release counter.
+func wakeBucket(ref backends.SemRef) int { return int(maphash.Comparable(wakeSeed, ref) % wakeBuckets) }
 
 // New returns a client for b. host identifies this machine in holder
 // records; it must be a valid host id (spec.ErrInvalidHostID otherwise).
@@ -137,17 +137,17 @@ func New(b backends.Backend, host string) (*Client, error) {
 	if err := spec.CheckHostID(host); err != nil {
 		return nil, err
 	}
-	s, ok := b.(backends.Semaphores)
-	if !ok {
+	s := b.Semaphores()
+	if s == nil {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold semaphores: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
-	w, _ := b.(backends.Waiters)
+	w := s.Waiters()
 	r, _ := b.(backends.WakeRepairer)
 	lg, _ := b.(backends.LossGuard)
 	var p [8]byte
 	_, _ = rand.Read(p[:])
 	return &Client{sems: s, waiters: w, repairer: r, loss: lg, backend: b.Name(), host: host, pid: os.Getpid(),
-		ownerPrefix: hex.EncodeToString(p[:]) + "-", wakes: map[string]chan struct{}{}}, nil
+		ownerPrefix: hex.EncodeToString(p[:]) + "-", wakes: map[backends.SemRef]chan struct{}{}}, nil
 }
 
 // waitChan returns the channel the next release of name closes, or nil
@@ -157,7 +157,7 @@ func New(b backends.Backend, host string) (*Client, error) {
 // releases; a release counts itself, then looks for waiters) is what loses
 // no wake-up: either the release sees this waiter, or this waiter sees the
 // release.
-func (c *Client) waitChan(name string, bucket int, seen uint64) <-chan struct{} {
+func (c *Client) waitChan(ref backends.SemRef, bucket int, seen uint64) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waiting.Add(1)
@@ -165,10 +165,10 @@ func (c *Client) waitChan(name string, bucket int, seen uint64) <-chan struct{} 
 		c.waiting.Add(-1)
 		return nil
 	}
-	ch, ok := c.wakes[name]
+	ch, ok := c.wakes[ref]
 	if !ok {
 		ch = make(chan struct{})
-		c.wakes[name] = ch
+		c.wakes[ref] = ch
 	}
 	return ch
 }
@@ -176,17 +176,17 @@ func (c *Client) waitChan(name string, bucket int, seen uint64) <-chan struct{} 
 // unwait ends a wait that waitChan started.
 func (c *Client) unwait() { c.waiting.Add(-1) }
 
-// wake wakes every in-process waiter of name.
-func (c *Client) wake(name string) {
-	c.releases[wakeBucket(name)].Add(1)
+// wake wakes every in-process waiter of ref.
+func (c *Client) wake(ref backends.SemRef) {
+	c.releases[wakeBucket(ref)].Add(1)
 	if c.waiting.Load() == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch, ok := c.wakes[name]; ok {
+	if ch, ok := c.wakes[ref]; ok {
 		close(ch)
-		delete(c.wakes, name)
+		delete(c.wakes, ref)
 	}
 }
 
@@ -254,7 +254,7 @@ type Lease struct {
 	AcquiredAt time.Time
 	lease      time.Duration
 	c          *Client
-	ref        string // what the backend calls the semaphore or instance
+	ref        backends.SemRef // what the backend calls the semaphore or instance
 
 	mu       sync.Mutex
 	deadline time.Time     // monotonic: sentAt + lease - margin
@@ -282,15 +282,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 	if opts.Lease <= 0 {
 		return nil, errors.New("acquire: lease must be positive")
 	}
-	base := name
-	if opts.Key != "" {
+	ref := backends.SemRef{Name: name, Key: opts.Key}
+	if ref.IsInstance() {
 		if err := backends.CheckInstanceKey(opts.Key); err != nil {
 			return nil, fmt.Errorf("acquire %q: %w", name, err)
 		}
-		name = backends.Instance(name, opts.Key)
 	}
 	owner := c.newOwner()
-	bucket := wakeBucket(name)
+	bucket := wakeBucket(ref)
 	var deadline <-chan time.Time
 	if opts.Wait > 0 {
 		wait := opts.Wait
@@ -312,17 +311,17 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		if registered {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			_ = c.waiters.LeaveWait(lctx, name, owner)
+			_ = c.waiters.LeaveWait(lctx, ref, owner)
 		}
 	}()
 	for {
 		seen := c.releases[bucket].Load() // before the try: a release after it wakes this caller
 		sentAt := time.Now()
-		g, err := c.sems.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
+		g, err := c.sems.TryAcquire(ctx, ref, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: opts.Lease})
 		if err == nil {
 			return &Lease{
-				Name: base, Key: opts.Key, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
-				ref: name, deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)),
+				Name: name, Key: opts.Key, Slot: g.Slot, Fencing: g.Fencing, Owner: owner, AcquiredAt: sentAt, lease: opts.Lease, c: c,
+				ref: ref, deadline: sentAt.Add(opts.Lease - Margin(opts.Lease)),
 			}, nil
 		}
 		if !errors.Is(err, backends.ErrNoSlot) {
@@ -330,7 +329,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 				continue
 			}
 			if werr := loss.wait(ctx, c, err, opts, deadline); werr == err {
-				return nil, fmt.Errorf("acquire %s: %w", backends.DescribeRef(name), err)
+				return nil, fmt.Errorf("acquire %s: %w", ref, err)
 			} else if werr != nil {
 				return nil, werr
 			}
@@ -342,25 +341,25 @@ func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) 
 		if c.waiters != nil {
 			// Registering (and renewing) the waiter record enforces
 			// max_waiting; a crashed waiter's record expires on its own.
-			if err := c.enterWait(ctx, name, owner, waiterLease); err != nil {
+			if err := c.enterWait(ctx, ref, owner, waiterLease); err != nil {
 				if full := waitersFull(err); full != nil {
 					return nil, fmt.Errorf("not acquired: %w", full)
 				}
 				if c.rideOut(ctx, err, opts, deadline, &outage) {
 					continue
 				}
-				return nil, fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
+				return nil, fmt.Errorf("wait for %s: %w", ref, err)
 			}
 			if !registered {
 				registered = true
-				c.repairWakeups(ctx, name)
+				c.repairWakeups(ctx, ref)
 			}
 		}
-		wake := c.waitChan(name, bucket, seen)
+		wake := c.waitChan(ref, bucket, seen)
 		if wake == nil {
 			continue // a release came since the try
 		}
-		err = c.waitOnce(ctx, name, owner, wake, deadline, waiterLease/3)
+		err = c.waitOnce(ctx, ref, owner, wake, deadline, waiterLease/3)
 		c.unwait()
 		if errors.Is(err, ErrNotAcquired) {
 			return nil, fmt.Errorf("%w in %v", ErrNotAcquired, opts.Wait)
@@ -503,13 +502,9 @@ func sleepHold(ctx context.Context, hold *backends.LossHoldError, deadline <-cha
 }
 
 // enterWait joins (or renews) the line as owner, naming this host and
-// pid where the backend records who waits (backends.WaiterLister) so that
-// operators see them in the line.
-func (c *Client) enterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	if l, ok := c.waiters.(backends.WaiterLister); ok {
-		return l.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: lease})
-	}
-	return c.waiters.EnterWait(ctx, name, owner, lease)
+// pid so that operators see who waits in the line.
+func (c *Client) enterWait(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) error {
+	return c.waiters.EnterWait(ctx, ref, backends.AcquireRequest{Owner: owner, Host: c.host, PID: c.pid, Lease: lease})
 }
 
 // waitersFull is the part of a backend's max_waiting refusal that says
@@ -528,26 +523,26 @@ func waitersFull(err error) error {
 	return backends.ErrTooManyWaiters
 }
 
-// repairWakeups runs the backend's wake-up repair pass for name, when it
+// repairWakeups runs the backend's wake-up repair pass for ref, when it
 // has one: a waiter must not depend on a daemon to be woken after a
 // releaser died between its release and its wake-up. A failure only leaves
 // parked waiters to the end of their sleep, so it is not returned.
-func (c *Client) repairWakeups(ctx context.Context, name string) {
+func (c *Client) repairWakeups(ctx context.Context, ref backends.SemRef) {
 	if c.repairer == nil {
 		return
 	}
-	_, _ = c.repairer.RepairWakeups(ctx, []string{name})
+	_, _ = c.repairer.RepairWakeups(ctx, []backends.SemRef{ref})
 }
 
 // waitOnce blocks until an in-process release, a backend wake-up, the
 // deadline (ErrNotAcquired), ctx's end, or max.
-func (c *Client) waitOnce(ctx context.Context, name, owner string, wake <-chan struct{}, deadline <-chan time.Time, max time.Duration) error {
+func (c *Client) waitOnce(ctx context.Context, ref backends.SemRef, owner string, wake <-chan struct{}, deadline <-chan time.Time, max time.Duration) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		if c.waiters != nil {
-			done <- c.waiters.WaitSemaphore(wctx, name, owner, max)
+			done <- c.waiters.WaitSemaphore(wctx, ref, owner, max)
 			return
 		}
 		// Without a backend wake-up, poll at a gentle bounded rate.
@@ -570,7 +565,7 @@ func (c *Client) waitOnce(ctx context.Context, name, owner string, wake <-chan s
 		return nil
 	case err := <-done:
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("wait for %s: %w", backends.DescribeRef(name), err)
+			return fmt.Errorf("wait for %s: %w", ref, err)
 		}
 		return ctx.Err()
 	case <-deadline:
@@ -717,5 +712,5 @@ func (l *Lease) opErr(op string, err error) error {
 	if msg := err.Error(); strings.Contains(msg, op) && strings.Contains(msg, strconv.Quote(l.Name)) {
 		return err
 	}
-	return fmt.Errorf("%s %s: %w", op, backends.DescribeRef(l.ref), err)
+	return fmt.Errorf("%s %s: %w", op, l.ref, err)
 }

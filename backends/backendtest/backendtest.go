@@ -87,25 +87,25 @@ var capabilities = []capability{
 	{"Backend", func(backends.Backend) bool { return true }, testBackend},
 	{"Contract", func(backends.Backend) bool { return true }, testContract},
 	{"Migrator", is[backends.Migrator], testMigrator},
-	{"StateStore", is[backends.StateStore], testStateStore},
-	{"Semaphores", isSemaphores, testSemaphores},
-	{"Waiters", is[backends.Waiters], testWaiters},
-	{"WaiterRejoin", is[backends.Waiters], testWaitRejoin},
-	{"Keyed", isSemaphores, testKeyed},
-	{"Leader", is[backends.Leader], testLeader},
-	{"LeaderTerms", is[backends.Leader], testLeaderTerms},
-	{"CronAdmin", is[backends.CronAdmin], testCronAdmin},
-	{"Crons", is[backends.Crons], testCronsRuntime},
-	{"CronPause", is[backends.Crons], testCronsPause}, // every cron backend must pause
-	{"QueueAdmin", is[backends.QueueAdmin], testQueueAdmin},
-	{"Queues", is[backends.Queues], testQueues},
-	{"QueueReturn", is[backends.Queues], testQueueReturn},
-	{"QueueOrder", is[backends.Queues], testQueueOrder},
-	{"QueueKeys", is[backends.Queues], testQueueKeys},
-	{"QueueComeBack", is[backends.Queues], testQueueComeBack},
-	{"QueueDeadJob", is[backends.Queues], testQueueDeadJob},   // every queue backend must act on one dead job
-	{"QueueDeadRead", is[backends.Queues], testQueueDeadRead}, // and read one page of the dead set, bounded
-	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
+	{"StateStore", hasCluster, testStateStore},
+	{"Semaphores", hasSemaphores, testSemaphores},
+	{"Waiters", hasWaiters, testWaiters},
+	{"WaiterRejoin", hasWaiters, testWaitRejoin},
+	{"Keyed", hasSemaphores, testKeyed},
+	{"Leader", hasCluster, testLeader},
+	{"LeaderTerms", hasCluster, testLeaderTerms},
+	{"CronAdmin", hasCrons, testCronAdmin},
+	{"Crons", hasCrons, testCronsRuntime},
+	{"CronPause", hasCrons, testCronsPause}, // every cron backend must pause
+	{"QueueAdmin", hasQueues, testQueueAdmin},
+	{"Queues", hasQueues, testQueues},
+	{"QueueReturn", hasQueues, testQueueReturn},
+	{"QueueOrder", hasQueues, testQueueOrder},
+	{"QueueKeys", hasQueues, testQueueKeys},
+	{"QueueComeBack", hasQueues, testQueueComeBack},
+	{"QueueDeadJob", hasQueues, testQueueDeadJob},   // every queue backend must act on one dead job
+	{"QueueDeadRead", hasQueues, testQueueDeadRead}, // and read one page of the dead set, bounded
+	{"HostRegistry", hasCluster, testHostRegistry},
 }
 
 func is[T any](b backends.Backend) bool {
@@ -113,10 +113,46 @@ func is[T any](b backends.Backend) bool {
 	return ok
 }
 
-// isSemaphores is true when b has either semaphore interface: one without
-// the other is a bug the subtests then report.
-func isSemaphores(b backends.Backend) bool {
-	return is[backends.SemaphoreAdmin](b) || is[backends.Semaphores](b)
+// The areas a backend holds (backends.Backend's accessors).
+func hasCluster(b backends.Backend) bool    { return b.Cluster() != nil }
+func hasSemaphores(b backends.Backend) bool { return b.Semaphores() != nil }
+func hasCrons(b backends.Backend) bool      { return b.Crons() != nil }
+func hasQueues(b backends.Backend) bool     { return b.Queues() != nil }
+func hasWaiters(b backends.Backend) bool    { return hasSemaphores(b) && b.Semaphores().Waiters() != nil }
+
+// clusterOf and the others below are b's area, failing t when b holds none.
+func clusterOf(t *testing.T, b backends.Backend) backends.Cluster {
+	t.Helper()
+	return area(t, b, "a cluster", b.Cluster())
+}
+
+func semsOf(t *testing.T, b backends.Backend) backends.Semaphores {
+	t.Helper()
+	return area(t, b, "semaphores", b.Semaphores())
+}
+
+func waitersOf(t *testing.T, b backends.Backend) backends.Waiters {
+	t.Helper()
+	return area(t, b, "a line of waiters", semsOf(t, b).Waiters())
+}
+
+func cronsOf(t *testing.T, b backends.Backend) backends.Crons {
+	t.Helper()
+	return area(t, b, "cron tasks", b.Crons())
+}
+
+func queuesOf(t *testing.T, b backends.Backend) backends.Queues {
+	t.Helper()
+	return area(t, b, "queues", b.Queues())
+}
+
+func area[T comparable](t *testing.T, b backends.Backend, what string, a T) T {
+	t.Helper()
+	var zero T
+	if a == zero {
+		t.Fatalf("%s backend holds no %s", b.Type(), what)
+	}
+	return a
 }
 
 // Run runs the conformance suite.
@@ -136,7 +172,7 @@ func Run(t *testing.T, h Harness) {
 		hm := h
 		hm.mode, hm.wakeMode, _ = strings.Cut(m, "/")
 		t.Run("Semaphores/mode="+m, func(t *testing.T) { testSemaphores(t, hm) })
-		if is[backends.Waiters](probe) {
+		if hasWaiters(probe) {
 			t.Run("Waiters/mode="+m, func(t *testing.T) { testWaiters(t, hm) })
 		}
 	}

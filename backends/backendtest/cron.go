@@ -14,7 +14,7 @@ func testCronAdmin(t *testing.T, h Harness) {
 	t.Run("PutObserve", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		c := as[backends.CronAdmin](t, b)
+		c := cronsOf(t, b)
 		ctx := t.Context()
 		def1 := json.RawMessage(`{"schedule":"0 4 * * *","timezone":"Asia/Tokyo","command":{"argv":["true"]}}`)
 		def2 := json.RawMessage(`{"schedule":"*/5 * * * *","timezone":"UTC","command":{"shell":"echo hi"}}`)
@@ -33,7 +33,7 @@ func testCronAdmin(t *testing.T, h Harness) {
 	t.Run("ObserveMany", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		c := as[backends.CronAdmin](t, b)
+		c := cronsOf(t, b)
 		ctx := t.Context()
 		base := time.Date(2031, 6, 1, 0, 0, 0, 0, time.UTC)
 		var names []string
@@ -71,7 +71,7 @@ func testCronAdmin(t *testing.T, h Harness) {
 	t.Run("Delete", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		c := as[backends.CronAdmin](t, b)
+		c := cronsOf(t, b)
 		ctx := t.Context()
 		next := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		ok(t, c.PutCron(ctx, "a", cronDef(1), next, true), "put a")
@@ -92,7 +92,7 @@ func cronDef(i int) json.RawMessage {
 }
 
 // wantCron checks one observed task.
-func wantCron(t *testing.T, c backends.CronAdmin, name string, def json.RawMessage, next time.Time) {
+func wantCron(t *testing.T, c backends.Crons, name string, def json.RawMessage, next time.Time) {
 	t.Helper()
 	m, err := c.ObserveCrons(t.Context(), []string{name})
 	ok(t, err, "observe "+name)

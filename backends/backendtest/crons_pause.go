@@ -55,7 +55,7 @@ func (c *crn) wantPaused(task string, at time.Time, what string) {
 	}
 }
 
-// testCronsPause checks CronPauser: a pause is stored beside the
+// testCronsPause checks Crons.PauseCron and ResumeCron: a pause is stored beside the
 // definition with its host, backend time and reason; a scheduled claim, a
 // skip and a retry of a paused task are refused in the claim itself; an
 // apply keeps the pause; a resume lets the missed times be claimed from
@@ -66,7 +66,7 @@ func testCronsPause(t *testing.T, h Harness) {
 		t.Parallel()
 		c, open := freshCrons(t, h)
 		other := open() // a second host that read nothing since
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		ctx := t.Context()
 		at := c.putAt("nightly", cronDef(1), -5*time.Second)
 		free := c.putAt("free", cronDef(2), -5*time.Second)
@@ -102,7 +102,7 @@ func testCronsPause(t *testing.T, h Harness) {
 			t.Fatalf("paused task has history %+v, want none", h)
 		}
 		// Pausing again keeps the first pause.
-		again, changed, err := other.b.(backends.CronPauser).PauseCron(ctx, "nightly", "ops-2", "second")
+		again, changed, err := other.b.Crons().PauseCron(ctx, "nightly", "ops-2", "second")
 		ok(t, err, "pause again")
 		if changed || again != got {
 			t.Fatalf("second pause returned %+v changed %v, want the first %+v kept", again, changed, got)
@@ -128,7 +128,7 @@ func testCronsPause(t *testing.T, h Harness) {
 	t.Run("PauseBlocksRetries", func(t *testing.T) {
 		t.Parallel()
 		c, _ := freshCrons(t, h)
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		at := c.putAt("flaky", cronDef(3), -5*time.Second)
 		occ := c.claim(scheduled("flaky", at, at.Add(time.Hour), newOwner("a1"), lease))
 		c.finish(occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1})
@@ -153,12 +153,12 @@ func testCronsPause(t *testing.T, h Harness) {
 	t.Run("RunInProgressFinishes", func(t *testing.T) {
 		t.Parallel()
 		c, _ := freshCrons(t, h)
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		at := c.putAt("long", cronDef(10), -5*time.Second)
 		occ := c.claim(scheduled("long", at, at.Add(time.Hour), newOwner("run"), lease))
 		_, _, err := p.PauseCron(t.Context(), "long", "ops-1", "stop after this one")
 		ok(t, err, "pause")
-		_, err = c.ExtendOccurrence(t.Context(), occ, lease)
+		_, err = backends.ExtendOne(t.Context(), c, occ, lease)
 		ok(t, err, "extend a run claimed before the pause")
 		c.finish(occ, backends.RunResult{Status: backends.RunSucceeded})
 		if r := findRun(t, c.history("long"), occ); r.Status != backends.RunSucceeded {
@@ -169,12 +169,12 @@ func testCronsPause(t *testing.T, h Harness) {
 		t.Parallel()
 		c, open := freshCrons(t, h)
 		other := open()
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		ctx := t.Context()
 		at := c.putAt("nightly", cronDef(4), -5*time.Second)
 		paused, _, err := p.PauseCron(ctx, "nightly", "ops-1", "incident 42")
 		ok(t, err, "pause")
-		prev, err := other.b.(backends.CronPauser).ResumeCron(ctx, "nightly")
+		prev, err := other.b.Crons().ResumeCron(ctx, "nightly")
 		ok(t, err, "resume")
 		if prev == nil || *prev != paused {
 			t.Fatalf("resume returned %+v, want the pause %+v", prev, paused)
@@ -203,7 +203,7 @@ func testCronsPause(t *testing.T, h Harness) {
 	t.Run("ApplyKeepsPause", func(t *testing.T) {
 		t.Parallel()
 		c, _ := freshCrons(t, h)
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		ctx := t.Context()
 		at := c.putAt("nightly", cronDef(5), -5*time.Second)
 		paused, _, err := p.PauseCron(ctx, "nightly", "ops-1", "keep me")
@@ -233,7 +233,7 @@ func testCronsPause(t *testing.T, h Harness) {
 	t.Run("SpecPaused", func(t *testing.T) {
 		t.Parallel()
 		c, _ := freshCrons(t, h)
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		ctx := t.Context()
 		at := c.putAt("declared", pausedDef(8), -5*time.Second)
 		st := c.pauseState("declared")
@@ -260,7 +260,7 @@ func testCronsPause(t *testing.T, h Harness) {
 	t.Run("CatchUpAfterResume", func(t *testing.T) {
 		t.Parallel()
 		c, _ := freshCrons(t, h)
-		p := as[backends.CronPauser](t, c.b)
+		p := cronsOf(t, c.b)
 		ctx := t.Context()
 		// next_exec is the first of three times missed while paused.
 		first := c.putAt("report", cronDef(9), -3*time.Second)

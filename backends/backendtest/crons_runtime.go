@@ -13,11 +13,10 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// crn bundles the two cron interfaces of one handle.
+// crn bundles the cron tasks of one handle with the handle.
 type crn struct {
 	t *testing.T
 	b backends.Backend
-	backends.CronAdmin
 	backends.Crons
 }
 
@@ -25,12 +24,12 @@ type crn struct {
 func freshCrons(t *testing.T, h Harness) (*crn, func() *crn) {
 	t.Helper()
 	b, open := fresh(t, h)
-	return cronsOf(t, b), func() *crn { return cronsOf(t, open()) }
+	return crnOf(t, b), func() *crn { return crnOf(t, open()) }
 }
 
-func cronsOf(t *testing.T, b backends.Backend) *crn {
+func crnOf(t *testing.T, b backends.Backend) *crn {
 	t.Helper()
-	return &crn{t: t, b: b, CronAdmin: as[backends.CronAdmin](t, b), Crons: as[backends.Crons](t, b)}
+	return &crn{t: t, b: b, Crons: cronsOf(t, b)}
 }
 
 // now reads the backend clock.
@@ -89,7 +88,7 @@ func retry(occ backends.Occurrence, attempt int, owner string, lease time.Durati
 
 func (c *crn) finish(occ backends.Occurrence, res backends.RunResult) {
 	c.t.Helper()
-	ok(c.t, c.FinishOccurrence(c.t.Context(), occ, res), fmt.Sprintf("finish %s attempt %d as %s", occ.Task, occ.Attempt, res.Status))
+	ok(c.t, backends.FinishOne(c.t.Context(), c, occ, res), fmt.Sprintf("finish %s attempt %d as %s", occ.Task, occ.Attempt, res.Status))
 }
 
 func (c *crn) history(task string) []backends.Run {
@@ -316,16 +315,16 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		owner := newOwner("owner")
 		occ := c.claim(scheduled("job", at, at.Add(time.Hour), owner, 30*time.Second))
 
-		exp, err := other.ExtendOccurrence(ctx, occ, time.Hour)
+		exp, err := backends.ExtendOne(ctx, other, occ, time.Hour)
 		ok(t, err, "extend by the owner from another handle")
 		if exp.Sub(occ.ExpiresAt) < 50*time.Minute {
 			t.Fatalf("extended to %v, want about an hour past the claim (lease was until %v)", exp, occ.ExpiresAt)
 		}
 		thief := occ
 		thief.Owner = newOwner("thief")
-		_, err = c.ExtendOccurrence(ctx, thief, time.Hour)
+		_, err = backends.ExtendOne(ctx, c, thief, time.Hour)
 		wantErr(t, err, backends.ErrLost, "extend by another owner")
-		err = c.FinishOccurrence(ctx, thief, backends.RunResult{Status: backends.RunSucceeded})
+		err = backends.FinishOne(ctx, c, thief, backends.RunResult{Status: backends.RunSucceeded})
 		wantErr(t, err, backends.ErrLost, "finish by another owner")
 		if r := findRun(t, c.history("job"), occ); r.Status != backends.RunRunning || !r.FinishedAt.IsZero() {
 			t.Fatalf("after a wrong owner's finish: %+v, want still running", r)
@@ -351,9 +350,9 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		if len(r.Output) != 64<<10 || !bytes.Equal(r.Output, out[len(out)-64<<10:]) {
 			t.Fatalf("output of %d bytes, want the last 64 KiB of the 100 KiB written", len(r.Output))
 		}
-		_, err = c.ExtendOccurrence(ctx, occ, time.Hour)
+		_, err = backends.ExtendOne(ctx, c, occ, time.Hour)
 		wantErr(t, err, backends.ErrLost, "extend a finished run")
-		err = c.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded})
+		err = backends.FinishOne(ctx, c, occ, backends.RunResult{Status: backends.RunSucceeded})
 		wantErr(t, err, backends.ErrLost, "finish twice")
 
 		m := c.claim(manual("job", newOwner("m"), 30*time.Second))
@@ -500,7 +499,7 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		if len(run) != 1 || !sameOcc(run[0], live) {
 			t.Fatalf("running %+v, want only the live manual run", run)
 		}
-		_, err = c.ExtendOccurrence(ctx, occ, time.Hour)
+		_, err = backends.ExtendOne(ctx, c, occ, time.Hour)
 		wantErr(t, err, backends.ErrLost, "extend an expired lease")
 
 		ok(t, other.ReapOccurrence(ctx, occ), "reap")
@@ -509,7 +508,7 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		}
 		err = c.ReapOccurrence(ctx, occ)
 		wantErr(t, err, backends.ErrConflict, "reap twice")
-		err = c.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded})
+		err = backends.FinishOne(ctx, c, occ, backends.RunResult{Status: backends.RunSucceeded})
 		wantErr(t, err, backends.ErrLost, "finish by the owner after the reap")
 		if r := findRun(t, c.history("doomed"), occ); r.Status != backends.RunLost {
 			t.Fatalf("after the late finish: %+v, want still lost", r)
@@ -546,9 +545,9 @@ func testCronsRuntime(t *testing.T, h Harness) {
 		if len(run) != 0 || len(exp) != 0 {
 			t.Fatalf("a skip left running %+v, expired %+v", run, exp)
 		}
-		_, err = c.ExtendOccurrence(ctx, occ, time.Hour)
+		_, err = backends.ExtendOne(ctx, c, occ, time.Hour)
 		wantErr(t, err, backends.ErrLost, "extend a skipped occurrence")
-		err = c.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded})
+		err = backends.FinishOne(ctx, c, occ, backends.RunResult{Status: backends.RunSucceeded})
 		wantErr(t, err, backends.ErrLost, "finish a skipped occurrence")
 		_, err = c.ClaimOccurrence(ctx, req)
 		wantErr(t, err, backends.ErrConflict, "skip the same time twice")

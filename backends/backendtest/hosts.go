@@ -35,14 +35,14 @@ func testHostRegistry(t *testing.T, h Harness) {
 
 // freshHosts creates a fresh store and returns its registry and a function
 // that opens another handle's registry.
-func freshHosts(t *testing.T, h Harness) (backends.Backend, backends.HostRegistry, func() backends.HostRegistry) {
+func freshHosts(t *testing.T, h Harness) (backends.Backend, backends.Cluster, func() backends.Cluster) {
 	t.Helper()
 	b, open := fresh(t, h)
-	return b, as[backends.HostRegistry](t, b), func() backends.HostRegistry { return as[backends.HostRegistry](t, open()) }
+	return b, clusterOf(t, b), func() backends.Cluster { return clusterOf(t, open()) }
 }
 
 // listHosts reads the registry and checks the invariants every read has.
-func listHosts(t *testing.T, b backends.Backend, r backends.HostRegistry) backends.Hosts {
+func listHosts(t *testing.T, b backends.Backend, r backends.Cluster) backends.Hosts {
 	t.Helper()
 	before, err := b.Now(t.Context())
 	ok(t, err, "now")
@@ -79,11 +79,11 @@ func testHostsEmpty(t *testing.T, h Harness) {
 	open := h.New(t)
 	raw := open()
 	if _, isMigrator := raw.(backends.Migrator); isMigrator {
-		hs := listHosts(t, raw, as[backends.HostRegistry](t, raw))
+		hs := listHosts(t, raw, clusterOf(t, raw))
 		if len(hs.Hosts) != 0 {
 			t.Errorf("never migrated: hosts %+v, want none", hs.Hosts)
 		}
-		last, err := as[backends.HostRegistry](t, raw).LastApply(t.Context())
+		last, err := clusterOf(t, raw).LastApply(t.Context())
 		ok(t, err, "last apply of a store never migrated")
 		if last != nil {
 			t.Errorf("never migrated: last apply %+v, want nil", last)
@@ -246,7 +246,7 @@ func testHostsLastApply(t *testing.T, h Harness) {
 	if last != nil {
 		t.Fatalf("fresh store: last apply %+v, want nil", last)
 	}
-	ss := as[backends.StateStore](t, b)
+	ss := clusterOf(t, b)
 	for i, hash := range []string{"hash-1", "hash-2", "hash-1"} {
 		unlock, err := ss.TryLockApply(ctx, "owner", time.Minute)
 		ok(t, err, "lock")

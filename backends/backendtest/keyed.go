@@ -139,7 +139,7 @@ func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 	l8, err := other.Acquire(ctx, "reindex", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true, Key: "user-8"})
 	ok(t, err, "first caller of user-8")
 	w8 := newOwner("w8")
-	ok(t, as[backends.Waiters](t, b).EnterWait(ctx, backends.Instance("reindex", "user-8"), w8, time.Minute), "a waiter of user-8 beside user-7's")
+	ok(t, waitersOf(t, b).EnterWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, backends.AcquireRequest{Owner: w8, Lease: time.Minute}), "a waiter of user-8 beside user-7's")
 
 	select {
 	case l := <-got2:
@@ -160,7 +160,7 @@ func testKeyedOneRunsOneWaits(t *testing.T, h Harness) {
 		t.Errorf("fencing %d after %d: want strictly increasing", l2.Fencing, l1.Fencing)
 	}
 	ok(t, l2.Release(ctx), "the second caller of user-7 ends")
-	ok(t, as[backends.Waiters](t, b).LeaveWait(ctx, backends.Instance("reindex", "user-8"), w8), "the waiter of user-8 leaves")
+	ok(t, waitersOf(t, b).LeaveWait(ctx, backends.SemRef{Name: "reindex", Key: "user-8"}, w8), "the waiter of user-8 leaves")
 	ok(t, l8.Release(ctx), "the caller of user-8 ends")
 	h.noRows(t, b, "reindex", "after every caller released or left")
 }
@@ -185,9 +185,9 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 2, -1))
-	ref := backends.Instance("k", "file/α 1.txt")
+	ref := backends.SemRef{Name: "k", Key: "file/α 1.txt"}
 	h.noRows(t, b, "k", "before any acquire")
 
 	a, c := newOwner("a"), newOwner("c")
@@ -201,8 +201,8 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	h.noRows(t, b, "k", "after the last release")
 
 	waiter := newOwner("w")
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "enter wait")
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "renew wait")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "renew wait")
 	ok(t, w.LeaveWait(ctx, ref, waiter), "leave wait")
 	h.noRows(t, b, "k", "after the only waiter left")
 
@@ -211,7 +211,7 @@ func testKeyedNothingLeft(t *testing.T, h Harness) {
 	for _, o := range holders {
 		s.acquire(ref, o, time.Minute)
 	}
-	ok(t, w.EnterWait(ctx, ref, waiter, time.Minute), "enter wait behind two holders")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait behind two holders")
 	s.release(ref, holders[0])
 	s.acquire(ref, waiter, time.Minute)
 	s.wantWaiters("k", 0, "after the waiter's grant")
@@ -229,7 +229,7 @@ func testKeyedCrashedHolder(t *testing.T, h Harness) {
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
-	ref := backends.Instance("k", "user-1")
+	ref := backends.SemRef{Name: "k", Key: "user-1"}
 	crashed := newOwner("crashed")
 	g := s.acquire(ref, crashed, time.Second)
 	s.full(ref, g.ExpiresAt)
@@ -246,9 +246,9 @@ func testKeyedCrashedHolder(t *testing.T, h Harness) {
 
 	// A crashed holder of a key nobody uses again: its row goes once its
 	// lease expired, by itself or with the next call on any instance.
-	g3 := s.acquire(backends.Instance("k", "user-2"), newOwner("crashed"), time.Second)
+	g3 := s.acquire(backends.SemRef{Name: "k", Key: "user-2"}, newOwner("crashed"), time.Second)
 	waitPast(t, b, g3.ExpiresAt)
-	poke := backends.Instance("k", "user-3")
+	poke := backends.SemRef{Name: "k", Key: "user-3"}
 	h.waitNoRows(t, b, "k", "after a crashed holder's lease expired", func() {
 		o := newOwner("poke")
 		s.acquire(poke, o, time.Minute)
@@ -262,21 +262,21 @@ func testKeyedExpiredWaiter(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, 1))
-	ref := backends.Instance("k", "user-1")
+	ref := backends.SemRef{Name: "k", Key: "user-1"}
 	before, err := b.Now(ctx)
 	ok(t, err, "now")
-	ok(t, w.EnterWait(ctx, ref, newOwner("crashed"), time.Second), "enter the waiter that will crash")
-	wantErr(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), backends.ErrTooManyWaiters, "a second waiter while the first's record is live")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("crashed"), Lease: time.Second}), "enter the waiter that will crash")
+	wantErr(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), backends.ErrTooManyWaiters, "a second waiter while the first's record is live")
 	waitPast(t, b, before.Add(2*time.Second))
-	poke := backends.Instance("k", "other")
+	poke := backends.SemRef{Name: "k", Key: "other"}
 	h.waitNoRows(t, b, "k", "after the crashed waiter's record expired", func() {
 		o := newOwner("poke")
 		s.acquire(poke, o, time.Minute)
 		s.release(poke, o)
 	})
-	ok(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), "a waiter after the crashed one's record expired")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), "a waiter after the crashed one's record expired")
 }
 
 // testKeyedLimit: instances obey the semaphore's limit as applied now: a
@@ -286,7 +286,7 @@ func testKeyedLimit(t *testing.T, h Harness) {
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
 	s.put(h.keyedConfig("k", 2, -1))
-	ref := backends.Instance("k", "x")
+	ref := backends.SemRef{Name: "k", Key: "x"}
 	o := []string{newOwner("a"), newOwner("b"), newOwner("c")}
 	s.acquire(ref, o[0], time.Minute)
 	g := s.acquire(ref, o[1], time.Minute)
@@ -294,7 +294,7 @@ func testKeyedLimit(t *testing.T, h Harness) {
 		t.Errorf("second holder slot %d, want 1", g.Slot)
 	}
 	s.full(ref)
-	s.acquire(backends.Instance("k", "y"), newOwner("y"), time.Minute) // another key is not full
+	s.acquire(backends.SemRef{Name: "k", Key: "y"}, newOwner("y"), time.Minute) // another key is not full
 
 	s.put(h.keyedConfig("k", 3, -1))
 	s.acquire(ref, o[2], time.Minute)
@@ -323,19 +323,19 @@ func testKeyedDelete(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 2, -1))
-	ref := backends.Instance("k", "x")
+	ref := backends.SemRef{Name: "k", Key: "x"}
 	holder := newOwner("h")
 	s.acquire(ref, holder, time.Minute)
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), newOwner("w"), time.Minute), "a waiter of another key")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: "y"}, backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), "a waiter of another key")
 	wantErr(t, s.DeleteSemaphore(ctx, "k"), backends.ErrHeld, "delete with an instance holder")
 	st := s.observe("k")
 	if st == nil || st.Config.Limit != 0 || len(st.Holders) != 1 {
 		t.Fatalf("draining keyed semaphore: %+v, want limit 0 and 1 holder", st)
 	}
 	s.full(ref)
-	s.full(backends.Instance("k", "z"))
+	s.full(backends.SemRef{Name: "k", Key: "z"})
 	s.release(ref, holder)
 	ok(t, s.DeleteSemaphore(ctx, "k"), "delete once drained")
 	if st := s.observe("k"); st != nil {
@@ -344,7 +344,7 @@ func testKeyedDelete(t *testing.T, h Harness) {
 	h.noRows(t, b, "k", "after the delete")
 	_, err := s.TryAcquire(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute})
 	wantErr(t, err, backends.ErrNotFound, "acquire an instance of a deleted semaphore")
-	wantErr(t, w.EnterWait(ctx, ref, newOwner("late"), time.Minute), backends.ErrNotFound, "wait on an instance of a deleted semaphore")
+	wantErr(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: newOwner("late"), Lease: time.Minute}), backends.ErrNotFound, "wait on an instance of a deleted semaphore")
 }
 
 // testKeyedFencing: fencing numbers grow strictly in grant order across an
@@ -355,7 +355,7 @@ func testKeyedFencing(t *testing.T, h Harness) {
 	s.put(h.keyedConfig("k", 1, -1))
 	var last int64
 	for i := range 6 {
-		ref := backends.Instance("k", fmt.Sprintf("key-%d", i%2))
+		ref := backends.SemRef{Name: "k", Key: fmt.Sprintf("key-%d", i%2)}
 		o := newOwner("f")
 		g := s.acquire(ref, o, time.Minute)
 		if g.Fencing <= last {
@@ -377,24 +377,24 @@ func testKeyedRules(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
 	s.put(h.semConfig("plain", 1))
 	req := backends.AcquireRequest{Owner: newOwner("o"), Host: "h", PID: 1, Lease: time.Minute}
 
-	_, err := s.TryAcquire(ctx, "k", req)
+	_, err := s.TryAcquire(ctx, backends.SemRef{Name: "k"}, req)
 	wantErr(t, err, backends.ErrKeyRequired, "acquire a keyed semaphore without a key")
-	wantErr(t, w.EnterWait(ctx, "k", req.Owner, time.Minute), backends.ErrKeyRequired, "wait on a keyed semaphore without a key")
-	_, err = s.TryAcquire(ctx, backends.Instance("plain", "x"), req)
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "k"}, backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), backends.ErrKeyRequired, "wait on a keyed semaphore without a key")
+	_, err = s.TryAcquire(ctx, backends.SemRef{Name: "plain", Key: "x"}, req)
 	wantErr(t, err, backends.ErrNotKeyed, "acquire an instance of a semaphore that is not keyed")
-	wantErr(t, w.EnterWait(ctx, backends.Instance("plain", "x"), req.Owner, time.Minute), backends.ErrNotKeyed, "wait on an instance of a semaphore that is not keyed")
-	_, err = s.TryAcquire(ctx, backends.Instance("absent", "x"), req)
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "plain", Key: "x"}, backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), backends.ErrNotKeyed, "wait on an instance of a semaphore that is not keyed")
+	_, err = s.TryAcquire(ctx, backends.SemRef{Name: "absent", Key: "x"}, req)
 	wantErr(t, err, backends.ErrNotFound, "acquire an instance of an absent semaphore")
 
-	for _, key := range []string{"", "a\nb", "bell\x07", strings.Repeat("k", spec.MaxKeyLen+1), "\xff\xfe"} {
-		_, err := s.TryAcquire(ctx, backends.Instance("k", key), req)
+	for _, key := range []string{"a\nb", "bell\x07", strings.Repeat("k", spec.MaxKeyLen+1), "\xff\xfe"} {
+		_, err := s.TryAcquire(ctx, backends.SemRef{Name: "k", Key: key}, req)
 		wantErr(t, err, spec.ErrInvalidKey, fmt.Sprintf("acquire with key %q", key))
-		wantErr(t, w.EnterWait(ctx, backends.Instance("k", key), req.Owner, time.Minute), spec.ErrInvalidKey, fmt.Sprintf("wait with key %q", key))
+		wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: key}, backends.AcquireRequest{Owner: req.Owner, Lease: time.Minute}), spec.ErrInvalidKey, fmt.Sprintf("wait with key %q", key))
 	}
 	h.noRows(t, b, "k", "after refused calls")
 
@@ -403,18 +403,18 @@ func testKeyedRules(t *testing.T, h Harness) {
 	pads := map[string]string{}
 	for _, key := range []string{"pad", "pad ", "pad  ", "PAD"} {
 		pads[key] = newOwner("pad")
-		s.acquire(backends.Instance("k", key), pads[key], time.Minute)
+		s.acquire(backends.SemRef{Name: "k", Key: key}, pads[key], time.Minute)
 	}
 	if st := s.observe("k"); len(st.Instances) != 4 {
 		t.Fatalf("keys differing in trailing spaces or case: %d instances, want 4", len(st.Instances))
 	}
 	for key, o := range pads {
-		s.release(backends.Instance("k", key), o)
+		s.release(backends.SemRef{Name: "k", Key: key}, o)
 	}
 
 	// The longest key, in multi-byte characters, is stored as it is.
 	long := strings.Repeat("é", spec.MaxKeyLen/2)
-	ref := backends.Instance("k", long)
+	ref := backends.SemRef{Name: "k", Key: long}
 	s.acquire(ref, req.Owner, time.Minute)
 	hs := s.holders(ref)
 	if len(hs) != 1 || hs[0].Key != long || hs[0].Owner != req.Owner {
@@ -432,18 +432,18 @@ func testKeyedObserve(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, 3))
 	cfg := h.keyedConfig("k", 1, 3)
 	if st := s.observe("k"); st == nil || st.Config != cfg || len(st.Instances) != 0 || st.Slots != st.WantSlots() {
 		t.Fatalf("fresh keyed semaphore observed as %+v, want config %+v, no instance, no drift", st, cfg)
 	}
 	a, c := newOwner("a"), newOwner("c")
-	s.acquire(backends.Instance("k", "b-key"), a, time.Minute)
-	s.acquire(backends.Instance("k", "a-key"), c, time.Minute)
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), newOwner("w1"), time.Minute), "wait 1")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "a-key"), newOwner("w2"), time.Minute), "wait 2")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "c-key"), newOwner("w3"), time.Minute), "wait 3")
+	s.acquire(backends.SemRef{Name: "k", Key: "b-key"}, a, time.Minute)
+	s.acquire(backends.SemRef{Name: "k", Key: "a-key"}, c, time.Minute)
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: "a-key"}, backends.AcquireRequest{Owner: newOwner("w1"), Lease: time.Minute}), "wait 1")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: "a-key"}, backends.AcquireRequest{Owner: newOwner("w2"), Lease: time.Minute}), "wait 2")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: "c-key"}, backends.AcquireRequest{Owner: newOwner("w3"), Lease: time.Minute}), "wait 3")
 	st := s.observe("k")
 	if len(st.Holders) != 2 || st.Waiters != 3 || st.Slots != st.WantSlots() {
 		t.Fatalf("observed %d holders, %d waiters, %d slots (want %d): want 2 holders, 3 waiters, no drift", len(st.Holders), st.Waiters, st.Slots, st.WantSlots())
@@ -463,11 +463,11 @@ func testKeyedObserve(t *testing.T, h Harness) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("instances %v, want %v", got, want)
 	}
-	if hs := s.holders("k"); len(hs) != 2 {
+	if hs := s.holders(backends.SemRef{Name: "k"}); len(hs) != 2 {
 		t.Errorf("Holders of the keyed semaphore: %d, want 2 (every instance's)", len(hs))
 	}
 	fw := as[firstWaiter](t, b)
-	first, err := fw.FirstWaiter(ctx, backends.Instance("k", "c-key"))
+	first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "k", Key: "c-key"})
 	ok(t, err, "first waiter")
 	if !strings.HasPrefix(first, "w3") {
 		t.Errorf("first waiter of c-key %q, want w3", first)
@@ -480,14 +480,14 @@ func testKeyedLineRule(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, _ := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
-	ref := backends.Instance("k", "x")
+	ref := backends.SemRef{Name: "k", Key: "x"}
 	holder, first, second := newOwner("holder"), newOwner("first"), newOwner("second")
 	s.acquire(ref, holder, time.Minute)
-	ok(t, w.EnterWait(ctx, ref, first, time.Minute), "first waiter")
-	ok(t, w.EnterWait(ctx, ref, second, time.Minute), "second waiter")
-	ok(t, w.EnterWait(ctx, backends.Instance("k", "y"), newOwner("other"), time.Minute), "a waiter of another key")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: first, Lease: time.Minute}), "first waiter")
+	ok(t, w.EnterWait(ctx, ref, backends.AcquireRequest{Owner: second, Lease: time.Minute}), "second waiter")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "k", Key: "y"}, backends.AcquireRequest{Owner: newOwner("other"), Lease: time.Minute}), "a waiter of another key")
 	s.release(ref, holder)
 	s.refused(ref, newOwner("newcomer"), "a newcomer while two wait")
 	s.refused(ref, second, "the second waiter before the first")
@@ -506,7 +506,7 @@ func testKeyedLineOrder(t *testing.T, h Harness) {
 	b, open := fresh(t, h)
 	s := semOf(t, b)
 	s.put(h.keyedConfig("k", 1, -1))
-	ref := backends.Instance("k", "line")
+	ref := backends.SemRef{Name: "k", Key: "line"}
 	holder := newOwner("holder")
 	s.acquire(ref, holder, time.Minute)
 
@@ -579,7 +579,7 @@ func testKeyedConcurrent(t *testing.T, h Harness) {
 			ctx := t.Context()
 			for r := range rounds {
 				k := (i + r) % 2
-				ref := backends.Instance("hot", fmt.Sprintf("key-%d", k))
+				ref := backends.SemRef{Name: "hot", Key: fmt.Sprintf("key-%d", k)}
 				owner := newOwner("w")
 				_, err := hs.TryAcquire(ctx, ref, backends.AcquireRequest{Owner: owner, Host: "h", PID: i, Lease: time.Minute})
 				if errors.Is(err, backends.ErrNoSlot) {
@@ -643,7 +643,7 @@ func testKeyedRefused(t *testing.T, h Harness) {
 		t.Errorf("refused keyed semaphore observed as %+v", st)
 	}
 	s.put(h.semConfig("plain", 1))
-	_, err := s.TryAcquire(t.Context(), backends.Instance("plain", "x"), backends.AcquireRequest{Owner: newOwner("o"), Lease: time.Minute})
+	_, err := s.TryAcquire(t.Context(), backends.SemRef{Name: "plain", Key: "x"}, backends.AcquireRequest{Owner: newOwner("o"), Lease: time.Minute})
 	if err == nil {
 		t.Fatal("acquire of an instance on a backend without keyed semaphores succeeded")
 	}

@@ -14,7 +14,7 @@ import (
 func freshLeader(t *testing.T, h Harness) (backends.Leader, func() backends.Leader) {
 	t.Helper()
 	b, open := fresh(t, h)
-	return as[backends.Leader](t, b), func() backends.Leader { return as[backends.Leader](t, open()) }
+	return clusterOf(t, b), func() backends.Leader { return clusterOf(t, open()) }
 }
 
 func testLeader(t *testing.T, h Harness) {

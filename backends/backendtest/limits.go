@@ -67,26 +67,22 @@ func FuzzLimits(f *testing.F, open func(tb testing.TB) backends.Backend) {
 		}
 	}
 	const name = "fuzz"
-	q, hasQueues := b.(backends.Queues)
-	if adm, ok := b.(backends.QueueAdmin); ok && hasQueues {
+	q, hasQueues := b.Queues(), hasQueues(b)
+	if hasQueues {
 		cfg := queueConfig(name, 1)
 		cfg.Unique, cfg.MaxPayload = spec.UniqueNone, fuzzMaxPayload
-		if _, err := adm.PutQueue(ctx, cfg); err != nil {
+		if _, err := q.PutQueue(ctx, cfg); err != nil {
 			f.Fatalf("put queue: %v", err)
 		}
-	} else {
-		hasQueues = false
 	}
-	sems, hasSems := b.(backends.Semaphores)
-	if adm, ok := b.(backends.SemaphoreAdmin); ok && hasSems {
-		err := adm.PutSemaphore(ctx, backends.SemaphoreConfig{Name: name, Limit: 1, Lease: time.Minute, Mode: spec.ModeLease, MaxWaiting: -1})
+	sems, hasSems := b.Semaphores(), hasSemaphores(b)
+	if hasSems {
+		err := sems.PutSemaphore(ctx, backends.SemaphoreConfig{Name: name, Limit: 1, Lease: time.Minute, Mode: spec.ModeLease, MaxWaiting: -1})
 		if err != nil {
 			f.Fatalf("put semaphore: %v", err)
 		}
-	} else {
-		hasSems = false
 	}
-	reg, hasHosts := b.(backends.HostRegistry)
+	reg, hasHosts := b.Cluster(), hasCluster(b)
 
 	s := LimitSeeds
 	for i := range max(len(s.Keys), len(s.Hosts), len(s.Payloads)) {
@@ -120,7 +116,7 @@ func fuzzPush(t *testing.T, b backends.Backend, q backends.Queues, name, key str
 		if !errors.Is(err, target) {
 			t.Fatalf("push key %q payload %q: got job %d, error %v; the limits say %v", key, payload, j.ID, err, want)
 		}
-		st := observeQueue(t, as[backends.QueueAdmin](t, b), name)
+		st := observeQueue(t, queuesOf(t, b), name)
 		if n := st.Jobs(); n != 0 {
 			t.Fatalf("push key %q payload %q was refused (%v) but the queue holds %d jobs", key, payload, err, n)
 		}
@@ -144,8 +140,8 @@ func fuzzAcquire(t *testing.T, s backends.Semaphores, name, host string) {
 	ctx := t.Context()
 	want := backends.CheckAcquire(backends.AcquireRequest{Host: host})
 	owner := newOwner("fuzz")
-	_, err := s.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: host, PID: 7, Lease: time.Minute})
-	holders, herr := s.Holders(ctx, name)
+	_, err := s.TryAcquire(ctx, backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: host, PID: 7, Lease: time.Minute})
+	holders, herr := s.Holders(ctx, backends.SemRef{Name: name})
 	ok(t, herr, "holders")
 	if want != nil {
 		if !errors.Is(err, spec.ErrInvalidHostID) {
@@ -162,10 +158,10 @@ func fuzzAcquire(t *testing.T, s backends.Semaphores, name, host string) {
 	if len(holders) != 1 || holders[0].Owner != owner || holders[0].Host != host {
 		t.Fatalf("acquire as host %q: holders %+v, want %s on host %q", host, holders, owner, host)
 	}
-	ok(t, s.Release(ctx, name, owner), "release")
+	ok(t, s.Release(ctx, backends.SemRef{Name: name}, owner), "release")
 }
 
-func fuzzHeartbeat(t *testing.T, r backends.HostRegistry, host string) {
+func fuzzHeartbeat(t *testing.T, r backends.Cluster, host string) {
 	ctx := t.Context()
 	want := backends.CheckHeartbeat(backends.HostRecord{Host: host})
 	// Start from an empty list: every earlier record is older than now.

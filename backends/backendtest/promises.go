@@ -8,31 +8,30 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// contract is docs/design.md's table "The backend contract": which
-// interfaces each backend type implements. Run discovers groups by type
-// assertion, so a backend that lost a method would silently skip a group;
-// this check makes it fail instead.
+// contract is docs/design.md's table "The backend contract": which areas
+// each backend type holds and which optional capabilities it has. Run
+// skips the groups of an area a backend does not hold (and those of a
+// capability it lacks), so a backend that lost one would silently skip
+// them; this check makes it fail instead.
 var contract = map[string]map[string]bool{
 	spec.TypeSQLite: {
-		"Migrator": true, "StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
-		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
+		"Cluster": true, "Semaphores": true, "Waiters": true, "Crons": true, "Queues": true,
+		"Migrator": true,
 	},
 	spec.TypeMySQL: {
-		"Migrator": true, "StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
-		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
-		"WakeRepairer": true, "PayloadLimiter": true,
+		"Cluster": true, "Semaphores": true, "Waiters": true, "Crons": true, "Queues": true,
+		"Migrator": true, "WakeRepairer": true, "PayloadLimiter": true,
 	},
 	spec.TypePostgres: {
-		"Migrator": true, "StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
-		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
+		"Cluster": true, "Semaphores": true, "Waiters": true, "Crons": true, "Queues": true,
+		"Migrator": true,
 	},
 	spec.TypeRedis: {
-		"StateStore": true, "SemaphoreAdmin": true, "Semaphores": true, "Waiters": true,
-		"Leader": true, "CronAdmin": true, "Crons": true, "QueueAdmin": true, "Queues": true, "HostRegistry": true,
+		"Cluster": true, "Semaphores": true, "Waiters": true, "Crons": true, "Queues": true,
 		"LossGuard": true, "PayloadLimiter": true,
 	},
 	spec.TypeMemcached: {
-		"SemaphoreAdmin": true, "Semaphores": true, "LossGuard": true,
+		"Semaphores": true, "LossGuard": true,
 	},
 }
 
@@ -44,23 +43,18 @@ func testContract(t *testing.T, h Harness) {
 		t.Fatalf("backend type %q is not in the contract table", b.Type())
 	}
 	for name, has := range map[string]bool{
+		"Cluster":        hasCluster(b),
+		"Semaphores":     hasSemaphores(b),
+		"Waiters":        hasWaiters(b),
+		"Crons":          hasCrons(b),
+		"Queues":         hasQueues(b),
 		"Migrator":       is[backends.Migrator](b),
-		"StateStore":     is[backends.StateStore](b),
-		"SemaphoreAdmin": is[backends.SemaphoreAdmin](b),
-		"Semaphores":     is[backends.Semaphores](b),
-		"Waiters":        is[backends.Waiters](b),
-		"Leader":         is[backends.Leader](b),
-		"CronAdmin":      is[backends.CronAdmin](b),
-		"Crons":          is[backends.Crons](b),
-		"QueueAdmin":     is[backends.QueueAdmin](b),
-		"Queues":         is[backends.Queues](b),
-		"HostRegistry":   is[backends.HostRegistry](b),
 		"WakeRepairer":   is[backends.WakeRepairer](b),
 		"LossGuard":      is[backends.LossGuard](b),
 		"PayloadLimiter": is[backends.PayloadLimiter](b),
 	} {
 		if has != want[name] {
-			t.Errorf("the %s backend implements %s: %v, want %v (docs/design.md, The backend contract)", b.Type(), name, has, want[name])
+			t.Errorf("the %s backend has %s: %v, want %v (docs/design.md, The backend contract)", b.Type(), name, has, want[name])
 		}
 	}
 }
@@ -74,7 +68,7 @@ func testLeaderTerms(t *testing.T, h Harness) {
 	t.Run("FirstTermIsBackendTime", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		l := as[backends.Leader](t, b)
+		l := clusterOf(t, b)
 		ctx := t.Context()
 		before, err := b.Now(ctx)
 		ok(t, err, "now")

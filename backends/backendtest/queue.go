@@ -25,7 +25,7 @@ func needInsertJobs(t *testing.T, h Harness) {
 }
 
 // observeQueue returns the queue's state, nil when absent.
-func observeQueue(t *testing.T, q backends.QueueAdmin, name string) *backends.QueueState {
+func observeQueue(t *testing.T, q backends.Queues, name string) *backends.QueueState {
 	t.Helper()
 	m, err := q.ObserveQueues(t.Context(), []string{name})
 	ok(t, err, "observe queue "+name)
@@ -33,7 +33,7 @@ func observeQueue(t *testing.T, q backends.QueueAdmin, name string) *backends.Qu
 }
 
 // wantQueue checks partitions and job counts.
-func wantQueue(t *testing.T, q backends.QueueAdmin, name string, partitions int, ready, stranded int64) *backends.QueueState {
+func wantQueue(t *testing.T, q backends.Queues, name string, partitions int, ready, stranded int64) *backends.QueueState {
 	t.Helper()
 	st := observeQueue(t, q, name)
 	if st == nil {
@@ -46,7 +46,7 @@ func wantQueue(t *testing.T, q backends.QueueAdmin, name string, partitions int,
 	return st
 }
 
-func putQueue(t *testing.T, q backends.QueueAdmin, cfg backends.QueueConfig, wantMoved int64) {
+func putQueue(t *testing.T, q backends.Queues, cfg backends.QueueConfig, wantMoved int64) {
 	t.Helper()
 	moved, err := q.PutQueue(t.Context(), cfg)
 	ok(t, err, "put queue "+cfg.Name)
@@ -61,7 +61,7 @@ func testQueueAdmin(t *testing.T, h Harness) {
 		t.Parallel()
 		needInsertJobs(t, h)
 		b, _ := fresh(t, h)
-		q := as[backends.QueueAdmin](t, b)
+		q := queuesOf(t, b)
 		cfg := queueConfig("mail", 4)
 		putQueue(t, q, cfg, 0)
 		putQueue(t, q, cfg, 0) // idempotent
@@ -83,7 +83,7 @@ func testQueueAdmin(t *testing.T, h Harness) {
 		t.Parallel()
 		needInsertJobs(t, h)
 		b, _ := fresh(t, h)
-		q := as[backends.QueueAdmin](t, b)
+		q := queuesOf(t, b)
 		putQueue(t, q, queueConfig("q", 2), 0)
 		h.InsertJobs(t, b, "q", 1, 1)
 		h.InsertJobs(t, b, "q", 5, 2) // behind coordd's back
@@ -95,7 +95,7 @@ func testQueueAdmin(t *testing.T, h Harness) {
 		t.Parallel()
 		needInsertJobs(t, h)
 		b, _ := fresh(t, h)
-		q := as[backends.QueueAdmin](t, b)
+		q := queuesOf(t, b)
 		ctx := t.Context()
 		putQueue(t, q, queueConfig("full", 2), 0)
 		h.InsertJobs(t, b, "full", 1, 4)
@@ -119,7 +119,7 @@ func testQueueAdmin(t *testing.T, h Harness) {
 	t.Run("ObserveMany", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		q := as[backends.QueueAdmin](t, b)
+		q := queuesOf(t, b)
 		names := []string{"a", "b", "c", `it's "q"; DROP TABLE x; -- {k}:*`, "e"}
 		for i, n := range names {
 			if i%2 == 0 {

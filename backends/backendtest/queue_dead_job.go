@@ -10,7 +10,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// testQueueDeadJob checks backends.DeadJobs: one dead job requeued or
+// testQueueDeadJob checks backends.Queues: one dead job requeued or
 // purged, the other dead jobs and every live job left alone, and a job
 // that is not dead (or of another queue) refused with ErrNotFound and left
 // as it was. Every backend that holds queues must implement it: the
@@ -19,9 +19,9 @@ func testQueueDeadJob(t *testing.T, h Harness) {
 	t.Parallel()
 	b, _ := fresh(t, h)
 	ctx := t.Context()
-	dj, isDJ := b.(backends.DeadJobs)
-	if !isDJ {
-		t.Fatalf("the %s backend holds queues but does not implement backends.DeadJobs", b.Type())
+	dj := b.Queues()
+	if dj == nil {
+		t.Fatalf("the %s backend holds queues but does not implement backends.Queues", b.Type())
 	}
 	cfg := runtimeConfig("q", 2)
 	cfg.MaxAttempts, cfg.RetryBackoff = 1, 0
@@ -86,7 +86,7 @@ func testQueueDeadJob(t *testing.T, h Harness) {
 	wantCounts(t, adm, "other", 0, 0, 1, 0)
 }
 
-// testQueueDeadRead checks backends.DeadJobReader: pages of the dead set
+// testQueueDeadRead checks backends.Queues: pages of the dead set
 // in Dead's order, each job as Dead reads it but with its payload and
 // last error cut at the length asked for (binary payloads, an empty one,
 // one shorter than the cut) and the whole payload's length; one dead job
@@ -96,9 +96,9 @@ func testQueueDeadRead(t *testing.T, h Harness) {
 	t.Parallel()
 	b, _ := fresh(t, h)
 	ctx := t.Context()
-	dr, isDR := b.(backends.DeadJobReader)
-	if !isDR {
-		t.Fatalf("the %s backend holds queues but does not implement backends.DeadJobReader", b.Type())
+	dr := b.Queues()
+	if dr == nil {
+		t.Fatalf("the %s backend holds queues but does not implement backends.Queues", b.Type())
 	}
 	cfg := runtimeConfig("q", 2)
 	cfg.MaxAttempts, cfg.RetryBackoff = 1, 0

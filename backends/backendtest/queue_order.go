@@ -77,7 +77,7 @@ func testQueueOrder(t *testing.T, h Harness) {
 		errs := make(chan error, workers*claimers)
 		var wg sync.WaitGroup
 		for w := range workers {
-			wq := as[backends.Queues](t, open())
+			wq := queuesOf(t, open())
 			for c := range claimers {
 				wg.Go(func() {
 					errs <- func() error {
@@ -159,7 +159,7 @@ func testQueueOrder(t *testing.T, h Harness) {
 		b, open := fresh(t, h)
 		ctx := t.Context()
 		q, _ := runtimeQueue(t, b, runtimeConfig("q", spec.DefaultPartitions))
-		other := as[backends.Queues](t, open())
+		other := queuesOf(t, open())
 		var k []int64
 		for i := range 3 {
 			k = append(k, push(t, q, "q", backends.PushRequest{Payload: fmt.Appendf(nil, "k%d", i), Key: "k"}).ID)

@@ -23,11 +23,11 @@ func runtimeConfig(name string, partitions int) backends.QueueConfig {
 
 // runtimeQueue creates a queue for the runtime tests and returns both of
 // the store's queue interfaces.
-func runtimeQueue(t *testing.T, b backends.Backend, cfg backends.QueueConfig) (backends.Queues, backends.QueueAdmin) {
+func runtimeQueue(t *testing.T, b backends.Backend, cfg backends.QueueConfig) (backends.Queues, backends.Queues) {
 	t.Helper()
-	adm := as[backends.QueueAdmin](t, b)
+	adm := queuesOf(t, b)
 	putQueue(t, adm, cfg, 0)
-	return as[backends.Queues](t, b), adm
+	return queuesOf(t, b), adm
 }
 
 func push(t *testing.T, q backends.Queues, queue string, req backends.PushRequest) backends.Job {
@@ -78,7 +78,7 @@ func claimNone(t *testing.T, q backends.Queues, queue, what string) {
 }
 
 // wantCounts checks the observed job counts of a queue.
-func wantCounts(t *testing.T, adm backends.QueueAdmin, queue string, ready, inFlight, dead, delayed int64) *backends.QueueState {
+func wantCounts(t *testing.T, adm backends.Queues, queue string, ready, inFlight, dead, delayed int64) *backends.QueueState {
 	t.Helper()
 	st := observeQueue(t, adm, queue)
 	if st == nil {
@@ -411,7 +411,7 @@ func testQueues(t *testing.T, h Harness) {
 		errs := make(chan error, workers)
 		var wg sync.WaitGroup
 		for w := range workers {
-			wq := as[backends.Queues](t, open())
+			wq := queuesOf(t, open())
 			owner := newOwner(fmt.Sprintf("w%d", w))
 			wg.Go(func() {
 				errs <- func() error {
@@ -459,7 +459,7 @@ func testQueues(t *testing.T, h Harness) {
 		t.Parallel()
 		b, open := fresh(t, h)
 		q, _ := runtimeQueue(t, b, runtimeConfig("q", 2))
-		pusher := as[backends.Queues](t, open())
+		pusher := queuesOf(t, open())
 		const maxWait = 10 * time.Second
 
 		done := make(chan error, 1)

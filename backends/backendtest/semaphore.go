@@ -13,11 +13,10 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// sem bundles the two semaphore interfaces of one handle.
+// sem bundles the semaphores of one handle with the handle.
 type sem struct {
 	t *testing.T
 	b backends.Backend
-	backends.SemaphoreAdmin
 	backends.Semaphores
 }
 
@@ -30,7 +29,7 @@ func freshSem(t *testing.T, h Harness) (*sem, func() *sem) {
 
 func semOf(t *testing.T, b backends.Backend) *sem {
 	t.Helper()
-	return &sem{t: t, b: b, SemaphoreAdmin: as[backends.SemaphoreAdmin](t, b), Semaphores: as[backends.Semaphores](t, b)}
+	return &sem{t: t, b: b, Semaphores: semsOf(t, b)}
 }
 
 // semConfig is a full config, so that every field's round trip is checked,
@@ -99,20 +98,20 @@ func (s *sem) wantSlots(name string, slots, holders int) *backends.SemaphoreStat
 	return st
 }
 
-func (s *sem) acquire(name, owner string, lease time.Duration) backends.Grant {
+func (s *sem) acquire(ref backends.SemRef, owner string, lease time.Duration) backends.Grant {
 	s.t.Helper()
-	g, err := s.TryAcquire(s.t.Context(), name, backends.AcquireRequest{Owner: owner, Host: "host-" + owner, PID: 42, Lease: lease})
-	ok(s.t, err, "acquire "+name+" as "+owner)
+	g, err := s.TryAcquire(s.t.Context(), ref, backends.AcquireRequest{Owner: owner, Host: "host-" + owner, PID: 42, Lease: lease})
+	ok(s.t, err, "acquire "+ref.String()+" as "+owner)
 	return g
 }
 
 // full asserts that nobody is admitted. A grant is tolerated only if the
 // backend clock shows that the given live leases have expired meanwhile,
 // so the check does not depend on how fast the test runs.
-func (s *sem) full(name string, liveUntil ...time.Time) {
+func (s *sem) full(ref backends.SemRef, liveUntil ...time.Time) {
 	s.t.Helper()
 	owner := newOwner("intruder")
-	_, err := s.TryAcquire(s.t.Context(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
+	_, err := s.TryAcquire(s.t.Context(), ref, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
 	if errors.Is(err, backends.ErrNoSlot) {
 		return
 	}
@@ -120,26 +119,26 @@ func (s *sem) full(name string, liveUntil ...time.Time) {
 		now, nerr := s.b.Now(s.t.Context())
 		ok(s.t, nerr, "now")
 		if !now.Before(liveUntil[0]) {
-			ok(s.t, s.Release(s.t.Context(), name, owner), "release intruder")
+			ok(s.t, s.Release(s.t.Context(), ref, owner), "release intruder")
 			return
 		}
 	}
-	s.t.Fatalf("acquire on full semaphore %s: got %v, want ErrNoSlot", name, err)
+	s.t.Fatalf("acquire on full semaphore %s: got %v, want ErrNoSlot", ref, err)
 }
 
-func (s *sem) release(name, owner string) {
+func (s *sem) release(ref backends.SemRef, owner string) {
 	s.t.Helper()
-	ok(s.t, s.Release(s.t.Context(), name, owner), "release "+name+" by "+owner)
+	ok(s.t, s.Release(s.t.Context(), ref, owner), "release "+ref.String()+" by "+owner)
 }
 
-func (s *sem) holders(name string) []backends.Holder {
+func (s *sem) holders(ref backends.SemRef) []backends.Holder {
 	s.t.Helper()
-	hs, err := s.Holders(s.t.Context(), name)
-	ok(s.t, err, "holders "+name)
+	hs, err := s.Holders(s.t.Context(), ref)
+	ok(s.t, err, "holders "+ref.String())
 	return hs
 }
 
-// testSemaphores checks SemaphoreAdmin and Semaphores together, in the
+// testSemaphores checks Semaphores, reconcile's side and the runtime's, in the
 // mode h says. Tests of lease expiry and of slot rows are not run for modes
 // without them (session); those modes have tests of their own.
 func testSemaphores(t *testing.T, h Harness) {
@@ -202,7 +201,7 @@ func testSemLimit(t *testing.T, h Harness) {
 	owners := []string{newOwner("a"), newOwner("b"), newOwner("c")}
 	seen := map[int]bool{}
 	for i, o := range owners {
-		g := s.acquire("reindex", o, time.Minute)
+		g := s.acquire(backends.SemRef{Name: "reindex"}, o, time.Minute)
 		if g.Slot < 0 || g.Slot >= 3 || seen[g.Slot] {
 			t.Fatalf("grant %d: slot %d, want a distinct slot in [0,3) (have %v)", i, g.Slot, seen)
 		}
@@ -215,9 +214,9 @@ func testSemLimit(t *testing.T, h Harness) {
 		}
 		grants = append(grants, g)
 	}
-	s.full("reindex")
+	s.full(backends.SemRef{Name: "reindex"})
 
-	hs := s.holders("reindex")
+	hs := s.holders(backends.SemRef{Name: "reindex"})
 	if len(hs) != 3 {
 		t.Fatalf("holders = %+v, want 3", hs)
 	}
@@ -251,18 +250,18 @@ func testSemLimit(t *testing.T, h Harness) {
 func testSemAbsent(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	ctx := t.Context()
-	_, err := s.TryAcquire(ctx, "nope", backends.AcquireRequest{Owner: newOwner("a"), Lease: time.Minute})
+	_, err := s.TryAcquire(ctx, backends.SemRef{Name: "nope"}, backends.AcquireRequest{Owner: newOwner("a"), Lease: time.Minute})
 	wantErr(t, err, backends.ErrNotFound, "acquire an absent semaphore")
 	if st := s.observe("nope"); st != nil {
 		t.Errorf("absent semaphore observed as %+v", st)
 	}
-	if hs := s.holders("nope"); len(hs) != 0 {
+	if hs := s.holders(backends.SemRef{Name: "nope"}); len(hs) != 0 {
 		t.Errorf("absent semaphore has holders %+v", hs)
 	}
 	ok(t, s.DeleteSemaphore(ctx, "nope"), "delete an absent semaphore")
-	_, err = s.Extend(ctx, "nope", "x", time.Minute)
+	_, err = s.Extend(ctx, backends.SemRef{Name: "nope"}, "x", time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend on an absent semaphore")
-	wantErr(t, s.Release(ctx, "nope", "x"), backends.ErrLost, "release on an absent semaphore")
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "nope"}, "x"), backends.ErrLost, "release on an absent semaphore")
 }
 
 func testSemWrongOwner(t *testing.T, h Harness) {
@@ -270,35 +269,35 @@ func testSemWrongOwner(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
-	g := s.acquire("s", a, time.Minute)
-	before := s.holders("s")
+	g := s.acquire(backends.SemRef{Name: "s"}, a, time.Minute)
+	before := s.holders(backends.SemRef{Name: "s"})
 
-	_, err := s.Extend(ctx, "s", "mallory", time.Hour)
+	_, err := s.Extend(ctx, backends.SemRef{Name: "s"}, "mallory", time.Hour)
 	wantErr(t, err, backends.ErrLost, "extend by a wrong owner")
-	wantErr(t, s.Release(ctx, "s", "mallory"), backends.ErrLost, "release by a wrong owner")
-	if after := s.holders("s"); !reflect.DeepEqual(after, before) {
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "s"}, "mallory"), backends.ErrLost, "release by a wrong owner")
+	if after := s.holders(backends.SemRef{Name: "s"}); !reflect.DeepEqual(after, before) {
 		t.Fatalf("wrong owner changed holders: %+v, was %+v", after, before)
 	}
 
-	exp, err := s.Extend(ctx, "s", a, 2*time.Minute)
+	exp, err := s.Extend(ctx, backends.SemRef{Name: "s"}, a, 2*time.Minute)
 	ok(t, err, "extend by the owner")
 	if exp.Before(g.ExpiresAt) || exp.Location() != time.UTC {
 		t.Errorf("extended expiry %v, want UTC at or after %v", exp, g.ExpiresAt)
 	}
-	if hs := s.holders("s"); len(hs) != 1 || hs[0].Fencing != g.Fencing {
+	if hs := s.holders(backends.SemRef{Name: "s"}); len(hs) != 1 || hs[0].Fencing != g.Fencing {
 		t.Errorf("after extend: holders %+v, want fencing %d", hs, g.Fencing)
 	} else {
 		h.checkExpiry(t, hs[0], exp)
 	}
 
-	s.release("s", a)
-	if hs := s.holders("s"); len(hs) != 0 {
+	s.release(backends.SemRef{Name: "s"}, a)
+	if hs := s.holders(backends.SemRef{Name: "s"}); len(hs) != 0 {
 		t.Fatalf("after release: holders %+v", hs)
 	}
-	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "second release")
-	_, err = s.Extend(ctx, "s", a, time.Minute)
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "s"}, a), backends.ErrLost, "second release")
+	_, err = s.Extend(ctx, backends.SemRef{Name: "s"}, a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend after release")
-	g2 := s.acquire("s", newOwner("b"), time.Minute)
+	g2 := s.acquire(backends.SemRef{Name: "s"}, newOwner("b"), time.Minute)
 	if g2.Slot != 0 || g2.Fencing <= g.Fencing {
 		t.Errorf("grant after release: %+v, want slot 0 and fencing above %d", g2, g.Fencing)
 	}
@@ -311,8 +310,8 @@ func testSemLeaseExpiry(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
-	ga := s.acquire("s", a, time.Second)
-	other.full("s", ga.ExpiresAt)
+	ga := s.acquire(backends.SemRef{Name: "s"}, a, time.Second)
+	other.full(backends.SemRef{Name: "s"}, ga.ExpiresAt)
 
 	waitPast(t, s.b, ga.ExpiresAt)
 	st := s.wantSlots("s", 1, 0)
@@ -320,14 +319,14 @@ func testSemLeaseExpiry(t *testing.T, h Harness) {
 		t.Errorf("after expiry: Expired = %d, want %d", st.Expired, h.expired(1))
 	}
 	b := newOwner("b")
-	gb := other.acquire("s", b, time.Minute)
+	gb := other.acquire(backends.SemRef{Name: "s"}, b, time.Minute)
 	if gb.Slot != ga.Slot || gb.Fencing <= ga.Fencing {
 		t.Fatalf("takeover grant %+v, want slot %d and fencing above %d", gb, ga.Slot, ga.Fencing)
 	}
-	_, err := s.Extend(ctx, "s", a, time.Minute)
+	_, err := s.Extend(ctx, backends.SemRef{Name: "s"}, a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend by the expired owner")
-	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "release by the expired owner")
-	hs := s.holders("s")
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "s"}, a), backends.ErrLost, "release by the expired owner")
+	hs := s.holders(backends.SemRef{Name: "s"})
 	if len(hs) != 1 || hs[0].Owner != b || hs[0].Fencing != gb.Fencing {
 		t.Fatalf("after the old owner's calls: holders %+v, want only %s", hs, b)
 	}
@@ -337,14 +336,14 @@ func testSemReleaseExpired(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	s.put(h.semConfig("s", 2))
 	a := newOwner("a")
-	ga := s.acquire("s", a, time.Second)
+	ga := s.acquire(backends.SemRef{Name: "s"}, a, time.Second)
 	waitPast(t, s.b, ga.ExpiresAt)
-	_, err := s.Extend(t.Context(), "s", a, time.Minute)
+	_, err := s.Extend(t.Context(), backends.SemRef{Name: "s"}, a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend after expiry")
 	if st := s.wantSlots("s", 2, 0); st.Expired != h.expired(1) {
 		t.Fatalf("extend after expiry changed the slot: Expired = %d, want %d", st.Expired, h.expired(1))
 	}
-	wantErr(t, s.Release(t.Context(), "s", a), backends.ErrLost, "release after expiry")
+	wantErr(t, s.Release(t.Context(), backends.SemRef{Name: "s"}, a), backends.ErrLost, "release after expiry")
 	st := s.wantSlots("s", 2, 0)
 	if st.Expired != 0 {
 		t.Errorf("expired slot not cleared by its owner's release: Expired = %d", st.Expired)
@@ -355,19 +354,19 @@ func testSemLimitUp(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	s.put(h.semConfig("s", 3))
 	for range 3 {
-		s.acquire("s", newOwner("a"), time.Minute)
+		s.acquire(backends.SemRef{Name: "s"}, newOwner("a"), time.Minute)
 	}
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
 	s.put(h.semConfig("s", 5))
 	s.wantSlots("s", 5, 3)
 	got := map[int]bool{}
 	for range 2 {
-		got[s.acquire("s", newOwner("b"), time.Minute).Slot] = true
+		got[s.acquire(backends.SemRef{Name: "s"}, newOwner("b"), time.Minute).Slot] = true
 	}
 	if !got[3] || !got[4] {
 		t.Errorf("new grants took slots %v, want 3 and 4", got)
 	}
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
 	s.wantSlots("s", 5, 5)
 }
 
@@ -377,26 +376,26 @@ func testSemLimitDown(t *testing.T, h Harness) {
 	owners := map[int]string{}
 	for range 5 {
 		o := newOwner("a")
-		owners[s.acquire("s", o, time.Minute).Slot] = o
+		owners[s.acquire(backends.SemRef{Name: "s"}, o, time.Minute).Slot] = o
 	}
 	s.put(h.semConfig("s", 2))
 	st := s.wantSlots("s", 5, 5)
 	if st.Config.Limit != 2 || st.WantSlots() != 5 {
 		t.Fatalf("after lowering: limit %d, want slots %d; want 2 and 5", st.Config.Limit, st.WantSlots())
 	}
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
 	// Releasing retires slots until max(limit, held) remain.
 	for i, slot := range []int{0, 3, 1} {
-		s.release("s", owners[slot])
+		s.release(backends.SemRef{Name: "s"}, owners[slot])
 		s.wantSlots("s", 4-i, 4-i)
-		s.full("s")
+		s.full(backends.SemRef{Name: "s"})
 	}
 	// Two held, limit 2: still nobody, until one more releases.
-	s.full("s")
-	s.release("s", owners[2])
+	s.full(backends.SemRef{Name: "s"})
+	s.release(backends.SemRef{Name: "s"}, owners[2])
 	s.wantSlots("s", 2, 1)
-	s.acquire("s", newOwner("b"), time.Minute)
-	s.full("s")
+	s.acquire(backends.SemRef{Name: "s"}, newOwner("b"), time.Minute)
+	s.full(backends.SemRef{Name: "s"})
 	s.wantSlots("s", 2, 2)
 }
 
@@ -412,7 +411,7 @@ func testSemLimitDownExpired(t *testing.T, h Harness) {
 		if i >= 2 {
 			lease = 3 * time.Second
 		}
-		g := s.acquire("s", newOwner("a"), lease)
+		g := s.acquire(backends.SemRef{Name: "s"}, newOwner("a"), lease)
 		if i >= 2 {
 			short = append(short, g)
 		}
@@ -435,8 +434,8 @@ func testSemLimitDownExpired(t *testing.T, h Harness) {
 	if len(st.Holders) != 2 {
 		t.Fatalf("after expiry: %d live holders, want 2", len(st.Holders))
 	}
-	s.full("s")
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
+	s.full(backends.SemRef{Name: "s"})
 	s.wantSlots("s", st.Slots, 2)
 }
 
@@ -444,11 +443,11 @@ func testSemLimitZero(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	s.put(h.semConfig("gate", 0))
 	s.wantSlots("gate", 0, 0)
-	s.full("gate")
+	s.full(backends.SemRef{Name: "gate"})
 	s.put(h.semConfig("gate", 1))
 	s.wantSlots("gate", 1, 0)
-	s.acquire("gate", newOwner("a"), time.Minute)
-	s.full("gate")
+	s.acquire(backends.SemRef{Name: "gate"}, newOwner("a"), time.Minute)
+	s.full(backends.SemRef{Name: "gate"})
 }
 
 func testSemDeleteHeld(t *testing.T, h Harness) {
@@ -456,26 +455,26 @@ func testSemDeleteHeld(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s.put(h.semConfig("s", 3))
 	a, b := newOwner("a"), newOwner("b")
-	s.acquire("s", a, time.Minute)
-	s.acquire("s", b, time.Minute)
+	s.acquire(backends.SemRef{Name: "s"}, a, time.Minute)
+	s.acquire(backends.SemRef{Name: "s"}, b, time.Minute)
 	wantErr(t, s.DeleteSemaphore(ctx, "s"), backends.ErrHeld, "delete with holders")
 	st := s.wantSlots("s", 2, 2)
 	if st.Config.Limit != 0 {
 		t.Errorf("after delete with holders: limit %d, want 0", st.Config.Limit)
 	}
-	s.full("s")
-	s.release("s", a)
+	s.full(backends.SemRef{Name: "s"})
+	s.release(backends.SemRef{Name: "s"}, a)
 	s.wantSlots("s", 1, 1)
 	wantErr(t, s.DeleteSemaphore(ctx, "s"), backends.ErrHeld, "delete with one holder")
-	s.full("s")
-	s.release("s", b)
+	s.full(backends.SemRef{Name: "s"})
+	s.release(backends.SemRef{Name: "s"}, b)
 	s.wantSlots("s", 0, 0)
 	ok(t, s.DeleteSemaphore(ctx, "s"), "delete after the last release")
 	if st := s.observe("s"); st != nil {
 		t.Fatalf("deleted semaphore observed as %+v", st)
 	}
 	ok(t, s.DeleteSemaphore(ctx, "s"), "delete again")
-	_, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: newOwner("c"), Lease: time.Minute})
+	_, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: newOwner("c"), Lease: time.Minute})
 	wantErr(t, err, backends.ErrNotFound, "acquire a deleted semaphore")
 
 	// Without holders, delete removes at once.
@@ -510,7 +509,7 @@ func testSemDrift(t *testing.T, h Harness) {
 	s.wantSlots("s", 3, 0)
 	got := map[int]bool{}
 	for range 3 {
-		got[s.acquire("s", newOwner("a"), time.Minute).Slot] = true
+		got[s.acquire(backends.SemRef{Name: "s"}, newOwner("a"), time.Minute).Slot] = true
 	}
 	if len(got) != 3 || !got[0] || !got[1] || !got[2] {
 		t.Errorf("after repair, grants took slots %v, want 0, 1 and 2", got)
@@ -520,9 +519,9 @@ func testSemDrift(t *testing.T, h Harness) {
 	s.put(h.semConfig("one", 1))
 	h.DeleteSlot(t, s.b, "one", 0)
 	s.wantSlots("one", 0, 0)
-	s.full("one")
+	s.full(backends.SemRef{Name: "one"})
 	s.put(h.semConfig("one", 1))
-	s.acquire("one", newOwner("b"), time.Minute)
+	s.acquire(backends.SemRef{Name: "one"}, newOwner("b"), time.Minute)
 }
 
 func testSemDriftHeld(t *testing.T, h Harness) {
@@ -531,13 +530,13 @@ func testSemDriftHeld(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
-	g := s.acquire("s", a, time.Minute)
+	g := s.acquire(backends.SemRef{Name: "s"}, a, time.Minute)
 	h.DeleteSlot(t, s.b, "s", g.Slot)
-	_, err := s.Extend(ctx, "s", a, time.Minute)
+	_, err := s.Extend(ctx, backends.SemRef{Name: "s"}, a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend a deleted slot")
-	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "release a deleted slot")
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "s"}, a), backends.ErrLost, "release a deleted slot")
 	s.put(h.semConfig("s", 1))
-	g2 := s.acquire("s", newOwner("b"), time.Minute)
+	g2 := s.acquire(backends.SemRef{Name: "s"}, newOwner("b"), time.Minute)
 	if g2.Fencing <= g.Fencing {
 		t.Errorf("fencing after repair %d, want above %d", g2.Fencing, g.Fencing)
 	}
@@ -549,12 +548,12 @@ func testSemFencingUpdates(t *testing.T, h Harness) {
 	var last int64
 	for i := range 4 {
 		o := newOwner("a")
-		g := s.acquire("s", o, time.Minute)
+		g := s.acquire(backends.SemRef{Name: "s"}, o, time.Minute)
 		if g.Fencing <= last {
 			t.Fatalf("round %d: fencing %d, not above %d", i, g.Fencing, last)
 		}
 		last = g.Fencing
-		s.release("s", o)
+		s.release(backends.SemRef{Name: "s"}, o)
 		cfg := h.semConfig("s", 1+i%2)
 		cfg.Lease = time.Duration(i+1) * time.Minute
 		s.put(cfg)
@@ -620,7 +619,7 @@ func testSemConcurrent(t *testing.T, h Harness) {
 			ctx := t.Context()
 			for r := range rounds {
 				owner := newOwner("w")
-				g, err := hs.TryAcquire(ctx, "hot", backends.AcquireRequest{Owner: owner, Host: "h", PID: i, Lease: time.Minute})
+				g, err := hs.TryAcquire(ctx, backends.SemRef{Name: "hot"}, backends.AcquireRequest{Owner: owner, Host: "h", PID: i, Lease: time.Minute})
 				if errors.Is(err, backends.ErrNoSlot) {
 					continue
 				}
@@ -644,7 +643,7 @@ func testSemConcurrent(t *testing.T, h Harness) {
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				holding.Add(-1)
-				if err := hs.Release(ctx, "hot", owner); err != nil {
+				if err := hs.Release(ctx, backends.SemRef{Name: "hot"}, owner); err != nil {
 					t.Errorf("worker %d round %d: release: %v", i, r, err)
 					return
 				}
@@ -693,16 +692,16 @@ func testSemSessionEnds(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s.put(h.semConfig("s", 1))
 	a := newOwner("a")
-	ga := s.acquire("s", a, time.Minute)
-	other.full("s")
-	hs := other.holders("s")
+	ga := s.acquire(backends.SemRef{Name: "s"}, a, time.Minute)
+	other.full(backends.SemRef{Name: "s"})
+	hs := other.holders(backends.SemRef{Name: "s"})
 	if len(hs) != 1 || hs[0].Session == 0 || hs[0].Owner != a {
 		t.Fatalf("holders %+v, want %s with its connection id", hs, a)
 	}
 	h.KillSession(t, s.b, hs[0].Session)
 	var gb backends.Grant
 	waitFor(t, "the killed holder's slot to be free", func() (bool, error) {
-		g, err := other.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: newOwner("b"), Host: "h", PID: 2, Lease: time.Minute})
+		g, err := other.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: newOwner("b"), Host: "h", PID: 2, Lease: time.Minute})
 		if errors.Is(err, backends.ErrNoSlot) {
 			return false, nil
 		}
@@ -712,10 +711,10 @@ func testSemSessionEnds(t *testing.T, h Harness) {
 	if gb.Slot != ga.Slot || gb.Fencing <= ga.Fencing {
 		t.Fatalf("grant after the session ended: %+v, want slot %d and fencing above %d", gb, ga.Slot, ga.Fencing)
 	}
-	_, err := s.Extend(ctx, "s", a, time.Minute)
+	_, err := s.Extend(ctx, backends.SemRef{Name: "s"}, a, time.Minute)
 	wantErr(t, err, backends.ErrLost, "extend by the holder whose session ended")
-	wantErr(t, s.Release(ctx, "s", a), backends.ErrLost, "release by the holder whose session ended")
-	if hs := other.holders("s"); len(hs) != 1 || hs[0].Fencing != gb.Fencing {
+	wantErr(t, s.Release(ctx, backends.SemRef{Name: "s"}, a), backends.ErrLost, "release by the holder whose session ended")
+	if hs := other.holders(backends.SemRef{Name: "s"}); len(hs) != 1 || hs[0].Fencing != gb.Fencing {
 		t.Fatalf("holders %+v, want only the new holder", hs)
 	}
 }
@@ -729,21 +728,21 @@ func testSemLimitDownSessionEnds(t *testing.T, h Harness) {
 	s, _ := freshSem(t, h)
 	s.put(h.semConfig("s", 5))
 	for range 5 {
-		s.acquire("s", newOwner("a"), time.Minute)
+		s.acquire(backends.SemRef{Name: "s"}, newOwner("a"), time.Minute)
 	}
 	s.put(h.semConfig("s", 2))
-	s.full("s")
-	for _, hd := range s.holders("s") {
+	s.full(backends.SemRef{Name: "s"})
+	for _, hd := range s.holders(backends.SemRef{Name: "s"}) {
 		if hd.Slot < 2 {
 			continue
 		}
 		h.KillSession(t, s.b, hd.Session)
 	}
 	waitFor(t, "three killed holders to be gone", func() (bool, error) {
-		return len(s.holders("s")) == 2, nil
+		return len(s.holders(backends.SemRef{Name: "s"})) == 2, nil
 	})
-	s.full("s")
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
+	s.full(backends.SemRef{Name: "s"})
 	s.wantSlots("s", 2, 2)
 }
 
@@ -760,20 +759,20 @@ func testSemDriftHeldSlotsOnly(t *testing.T, h Harness) {
 	got := map[int]bool{}
 	var last backends.Grant
 	for range 3 {
-		last = s.acquire("s", newOwner("a"), time.Minute)
+		last = s.acquire(backends.SemRef{Name: "s"}, newOwner("a"), time.Minute)
 		got[last.Slot] = true
 	}
 	if len(got) != 3 || !got[0] || !got[1] || !got[2] {
 		t.Errorf("after deleting a free slot, grants took slots %v, want 0, 1 and 2", got)
 	}
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
 	h.DeleteSlot(t, s.b, "s", last.Slot)
 	s.wantSlots("s", 3, 2)
-	g := s.acquire("s", newOwner("b"), time.Minute)
+	g := s.acquire(backends.SemRef{Name: "s"}, newOwner("b"), time.Minute)
 	if g.Slot != last.Slot || g.Fencing <= last.Fencing {
 		t.Errorf("grant after a held slot vanished: %+v, want slot %d and fencing above %d", g, last.Slot, last.Fencing)
 	}
-	s.full("s")
+	s.full(backends.SemRef{Name: "s"})
 	s.wantSlots("s", 3, 3)
 }
 

@@ -19,14 +19,14 @@ func testStateStore(t *testing.T, h Harness) {
 		open := h.New(t)
 		raw := open()
 		if _, isMigrator := raw.(backends.Migrator); isMigrator {
-			st, err := as[backends.StateStore](t, raw).LoadState(t.Context())
+			st, err := clusterOf(t, raw).LoadState(t.Context())
 			ok(t, err, "load state of a store never migrated")
 			if len(st.Entries) != 0 || st.Last != nil {
 				t.Errorf("never migrated: got %d entries, last %+v, want empty", len(st.Entries), st.Last)
 			}
 		}
 		b, _ := fresh(t, h)
-		st, err := as[backends.StateStore](t, b).LoadState(t.Context())
+		st, err := clusterOf(t, b).LoadState(t.Context())
 		ok(t, err, "load state")
 		if len(st.Entries) != 0 || st.Last != nil {
 			t.Errorf("fresh store: got %d entries, last %+v, want empty", len(st.Entries), st.Last)
@@ -35,7 +35,7 @@ func testStateStore(t *testing.T, h Harness) {
 	t.Run("CommitWithoutLock", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)
-		ss := as[backends.StateStore](t, b)
+		ss := clusterOf(t, b)
 		_, err := ss.CommitApply(t.Context(), "nobody", backends.ApplyRecord{SpecHash: "h"}, entries(1, "semaphore.a"), nil)
 		wantErr(t, err, backends.ErrLost, "commit without the lock")
 		st, err := ss.LoadState(t.Context())
@@ -103,7 +103,7 @@ func checkEntries(t *testing.T, got, want []backends.InventoryEntry) {
 
 func testCommits(t *testing.T, h Harness) {
 	b, _ := fresh(t, h)
-	ss := as[backends.StateStore](t, b)
+	ss := clusterOf(t, b)
 	ctx := t.Context()
 	unlock, err := ss.TryLockApply(ctx, "alice", time.Minute)
 	ok(t, err, "lock")
@@ -164,8 +164,8 @@ func testCommits(t *testing.T, h Harness) {
 
 func testLockExclusive(t *testing.T, h Harness) {
 	b, open := fresh(t, h)
-	a := as[backends.StateStore](t, b)
-	other := as[backends.StateStore](t, open())
+	a := clusterOf(t, b)
+	other := clusterOf(t, open())
 	ctx := t.Context()
 
 	unlockA, err := a.TryLockApply(ctx, "alice", time.Minute)
@@ -198,8 +198,8 @@ func testLockExclusive(t *testing.T, h Harness) {
 
 func testLockExpiry(t *testing.T, h Harness) {
 	b, open := fresh(t, h)
-	a := as[backends.StateStore](t, b)
-	other := as[backends.StateStore](t, open())
+	a := clusterOf(t, b)
+	other := clusterOf(t, open())
 	ctx := t.Context()
 	const ttl = time.Second
 
@@ -236,7 +236,7 @@ func testLockExpiry(t *testing.T, h Harness) {
 
 func testLockRace(t *testing.T, h Harness) {
 	_, open := fresh(t, h)
-	stores := []backends.StateStore{as[backends.StateStore](t, open()), as[backends.StateStore](t, open())}
+	stores := []backends.Cluster{clusterOf(t, open()), clusterOf(t, open())}
 	ctx := t.Context()
 	for round := range 20 {
 		start := make(chan struct{})
@@ -271,7 +271,7 @@ func testLockRace(t *testing.T, h Harness) {
 
 func testLargeCommit(t *testing.T, h Harness) {
 	b, _ := fresh(t, h)
-	ss := as[backends.StateStore](t, b)
+	ss := clusterOf(t, b)
 	ctx := t.Context()
 	const n = 10000
 	addrs := make([]string, n)
@@ -300,7 +300,7 @@ func testLargeCommit(t *testing.T, h Harness) {
 // applied, and is it still the latest?".
 func testFindApply(t *testing.T, h Harness) {
 	b, _ := fresh(t, h)
-	ss := as[backends.StateStore](t, b)
+	ss := clusterOf(t, b)
 	ctx := t.Context()
 	_, err := ss.FindApply(ctx, "hash-a")
 	wantErr(t, err, backends.ErrNotFound, "find a hash never applied")

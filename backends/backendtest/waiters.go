@@ -16,14 +16,14 @@ import (
 // semaphore's line, so that callers serve waiters FIFO. The suite requires
 // it of every backend with Waiters.
 type firstWaiter interface {
-	FirstWaiter(ctx context.Context, name string) (string, error)
+	FirstWaiter(ctx context.Context, ref backends.SemRef) (string, error)
 }
 
 // freshWaiters returns the semaphore and waiter views of a fresh store.
 func freshWaiters(t *testing.T, h Harness) (*sem, backends.Waiters) {
 	t.Helper()
 	b, _ := fresh(t, h)
-	return semOf(t, b), as[backends.Waiters](t, b)
+	return semOf(t, b), waitersOf(t, b)
 }
 
 func testWaiters(t *testing.T, h Harness) {
@@ -61,26 +61,26 @@ func (h Harness) waitConfig(name string, maxWaiting int) backends.SemaphoreConfi
 func testWaitMax(t *testing.T, h Harness) {
 	ctx := t.Context()
 	s, w := freshWaiters(t, h)
-	wantErr(t, w.EnterWait(ctx, "absent", newOwner("w"), time.Minute), backends.ErrNotFound, "enter wait on an absent semaphore")
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "absent"}, backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), backends.ErrNotFound, "enter wait on an absent semaphore")
 
 	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a")
-	ok(t, w.EnterWait(ctx, "build", a, time.Minute), "enter a again (renew)")
-	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b beyond max_waiting 1")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), "enter a")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), "enter a again (renew)")
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: b, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter b beyond max_waiting 1")
 	if n := s.observe("build").Waiters; n != 1 {
 		t.Errorf("observed %d waiters, want 1", n)
 	}
-	ok(t, w.LeaveWait(ctx, "build", a), "leave a")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "build"}, a), "leave a")
 	if n := s.observe("build").Waiters; n != 0 {
 		t.Errorf("observed %d waiters after leave, want 0", n)
 	}
-	ok(t, w.LeaveWait(ctx, "build", a), "leave a twice")
-	ok(t, w.EnterWait(ctx, "build", b, time.Minute), "enter b after a left")
-	wantErr(t, w.EnterWait(ctx, "build", a, time.Minute), backends.ErrTooManyWaiters, "enter a while b waits")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "build"}, a), "leave a twice")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: b, Lease: time.Minute}), "enter b after a left")
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter a while b waits")
 
 	s.put(h.waitConfig("closed", 0))
-	wantErr(t, w.EnterWait(ctx, "closed", a, time.Minute), backends.ErrTooManyWaiters, "enter with max_waiting 0")
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "closed"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter with max_waiting 0")
 }
 
 func testWaitUnbounded(t *testing.T, h Harness) {
@@ -88,7 +88,7 @@ func testWaitUnbounded(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("open", -1))
 	for range 20 {
-		ok(t, w.EnterWait(ctx, "open", newOwner("w"), time.Minute), "enter with max_waiting -1")
+		ok(t, w.EnterWait(ctx, backends.SemRef{Name: "open"}, backends.AcquireRequest{Owner: newOwner("w"), Lease: time.Minute}), "enter with max_waiting -1")
 	}
 }
 
@@ -97,17 +97,17 @@ func testWaitExpiry(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("build", 1))
 	a, b := newOwner("wa"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "build", a, time.Second), "enter a with a 1s lease")
-	wantErr(t, w.EnterWait(ctx, "build", b, time.Minute), backends.ErrTooManyWaiters, "enter b while a waits")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: a, Lease: time.Second}), "enter a with a 1s lease")
+	wantErr(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: b, Lease: time.Minute}), backends.ErrTooManyWaiters, "enter b while a waits")
 	waitFor(t, "a's waiter lease to expire and free its place", func() (bool, error) {
-		err := w.EnterWait(ctx, "build", b, time.Minute)
+		err := w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: b, Lease: time.Minute})
 		if errors.Is(err, backends.ErrTooManyWaiters) {
 			return false, nil
 		}
 		return err == nil, err
 	})
 	fw := as[firstWaiter](t, s.b)
-	first, err := fw.FirstWaiter(ctx, "build")
+	first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "build"})
 	ok(t, err, "first waiter")
 	if first != b {
 		t.Fatalf("first waiter %q, want %q after a expired", first, b)
@@ -121,7 +121,7 @@ func testWaitFIFO(t *testing.T, h Harness) {
 	s.put(h.waitConfig("line", -1))
 	wantFirst := func(want, what string) {
 		t.Helper()
-		got, err := fw.FirstWaiter(ctx, "line")
+		got, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "line"})
 		ok(t, err, "first waiter "+what)
 		if got != want {
 			t.Fatalf("first waiter %s: got %q, want %q", what, got, want)
@@ -130,22 +130,22 @@ func testWaitFIFO(t *testing.T, h Harness) {
 	wantFirst("", "of an empty line")
 	a, b, c := newOwner("wa"), newOwner("wb"), newOwner("wc")
 	for _, o := range []string{a, b, c} {
-		ok(t, w.EnterWait(ctx, "line", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
 	wantFirst(a, "after a, b, c entered")
-	ok(t, w.LeaveWait(ctx, "line", a), "leave a")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "line"}, a), "leave a")
 	wantFirst(b, "after a left")
 	// Renewing keeps the place in line.
-	ok(t, w.EnterWait(ctx, "line", c, time.Minute), "renew c")
-	ok(t, w.EnterWait(ctx, "line", b, time.Minute), "renew b")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: c, Lease: time.Minute}), "renew c")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: b, Lease: time.Minute}), "renew b")
 	wantFirst(b, "after c and b renewed")
 	// A newcomer queues behind everyone, even one who left earlier.
-	ok(t, w.EnterWait(ctx, "line", a, time.Minute), "a enters again")
-	ok(t, w.LeaveWait(ctx, "line", b), "leave b")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), "a enters again")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "line"}, b), "leave b")
 	wantFirst(c, "after b left")
-	ok(t, w.LeaveWait(ctx, "line", c), "leave c")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "line"}, c), "leave c")
 	wantFirst(a, "after c left")
-	ok(t, w.LeaveWait(ctx, "line", a), "leave a again")
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "line"}, a), "leave a again")
 	wantFirst("", "after everyone left")
 }
 
@@ -156,11 +156,11 @@ func testWaitWake(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("build", -1))
 	holder := newOwner("holder")
-	s.acquire("build", holder, time.Minute)
+	s.acquire(backends.SemRef{Name: "build"}, holder, time.Minute)
 	// Releases wake the waiters of the line: WaitSemaphore is for an owner
 	// registered with EnterWait.
 	waiter := newOwner("waiter")
-	ok(t, w.EnterWait(ctx, "build", waiter, time.Minute), "enter wait")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "build"}, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}), "enter wait")
 
 	const maxWait = 10 * time.Second
 	started := make(chan struct{})
@@ -172,35 +172,35 @@ func testWaitWake(t *testing.T, h Harness) {
 	go func() {
 		close(started)
 		t0 := time.Now()
-		err := w.WaitSemaphore(ctx, "build", waiter, maxWait)
+		err := w.WaitSemaphore(ctx, backends.SemRef{Name: "build"}, waiter, maxWait)
 		done <- result{err, time.Since(t0)}
 	}()
 	<-started
 	time.Sleep(50 * time.Millisecond) // let the waiter block; not an assertion
-	s.release("build", holder)
+	s.release(backends.SemRef{Name: "build"}, holder)
 	r := <-done
 	ok(t, r.err, "wait semaphore")
 	if r.elapsed >= maxWait {
 		t.Fatalf("wait semaphore returned after %v, not before its max %v although the holder released", r.elapsed, maxWait)
 	}
 	// The slot is free now: WaitSemaphore has nothing to wait for.
-	ok(t, w.WaitSemaphore(ctx, "build", waiter, maxWait), "wait on a free semaphore")
+	ok(t, w.WaitSemaphore(ctx, backends.SemRef{Name: "build"}, waiter, maxWait), "wait on a free semaphore")
 }
 
 func testWaitCancel(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("build", -1))
-	s.acquire("build", newOwner("holder"), time.Minute)
+	s.acquire(backends.SemRef{Name: "build"}, newOwner("holder"), time.Minute)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := w.WaitSemaphore(ctx, "build", "waiter", 10*time.Second)
+	err := w.WaitSemaphore(ctx, backends.SemRef{Name: "build"}, "waiter", 10*time.Second)
 	wantErr(t, err, context.Canceled, "wait with a cancelled context")
 
 	// Cancelled while waiting on a full semaphore.
 	ctx, cancel = context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- w.WaitSemaphore(ctx, "build", "waiter", time.Minute) }()
+	go func() { done <- w.WaitSemaphore(ctx, backends.SemRef{Name: "build"}, "waiter", time.Minute) }()
 	time.Sleep(50 * time.Millisecond) // let the waiter block; not an assertion
 	cancel()
 	select {
@@ -217,10 +217,10 @@ func testWaitCancel(t *testing.T, h Harness) {
 // every live waiter ahead of it. A waiter whose record expired (it crashed)
 // loses its place, so it holds the line for at most its waiter lease.
 
-// refused asserts that owner is not granted a slot of name now.
-func (s *sem) refused(name, owner, who string) {
+// refused asserts that owner is not granted a slot of ref now.
+func (s *sem) refused(ref backends.SemRef, owner, who string) {
 	s.t.Helper()
-	_, err := s.TryAcquire(s.t.Context(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
+	_, err := s.TryAcquire(s.t.Context(), ref, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute})
 	wantErr(s.t, err, backends.ErrNoSlot, who+" tries to acquire while the line is ahead of it")
 }
 
@@ -242,34 +242,34 @@ func testWaitLine(t *testing.T, h Harness) {
 	fw := as[firstWaiter](t, s.b)
 	s.put(h.waitConfig("line", -1))
 	holder := newOwner("holder")
-	s.acquire("line", holder, time.Minute)
+	s.acquire(backends.SemRef{Name: "line"}, holder, time.Minute)
 	w1, w2, w3 := newOwner("w1"), newOwner("w2"), newOwner("w3")
 	for _, o := range []string{w1, w2, w3} {
-		ok(t, w.EnterWait(ctx, "line", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
-	s.release("line", holder)
+	s.release(backends.SemRef{Name: "line"}, holder)
 
-	s.refused("line", newOwner("newcomer"), "a newcomer")
-	s.refused("line", w3, "the third waiter")
-	s.refused("line", w2, "the second waiter")
-	s.acquire("line", w1, time.Minute)
+	s.refused(backends.SemRef{Name: "line"}, newOwner("newcomer"), "a newcomer")
+	s.refused(backends.SemRef{Name: "line"}, w3, "the third waiter")
+	s.refused(backends.SemRef{Name: "line"}, w2, "the second waiter")
+	s.acquire(backends.SemRef{Name: "line"}, w1, time.Minute)
 	s.wantWaiters("line", 2, "after the first waiter's grant")
-	first, err := fw.FirstWaiter(ctx, "line")
+	first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "line"})
 	ok(t, err, "first waiter")
 	if first != w2 {
 		t.Fatalf("first waiter after w1's grant: %q, want %q", first, w2)
 	}
 
-	s.release("line", w1)
-	s.refused("line", newOwner("newcomer"), "a newcomer")
-	s.refused("line", w3, "the third waiter")
-	s.acquire("line", w2, time.Minute)
-	s.release("line", w2)
-	s.refused("line", newOwner("newcomer"), "a newcomer")
-	s.acquire("line", w3, time.Minute)
+	s.release(backends.SemRef{Name: "line"}, w1)
+	s.refused(backends.SemRef{Name: "line"}, newOwner("newcomer"), "a newcomer")
+	s.refused(backends.SemRef{Name: "line"}, w3, "the third waiter")
+	s.acquire(backends.SemRef{Name: "line"}, w2, time.Minute)
+	s.release(backends.SemRef{Name: "line"}, w2)
+	s.refused(backends.SemRef{Name: "line"}, newOwner("newcomer"), "a newcomer")
+	s.acquire(backends.SemRef{Name: "line"}, w3, time.Minute)
 	s.wantWaiters("line", 0, "after the last waiter's grant")
-	s.release("line", w3)
-	s.acquire("line", newOwner("newcomer"), time.Minute)
+	s.release(backends.SemRef{Name: "line"}, w3)
+	s.acquire(backends.SemRef{Name: "line"}, newOwner("newcomer"), time.Minute)
 }
 
 // testWaitLineSeveral: with limit 2, a waiter is granted a slot while
@@ -282,20 +282,20 @@ func testWaitLineSeveral(t *testing.T, h Harness) {
 	cfg.MaxWaiting = -1
 	s.put(cfg)
 	h1, h2 := newOwner("h1"), newOwner("h2")
-	s.acquire("pool", h1, time.Minute)
-	s.acquire("pool", h2, time.Minute)
+	s.acquire(backends.SemRef{Name: "pool"}, h1, time.Minute)
+	s.acquire(backends.SemRef{Name: "pool"}, h2, time.Minute)
 	w1, w2, w3 := newOwner("w1"), newOwner("w2"), newOwner("w3")
 	for _, o := range []string{w1, w2, w3} {
-		ok(t, w.EnterWait(ctx, "pool", o, time.Minute), "enter "+o)
+		ok(t, w.EnterWait(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: o, Lease: time.Minute}), "enter "+o)
 	}
-	s.release("pool", h1)
-	s.refused("pool", w2, "the second waiter, one slot free")
-	s.refused("pool", newOwner("newcomer"), "a newcomer, one slot free")
-	s.release("pool", h2)
-	s.acquire("pool", w2, time.Minute)
-	s.refused("pool", w3, "the third waiter, the first still ahead")
-	s.refused("pool", newOwner("newcomer"), "a newcomer, two waiters ahead")
-	s.acquire("pool", w1, time.Minute)
+	s.release(backends.SemRef{Name: "pool"}, h1)
+	s.refused(backends.SemRef{Name: "pool"}, w2, "the second waiter, one slot free")
+	s.refused(backends.SemRef{Name: "pool"}, newOwner("newcomer"), "a newcomer, one slot free")
+	s.release(backends.SemRef{Name: "pool"}, h2)
+	s.acquire(backends.SemRef{Name: "pool"}, w2, time.Minute)
+	s.refused(backends.SemRef{Name: "pool"}, w3, "the third waiter, the first still ahead")
+	s.refused(backends.SemRef{Name: "pool"}, newOwner("newcomer"), "a newcomer, two waiters ahead")
+	s.acquire(backends.SemRef{Name: "pool"}, w1, time.Minute)
 	s.wantWaiters("pool", 1, "after two grants")
 }
 
@@ -306,23 +306,23 @@ func testWaitLineCrashed(t *testing.T, h Harness) {
 	s, w := freshWaiters(t, h)
 	s.put(h.waitConfig("line", -1))
 	holder := newOwner("holder")
-	s.acquire("line", holder, time.Minute)
+	s.acquire(backends.SemRef{Name: "line"}, holder, time.Minute)
 	const lease = 2 * time.Second
 	before, err := s.b.Now(ctx)
 	ok(t, err, "now")
 	crashed := newOwner("crashed")
-	ok(t, w.EnterWait(ctx, "line", crashed, lease), "enter the waiter that will crash")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: crashed, Lease: lease}), "enter the waiter that will crash")
 	after, err := s.b.Now(ctx)
 	ok(t, err, "now")
 	next := newOwner("next")
-	ok(t, w.EnterWait(ctx, "line", next, time.Minute), "enter the next waiter")
-	s.release("line", holder)
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: next, Lease: time.Minute}), "enter the next waiter")
+	s.release(backends.SemRef{Name: "line"}, holder)
 
-	_, err = s.TryAcquire(ctx, "line", backends.AcquireRequest{Owner: next, Host: "h", PID: 1, Lease: time.Minute})
+	_, err = s.TryAcquire(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: next, Host: "h", PID: 1, Lease: time.Minute})
 	switch {
 	case errors.Is(err, backends.ErrNoSlot):
 		waitPast(t, s.b, after.Add(lease))
-		s.acquire("line", next, time.Minute)
+		s.acquire(backends.SemRef{Name: "line"}, next, time.Minute)
 	case err == nil:
 		// Only once the crashed waiter's record may have expired.
 		now, nerr := s.b.Now(ctx)
@@ -355,7 +355,7 @@ func testWaitLineOrder(t *testing.T, h Harness) {
 	s := semOf(t, b)
 	s.put(h.waitConfig("line", -1))
 	holder := newOwner("holder")
-	s.acquire("line", holder, time.Minute)
+	s.acquire(backends.SemRef{Name: "line"}, holder, time.Minute)
 
 	const n = 4
 	type grant struct {
@@ -385,7 +385,7 @@ func testWaitLineOrder(t *testing.T, h Harness) {
 		})
 	}
 	newcomer := lineClient(t, open(), "newcomer")
-	release := func() error { return s.Release(ctx, "line", holder) }
+	release := func() error { return s.Release(ctx, backends.SemRef{Name: "line"}, holder) }
 	for i := range n {
 		ok(t, release(), "release the slot")
 		_, err := newcomer.Acquire(ctx, "line", semaphore.AcquireOptions{Lease: time.Minute, NoWait: true})
@@ -411,12 +411,12 @@ func testWaitLineCrashedWakes(t *testing.T, h Harness) {
 	ctx := t.Context()
 	b, open := fresh(t, h)
 	s := semOf(t, b)
-	w := as[backends.Waiters](t, b)
+	w := waitersOf(t, b)
 	s.put(h.waitConfig("line", -1))
 	const lease = 2 * time.Second
 	before, err := b.Now(ctx)
 	ok(t, err, "now")
-	ok(t, w.EnterWait(ctx, "line", newOwner("crashed"), lease), "enter the waiter that will crash")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: newOwner("crashed"), Lease: lease}), "enter the waiter that will crash")
 
 	c := lineClient(t, open(), "waiter")
 	l, err := c.Acquire(ctx, "line", semaphore.AcquireOptions{Lease: time.Minute, WaiterLease: 3 * time.Minute, Wait: waitTimeout})

@@ -3,6 +3,8 @@ package backendtest
 import (
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/backends"
 )
 
 // testWaitRejoin checks spec.md's "Waiting": "A waiter whose process stalls
@@ -16,21 +18,21 @@ func testWaitRejoin(t *testing.T, h Harness) {
 	fw := as[firstWaiter](t, s.b)
 	s.put(h.waitConfig("line", -1))
 	a, b := newOwner("stalled"), newOwner("wb")
-	ok(t, w.EnterWait(ctx, "line", a, time.Second), "enter a with a 1s lease")
-	ok(t, w.EnterWait(ctx, "line", b, time.Minute), "enter b")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: a, Lease: time.Second}), "enter a with a 1s lease")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: b, Lease: time.Minute}), "enter b")
 	waitFor(t, "a's record to expire", func() (bool, error) {
-		first, err := fw.FirstWaiter(ctx, "line")
+		first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "line"})
 		return first == b, err
 	})
 	// a runs again and renews: it is behind b now.
-	ok(t, w.EnterWait(ctx, "line", a, time.Minute), "a renews after its record expired")
-	first, err := fw.FirstWaiter(ctx, "line")
+	ok(t, w.EnterWait(ctx, backends.SemRef{Name: "line"}, backends.AcquireRequest{Owner: a, Lease: time.Minute}), "a renews after its record expired")
+	first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "line"})
 	ok(t, err, "first waiter")
 	if first != b {
 		t.Fatalf("first waiter %q after the stalled waiter came back, want %q: it got its old place back", first, b)
 	}
-	ok(t, w.LeaveWait(ctx, "line", b), "b leaves")
-	if first, err := fw.FirstWaiter(ctx, "line"); err != nil || first != a {
+	ok(t, w.LeaveWait(ctx, backends.SemRef{Name: "line"}, b), "b leaves")
+	if first, err := fw.FirstWaiter(ctx, backends.SemRef{Name: "line"}); err != nil || first != a {
 		t.Fatalf("first waiter %q (%v) after b left, want the stalled waiter %q", first, err, a)
 	}
 }

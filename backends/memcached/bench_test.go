@@ -38,10 +38,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			benchutil.Alternate(b, "add-delete", func() {
 				n++
 				o := "owner-" + strconv.Itoa(n)
-				if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
+				if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
-				if err := s.Release(ctx, "s", o); err != nil {
+				if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 					b.Fatal(err)
 				}
 			}, func() {

@@ -26,7 +26,7 @@ func counterCfg(name string) backends.SemaphoreConfig {
 
 func acquire(t *testing.T, s *memcached.Store, name, owner string, lease time.Duration) (backends.Grant, error) {
 	t.Helper()
-	return s.TryAcquire(t.Context(), name, backends.AcquireRequest{Owner: owner, Host: "h-" + owner, PID: 7, Lease: lease})
+	return s.TryAcquire(t.Context(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h-" + owner, PID: 7, Lease: lease})
 }
 
 func mustAcquire(t *testing.T, s *memcached.Store, name, owner string, lease time.Duration) backends.Grant {
@@ -81,20 +81,20 @@ func TestCounterMode(t *testing.T) {
 	ga := mustAcquire(t, s, "c", "a", time.Minute)
 	wantNoSlot(t, other, "c", "b")
 	wantNoSlot(t, other, "c", "b")
-	hs, err := other.Holders(ctx, "c")
+	hs, err := other.Holders(ctx, backends.SemRef{Name: "c"})
 	if err != nil || len(hs) != 1 || hs[0].Owner != "a" || hs[0].Fencing != ga.Fencing || !hs[0].ExpiresAt.Equal(ga.ExpiresAt) {
 		t.Fatalf("holders %+v, %v; want a with grant %+v", hs, err, ga)
 	}
-	if _, err := other.Extend(ctx, "c", "b", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := other.Extend(ctx, backends.SemRef{Name: "c"}, "b", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("extend by a non-holder: %v, want ErrLost", err)
 	}
-	if err := other.Release(ctx, "c", "b"); !errors.Is(err, backends.ErrLost) {
+	if err := other.Release(ctx, backends.SemRef{Name: "c"}, "b"); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("release by a non-holder: %v, want ErrLost", err)
 	}
-	if exp, err := s.Extend(ctx, "c", "a", 2*time.Minute); err != nil || exp.Before(ga.ExpiresAt) {
+	if exp, err := s.Extend(ctx, backends.SemRef{Name: "c"}, "a", 2*time.Minute); err != nil || exp.Before(ga.ExpiresAt) {
 		t.Fatalf("extend by the holder: %v, %v", exp, err)
 	}
-	if err := s.Release(ctx, "c", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "c"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	gb := mustAcquire(t, other, "c", "b", time.Minute)
@@ -156,7 +156,7 @@ func TestCounterExpiryAdmitsTwo(t *testing.T) {
 	}
 	t.Logf("two holders admitted at once: c (fencing %d) and d (fencing %d)", gc.Fencing, gd.Fencing)
 	// c learns it on its next extend (d's holder record replaced c's).
-	if _, err := c.Extend(t.Context(), "c", "c", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := c.Extend(t.Context(), backends.SemRef{Name: "c"}, "c", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("c's extend: %v, want ErrLost", err)
 	}
 }
@@ -178,10 +178,10 @@ func TestCounterDeadCallerWedges(t *testing.T) {
 		t.Fatal("b was admitted")
 	}
 	memcached.SetCounterHook(nil)
-	if err := s.Release(t.Context(), "c", "a"); err != nil {
+	if err := s.Release(t.Context(), backends.SemRef{Name: "c"}, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if hs, err := s.Holders(t.Context(), "c"); err != nil || len(hs) != 0 {
+	if hs, err := s.Holders(t.Context(), backends.SemRef{Name: "c"}); err != nil || len(hs) != 0 {
 		t.Fatalf("holders after release: %+v, %v", hs, err)
 	}
 	// Nobody holds it, yet nobody gets in: wedged.

@@ -50,9 +50,10 @@
 // longest lease, as on Redis. memcached has no run_id; pid and start time
 // from `stats` stand for one.
 //
-// memcached keeps no waiter line and has no blocking pop: Waiters is not
-// implemented, the semaphore client polls TryAcquire with a bounded delay,
-// and PutSemaphore refuses max_waiting >= 0 with backends.ErrUnsupported.
+// memcached keeps no waiter line and has no blocking pop: its Semaphores
+// hand out no Waiters (nil), the semaphore client polls TryAcquire with a
+// bounded delay, and PutSemaphore refuses max_waiting >= 0 with
+// backends.ErrUnsupported.
 // Its waiters are therefore not served in arrival order: whoever tries
 // first after a release wins. A line would need a check of the line and a
 // take of the slot in one atomic step, which memcached offers only on one

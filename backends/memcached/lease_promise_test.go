@@ -85,7 +85,7 @@ func TestPromiseLeaseWholeSeconds(t *testing.T) {
 			t.Fatal(err)
 		}
 		owner := "owner-" + name
-		g, err := s.TryAcquire(ctx, name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: c.lease})
+		g, err := s.TryAcquire(ctx, backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: c.lease})
 		if err != nil {
 			t.Fatalf("%s: acquire: %v", name, err)
 		}
@@ -108,7 +108,7 @@ func TestPromiseLeaseWholeSeconds(t *testing.T) {
 			}
 		}
 		check("acquired", g.ExpiresAt)
-		exp, err := s.Extend(ctx, name, owner, c.lease)
+		exp, err := s.Extend(ctx, backends.SemRef{Name: name}, owner, c.lease)
 		if err != nil {
 			t.Fatalf("%s: extend: %v", name, err)
 		}

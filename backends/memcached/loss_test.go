@@ -33,7 +33,7 @@ func TestRestartLosesHolder(t *testing.T) {
 	m.Kill()
 	m.Start(t)
 
-	if _, err := s.Extend(ctx, "s", "a", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := s.Extend(ctx, backends.SemRef{Name: "s"}, "a", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("extend after the restart: %v, want ErrLost", err)
 	}
 	obs, err := s.ObserveLoss(ctx)
@@ -104,7 +104,7 @@ func TestEvictedConfigAndFencing(t *testing.T) {
 		t.Fatalf("acquire without the config: %v, want ErrNotFound", err)
 	}
 	// The holders keep their slots; re-put, the limit still holds.
-	if _, err := s.Extend(ctx, "s", "a", time.Minute); err != nil {
+	if _, err := s.Extend(ctx, backends.SemRef{Name: "s"}, "a", time.Minute); err != nil {
 		t.Fatalf("extend by a holder while the config is missing: %v", err)
 	}
 	if err := s.PutSemaphore(ctx, cfg); err != nil {
@@ -124,7 +124,7 @@ func TestLongAndOddNames(t *testing.T) {
 		}
 		mustAcquire(t, s, n, "a", time.Minute)
 		wantNoSlot(t, s, n, "b")
-		if err := s.Release(t.Context(), n, "a"); err != nil {
+		if err := s.Release(t.Context(), backends.SemRef{Name: n}, "a"); err != nil {
 			t.Fatal(err)
 		}
 	}

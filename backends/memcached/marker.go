@@ -14,8 +14,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.LossGuard = (*Store)(nil)
-
 // The data-loss marker, as on Redis (backends/redis/marker.go), but one per
 // server, because each memcached loses its keys on its own restart. Key
 // {srv:<addr>}marker, no expiry, value "v1 <run id> <created s> <hold_until

@@ -63,17 +63,15 @@ func TestCapabilities(t *testing.T) {
 	addr, prefix := testenv.MemcachedAddr(t)
 	var b backends.Backend = openStore(t, addr, prefix, backends.Options{Version: "0.1.0"})
 	for name, c := range map[string]struct{ has, want bool }{
-		"SemaphoreAdmin": {is[backends.SemaphoreAdmin](b), true},
-		"Semaphores":     {is[backends.Semaphores](b), true},
-		"LossGuard":      {is[backends.LossGuard](b), true},
-		"Waiters":        {is[backends.Waiters](b), false},
-		"StateStore":     {is[backends.StateStore](b), false},
-		"Leader":         {is[backends.Leader](b), false},
-		"CronAdmin":      {is[backends.CronAdmin](b), false},
-		"QueueAdmin":     {is[backends.QueueAdmin](b), false},
+		"Semaphores": {b.Semaphores() != nil, true},
+		"LossGuard":  {is[backends.LossGuard](b), true},
+		"Waiters":    {b.Semaphores().Waiters() != nil, false},
+		"Cluster":    {b.Cluster() != nil, false},
+		"Crons":      {b.Crons() != nil, false},
+		"Queues":     {b.Queues() != nil, false},
 	} {
 		if c.has != c.want {
-			t.Errorf("the memcached store implements %s: %v, want %v", name, c.has, c.want)
+			t.Errorf("the memcached store holds %s: %v, want %v", name, c.has, c.want)
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestDirectReleaseAfterRestart(t *testing.T) {
 			// A read through the store: gomemcache's pool now holds a
 			// connection to the new process (as it would in a busy
 			// daemon), so a plain cas with the kept id would reach it.
-			if _, err := s.Holders(ctx, "s"); err != nil {
+			if _, err := s.Holders(ctx, backends.SemRef{Name: "s"}); err != nil {
 				t.Fatal(err)
 			}
 			if redial {
@@ -70,7 +70,7 @@ func TestDirectReleaseAfterRestart(t *testing.T) {
 					t.Fatalf("cas id %d passed %d", it.CasID, casID)
 				}
 			}
-			if err := s.Release(ctx, "s", "a"); !errors.Is(err, backends.ErrLost) {
+			if err := s.Release(ctx, backends.SemRef{Name: "s"}, "a"); !errors.Is(err, backends.ErrLost) {
 				t.Fatalf("release after the restart: %v, want ErrLost", err)
 			}
 			if it, err := raw.Get(key); err != nil || string(it.Value) != "someone else" {
@@ -92,27 +92,27 @@ func TestDirectRelease(t *testing.T) {
 	}
 	mustAcquire(t, s, "d", "a", time.Minute)
 	n := s.RoundTrips()
-	if err := s.Release(ctx, "d", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "d"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if d := s.RoundTrips() - n; d != 1 {
 		t.Errorf("release of a kept grant: %d round trips, want 1", d)
 	}
-	if err := s.Release(ctx, "d", "a"); !errors.Is(err, backends.ErrLost) {
+	if err := s.Release(ctx, backends.SemRef{Name: "d"}, "a"); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("second release: %v, want ErrLost", err)
 	}
 	mustAcquire(t, s, "d", "b", time.Minute)
-	if _, err := s.Extend(ctx, "d", "b", 2*time.Minute); err != nil {
+	if _, err := s.Extend(ctx, backends.SemRef{Name: "d"}, "b", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	n = s.RoundTrips()
-	if err := s.Release(ctx, "d", "b"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "d"}, "b"); err != nil {
 		t.Fatal(err)
 	}
 	if d := s.RoundTrips() - n; d != 2 {
 		t.Errorf("release after an extend: %d round trips, want 2 (gets + cas)", d)
 	}
-	if hs, err := s.Holders(ctx, "d"); err != nil || len(hs) != 0 {
+	if hs, err := s.Holders(ctx, backends.SemRef{Name: "d"}); err != nil || len(hs) != 0 {
 		t.Fatalf("holders after the releases: %+v, %v", hs, err)
 	}
 }

@@ -18,11 +18,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var (
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-)
-
 // minLeaseSeconds is the shortest TTL a slot key gets: memcached's clock
 // ticks in whole seconds, so a shorter lease could end within one tick.
 const minLeaseSeconds = 3

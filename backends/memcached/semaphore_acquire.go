@@ -25,11 +25,12 @@ import (
 // add, check (3 round trips). Otherwise, or when the hinted slot was taken
 // meanwhile, it reads first (4 round trips); a full semaphore costs that
 // one read.
-func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
 	}
-	if _, _, ok := backends.SplitInstance(name); ok {
+	if ref.IsInstance() {
 		return backends.Grant{}, s.semErr("acquire", name, fmt.Errorf("keyed semaphores: %w", backends.ErrUnsupported))
 	}
 	if err := backends.CheckAcquire(req); err != nil {

@@ -14,9 +14,13 @@ import (
 // Extend renews owner's slot key with gets + cas: new expiry in the record
 // and as the key's TTL. A vanished key (expired, evicted, restart) or a
 // changed one is ErrLost.
-func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) (time.Time, error) {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return time.Time{}, err
+	}
+	if ref.IsInstance() { // never granted here (TryAcquire)
+		return time.Time{}, s.semErr("extend", name, backends.ErrLost)
 	}
 	secs, err := leaseSeconds(lease)
 	if err != nil {
@@ -101,9 +105,13 @@ func (s *Store) takeGrant(name, owner string) (grantCas, bool) {
 // that cas does not succeed, gets + cas (2). An I/O error on the direct cas
 // leaves unknown whether it was applied: the gets then finds the key gone
 // and Release returns ErrLost, as it does for a key that expired.
-func (s *Store) Release(ctx context.Context, name, owner string) error {
+func (s *Store) Release(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return err
+	}
+	if ref.IsInstance() { // never granted here (TryAcquire)
+		return s.semErr("release", name, backends.ErrLost)
 	}
 	if g, ok := s.takeGrant(name, owner); ok {
 		line, err := s.casExpire(ctx, s.sel.pickTag(semTag(name)), g.gen, s.keys.semSlot(name, g.slot), g.casID)

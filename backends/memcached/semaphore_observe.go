@@ -11,9 +11,13 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// Holders lists live holders by slot; an absent semaphore has none.
-func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	st, err := s.observe(ctx, name)
+// Holders lists live holders by slot; an absent semaphore has none, and
+// neither has an instance (TryAcquire grants none here).
+func (s *Store) Holders(ctx context.Context, ref backends.SemRef) ([]backends.Holder, error) {
+	if ref.IsInstance() {
+		return nil, nil
+	}
+	st, err := s.observe(ctx, ref.Name)
 	if err != nil || st == nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func TestTwoServers(t *testing.T) {
 	lost := 0
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)
-		_, err := s.Extend(ctx, name, "o"+name, time.Minute)
+		_, err := s.Extend(ctx, backends.SemRef{Name: name}, "o"+name, time.Minute)
 		switch {
 		case errors.Is(err, backends.ErrLost):
 			lost++

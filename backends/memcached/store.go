@@ -28,6 +28,21 @@ const (
 	maxIdleConns = 16
 )
 
+var (
+	_ backends.Backend   = (*Store)(nil)
+	_ backends.LossGuard = (*Store)(nil)
+)
+
+// The areas the store holds (backends.Backend): semaphores only, without a
+// line of waiters (doc.go says why).
+func (s *Store) Cluster() backends.Cluster       { return nil }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return nil }
+func (s *Store) Queues() backends.Queues         { return nil }
+
+// Waiters is nil: memcached keeps no line (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return nil }
+
 // Store is one handle on a set of memcached servers under one key prefix.
 // It is safe for concurrent use; several Stores may share one prefix, as
 // the hosts of a cluster do. It holds semaphores only.

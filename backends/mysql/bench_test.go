@@ -109,7 +109,7 @@ func BenchmarkLeaseAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkCronClaimFinish claims attempt 1 of one scheduled occurrence
-// and records its completion (ClaimOccurrence then FinishOccurrence, as the
+// and records its completion (ClaimOccurrence then FinishOne, as the
 // scheduler does for every run), on a task with the default history_limit
 // of 100 that quickly fills, so that most finishes also trim the history.
 // It counts the Store's RoundTrips per occurrence (a script of several
@@ -138,7 +138,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := s.RoundTrips()
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
 			b.Fatal(err)
 		}
 		claimTrips += t1 - t0
@@ -213,10 +213,10 @@ func measurePair(b *testing.B, s *mysql.Store, raw func()) (pairT, rawT, soloT t
 	pair := func() {
 		owner++
 		o := "owner-" + strconv.Itoa(owner)
-		if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Release(ctx, "s", o); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 			b.Fatal(err)
 		}
 	}

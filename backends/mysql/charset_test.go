@@ -93,7 +93,7 @@ func feedHostile(t *testing.T, s *mysql.Store) []string {
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}
-		_ = s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Output: v})
+		_ = backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Output: v})
 		check(fmt.Sprintf("cron output %d", i))
 	}
 	return ran
@@ -246,7 +246,7 @@ func TestHostileValuesAreData(t *testing.T) {
 				if err != nil {
 					t.Fatalf("claim: %v", err)
 				}
-				if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Error: string(v), Output: v}); err != nil {
+				if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Error: string(v), Output: v}); err != nil {
 					t.Fatalf("finish with output %d %q: %v", i, v, err)
 				}
 				outs = append([][]byte{v}, outs...)

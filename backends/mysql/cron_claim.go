@@ -222,7 +222,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([
 		why, err = s.claimWhy(ctx, reqs, failed)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	out := make([]backends.ClaimResult, len(reqs))
 	for i, req := range reqs {

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
-
-var _ backends.Crons = (*Store)(nil)
 
 // MySQL's writes on claimed cron occurrences: each call is one script
 // (several statements in one round trip on a dedicated connection, see
@@ -121,12 +118,6 @@ func insertID(res sql.Result, err error) (int64, error) {
 	return res.LastInsertId()
 }
 
-// ExtendOccurrence renews occ.Owner's run lease to backend now + lease
-// (backends.ExtendOne).
-func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	return backends.ExtendOne(ctx, s, occ, lease)
-}
-
 // ExtendOccurrences implements backends.Crons.ExtendOccurrences: one
 // script, one transaction.
 func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension) ([]backends.ExtendResult, error) {
@@ -172,12 +163,6 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 		}
 	}
 	return out, nil
-}
-
-// FinishOccurrence records res if occ.Owner still runs occ
-// (backends.FinishOne).
-func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	return backends.FinishOne(ctx, s, occ, res)
 }
 
 // cronFinishScriptBytes bounds the output one finish script carries, well

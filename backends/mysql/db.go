@@ -7,17 +7,10 @@ import (
 
 	driver "github.com/go-sql-driver/mysql"
 
-	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
 // Compile-time checks of what the shared store brings.
-var (
-	_ backends.StateStore   = (*Store)(nil)
-	_ backends.HostRegistry = (*Store)(nil)
-	_ backends.CronPauser   = (*Store)(nil)
-	_ backends.WaiterLister = (*Store)(nil)
-)
 
 // newDialect is MySQL's SQL for the shared store with table prefix p
 // (checked by Open against prefixPattern): the MySQL flavor, row locks

@@ -2,14 +2,15 @@
 // every host of a cluster. It is developed against MariaDB 10.11 and written
 // to run on MySQL 8.0 too (differences below).
 //
-// It implements every capability of package backends: Backend, Migrator,
-// StateStore (inventory, apply log, apply lock), SemaphoreAdmin and
-// Semaphores in mode lease (semaphore.go, instance.go) and mode session
-// (session*.go), Waiters (waiters.go, sem_park.go), WakeRepairer, Leader
-// (leader.go), CronAdmin/Crons (the shared store's, with its own claim,
-// renewal, finish and reap scripts: cron_claim.go, cron_runtime.go) and
-// QueueAdmin/Queues (queue.go,
-// queue_runtime.go, queue_park.go).
+// It holds every area of package backends (Cluster, Semaphores with its
+// Waiters, Crons, Queues) and has the optional Migrator, WakeRepairer and
+// PayloadLimiter. Semaphores come in mode lease (semaphore.go,
+// instance.go) and mode session (session*.go), waiters park in the server
+// (waiters.go, sem_park.go), the leader lease has its own statements
+// (leader.go), cron tasks are the shared store's with their own claim,
+// renewal, finish and reap scripts (cron_claim.go, cron_runtime.go), and
+// queues have their own claim and parking (queue.go, queue_runtime.go,
+// queue_park.go).
 //
 // # Tables and the prefix
 //
@@ -83,7 +84,7 @@
 // max_waiting; the acquire script serves that line first come, first served
 // and a waiter parks in the server until a release wakes it (sem_park.go).
 // A record also names the waiter's host and pid and when it entered the
-// line (EnterWaitAs), for ListWaiters (waiters_list.go).
+// line (EnterWait), for ListWaiters (waiters_list.go).
 //
 // # Semaphores, mode session (GET_LOCK slots)
 //

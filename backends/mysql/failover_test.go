@@ -62,7 +62,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		return occ
@@ -75,11 +75,11 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	if err := p.ResignLeader(ctx, term); err != nil {
 		t.Fatal(err)
 	}
-	g, err := p.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "first", Host: "h1", PID: 1, Lease: time.Minute})
+	g, err := p.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "first", Host: "h1", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Release(ctx, "s", "first"); err != nil {
+	if err := p.Release(ctx, backends.SemRef{Name: "s"}, "first"); err != nil {
 		t.Fatal(err)
 	}
 	_ = g
@@ -87,11 +87,11 @@ func TestFailoverToStaleReplica(t *testing.T) {
 
 	// The writes the replica misses.
 	mustExec(t, rdb, "STOP SLAVE")
-	lost, err := p.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: time.Minute})
+	lost, err := p.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lostInst, err := p.TryAcquire(ctx, backends.Instance("k", "a"), backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: time.Minute})
+	lostInst, err := p.TryAcquire(ctx, backends.SemRef{Name: "k", Key: "a"}, backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	got, err := r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: time.Minute})
+	got, err := r.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("acquire on the promoted replica: %v", err)
 	}
@@ -116,7 +116,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		t.Errorf("fencing after the failover %d, want above the lost acquire's %d", got.Fencing, lost.Fencing)
 	}
 	t.Logf("the lost acquire's slot is free on the promoted replica: a second holder (fencing %d) next to the first (%d)", got.Fencing, lost.Fencing)
-	gotInst, err := r.TryAcquire(ctx, backends.Instance("k", "a"), backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: time.Minute})
+	gotInst, err := r.TryAcquire(ctx, backends.SemRef{Name: "k", Key: "a"}, backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	}
 	// The first holder learns at its next renewal that its slot is not
 	// held on the new primary.
-	if _, err := r.Extend(ctx, "s", "old", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := r.Extend(ctx, backends.SemRef{Name: "s"}, "old", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Errorf("the lost holder's extend on the promoted replica: %v, want ErrLost", err)
 	}
 }

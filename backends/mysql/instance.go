@@ -74,7 +74,7 @@ const (
 		") p"
 )
 
-func instWhat(name, key string) string { return backends.DescribeRef(backends.Instance(name, key)) }
+func instWhat(name, key string) string { return backends.SemRef{Name: name, Key: key}.String() }
 
 // instAcquire takes a slot of the instance of name for key in one
 // transaction (sqlstore.TakeInstanceSlot).
@@ -95,7 +95,7 @@ func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.
 	if err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %s: %w", instWhat(name, key), err)
 	}
-	s.sess.forgetTicket(backends.Instance(name, key), req.Owner)
+	s.sess.forgetTicket(parkRef(backends.SemRef{Name: name, Key: key}), req.Owner)
 	return g, nil
 }
 
@@ -148,7 +148,7 @@ func (s *Store) instRelease(ctx context.Context, name, key, owner string) error 
 		return c.QueryRow(ctx, qInstWaiting, name, key).Scan(&waiting)
 	})
 	if err == nil && waiting > 0 {
-		s.wakeSemaphore(ctx, backends.Instance(name, key), 1)
+		s.wakeSemaphore(ctx, parkRef(backends.SemRef{Name: name, Key: key}), 1)
 	}
 	if err == nil && !wasLive {
 		err = fmt.Errorf("lease had expired: %w", backends.ErrLost)
@@ -164,7 +164,7 @@ func (s *Store) instRelease(ctx context.Context, name, key, owner string) error 
 // one autocommit statement when this store registered it.
 func (s *Store) instEnterWait(ctx context.Context, name, key string, req backends.AcquireRequest, us int64) error {
 	owner := req.Owner
-	ref := backends.Instance(name, key)
+	ref := parkRef(backends.SemRef{Name: name, Key: key})
 	if s.sess.ticket(ref, owner) != unregisteredTicket {
 		// A renewal changes neither the count nor the order: no lock.
 		n, err := affected(s.autocommit(ctx, qInstWaitRenew, us, name, key, owner))
@@ -192,8 +192,8 @@ func (s *Store) instEnterWait(ctx context.Context, name, key string, req backend
 // when it was the last row) and wakes the first parked waiter, whose turn
 // it may have made. Absent is not an error.
 func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) error {
-	ref := backends.Instance(name, key)
-	s.sess.forgetTicket(ref, owner)
+	ref := backends.SemRef{Name: name, Key: key}
+	s.sess.forgetTicket(parkRef(ref), owner)
 	var left bool
 	err := s.write(ctx, func(c conn) error {
 		var lim int
@@ -208,7 +208,7 @@ func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) erro
 		return fmt.Errorf("leave wait %s as %q: %w", instWhat(name, key), owner, err)
 	}
 	if left {
-		s.wakeSemaphore(ctx, ref, 1)
+		s.wakeSemaphore(ctx, parkRef(ref), 1)
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func (s *Store) instLeaveWait(ctx context.Context, name, key, owner string) erro
 // instWait parks owner, a waiter of an instance, until it may be its turn,
 // maxWait elapsed or ctx ended, as leaseWait does for a semaphore.
 func (s *Store) instWait(ctx context.Context, name, key, owner string, maxWait time.Duration) error {
-	return s.parkWait(ctx, backends.Instance(name, key), owner, maxWait, qInstPark, func(left time.Duration) []any {
+	return s.parkWait(ctx, parkRef(backends.SemRef{Name: name, Key: key}), owner, maxWait, qInstPark, func(left time.Duration) []any {
 		return []any{sleepSeconds(left), key, key, owner, key, key, key, owner, name}
 	})
 }
@@ -248,15 +248,15 @@ func (s *Store) wakeInstances(ctx context.Context, name string, n int) {
 		return // the waiters look again at their next event
 	}
 	for _, k := range keys {
-		s.wakeSemaphore(ctx, backends.Instance(name, k), min(n, maxWake))
+		s.wakeSemaphore(ctx, parkRef(backends.SemRef{Name: name, Key: k}), min(n, maxWake))
 	}
 }
 
 // repairInstance is RepairWakeups for an instance: it wakes its parked
 // waiters, one per free slot.
-func (s *Store) repairInstance(ctx context.Context, ref string, parked map[string]bool) (int, error) {
-	name, key, _ := backends.SplitInstance(ref)
-	ch := s.channel("semaphore", ref)
+func (s *Store) repairInstance(ctx context.Context, ref backends.SemRef, parked map[string]bool) (int, error) {
+	name, key := ref.Name, ref.Key
+	ch := s.channel("semaphore", parkRef(ref))
 	if !parked[ch] {
 		return 0, nil
 	}

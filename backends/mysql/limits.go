@@ -3,11 +3,7 @@ package mysql
 import (
 	"context"
 	"fmt"
-
-	"github.com/coordd/coordd/backends"
 )
-
-var _ backends.PayloadLimiter = (*Store)(nil)
 
 // qMaxPacket reads the server's bound on one packet, and so on one
 // statement: a push is one INSERT carrying the payload.

@@ -130,7 +130,7 @@ func TestReadOnlyEmptyDatabase(t *testing.T) {
 	if err != nil || len(sems) != 0 {
 		t.Fatalf("observe semaphores = %v, %v; want empty", sems, err)
 	}
-	hs, err := s.Holders(ctx, "a")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "a"})
 	if err != nil || len(hs) != 0 {
 		t.Fatalf("holders = %v, %v; want none", hs, err)
 	}
@@ -252,7 +252,7 @@ func TestTablePrefix(t *testing.T) {
 	if m, err := b.ObserveSemaphores(ctx, []string{"s"}); err != nil || len(m) != 0 {
 		t.Errorf("prefix b sees %v, %v; want nothing", m, err)
 	}
-	if _, err := b.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, backends.ErrNotFound) {
+	if _, err := b.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("acquire through prefix b = %v, want ErrNotFound", err)
 	}
 	if _, err := b.CurrentLeader(ctx); !errors.Is(err, backends.ErrNotFound) {
@@ -405,7 +405,7 @@ func TestReadBetweenMigrations(t *testing.T) {
 	if _, err := r.ObserveSemaphores(ctx, []string{"s"}); err != nil {
 		t.Fatalf("observe semaphores, which needs no newer column: %v", err)
 	}
-	_, err = r.ListWaiters(ctx, "s")
+	_, err = r.ListWaiters(ctx, backends.SemRef{Name: "s"})
 	if !errors.Is(err, backends.ErrSchemaOld) || !strings.Contains(err.Error(), fmt.Sprintf("at version 8, this coordd reads version %d", info.Latest)) {
 		t.Fatalf("list waiters = %v, want ErrSchemaOld naming both versions", err)
 	}
@@ -415,7 +415,7 @@ func TestReadBetweenMigrations(t *testing.T) {
 	if err := r.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.ListWaiters(ctx, "s"); err != nil {
+	if _, err := r.ListWaiters(ctx, backends.SemRef{Name: "s"}); err != nil {
 		t.Fatalf("list waiters after migrate: %v", err)
 	}
 }

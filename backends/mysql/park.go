@@ -14,6 +14,7 @@ import (
 
 	driver "github.com/go-sql-driver/mysql"
 
+	"github.com/coordd/coordd/backends"
 	mysqldsn "github.com/coordd/coordd/backends/mysql/dsn"
 )
 
@@ -83,6 +84,18 @@ const qConnID = `SELECT CONNECTION_ID()`
 // user's connection without CONNECTION ADMIN or SUPER). The waiter wakes at
 // the end of its SLEEP instead.
 var ErrKillDenied = errors.New("KILL QUERY denied: waiters wake at the end of their SLEEP")
+
+// parkRef is the form of a semaphore reference that park channels hash
+// (channel) and waiter tickets are keyed by: the name, or for an instance
+// the name, a unit separator and the key (a separator that neither may
+// hold: spec.CheckKey). Every coordd version hashes this same form, so that
+// one wakes the waiters another parked: it must never change.
+func parkRef(r backends.SemRef) string {
+	if r.IsInstance() {
+		return r.Name + "\x1f" + r.Key
+	}
+	return r.Name
+}
 
 // channel names what parked connections wait for, unique per database,
 // prefix, kind and name, in 24 hex digits.

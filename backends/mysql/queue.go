@@ -6,12 +6,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var (
-	_ backends.QueueAdmin    = (*Store)(nil)
-	_ backends.DeadJobs      = (*Store)(nil)
-	_ backends.DeadJobReader = (*Store)(nil)
-)
-
 // The writes below are the shared store's; each then wakes workers parked
 // on the queue (queue_park.go) for the jobs it made claimable. A wake-up
 // follows the commit, and a failed one only delays a worker until its
@@ -63,7 +57,7 @@ func (s *Store) RequeueDead(ctx context.Context, queue string) (int64, error) {
 	return n, err
 }
 
-// RequeueDeadJob is the shared store's (backends.DeadJobs), and wakes one
+// RequeueDeadJob is the shared store's (backends.Queues), and wakes one
 // parked worker.
 func (s *Store) RequeueDeadJob(ctx context.Context, queue string, id int64) error {
 	if err := s.Core.RequeueDeadJob(ctx, queue, id); err != nil {

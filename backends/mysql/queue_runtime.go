@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/backends/internal/sqlstore"
 )
 
-var _ backends.Queues = (*Store)(nil)
-
 // The queue runtime on MySQL: the shared store's (sqlstore, queue_*.go:
 // the job states, ExtendJob, the dead set), with MySQL's own push, claim,
 // ack and wait, and wake-ups of parked workers after every write that
@@ -108,15 +106,12 @@ const qQueueClaimConfig = "SELECT partitions, config FROM `{p}queues` WHERE name
 // it even if ctx ends (the group stops only when every member's ctx has
 // ended), so that no job is leased to a caller that left.
 func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
-	if owner == "" {
-		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
-	}
-	if max < 1 {
-		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
+	if err := backends.CheckClaimJobs(queue, owner, max); err != nil {
+		return nil, err
 	}
 	jobs, err := s.queues.claims.Claim(ctx, queue, owner, max, s.claimGroup)
 	if err != nil {
-		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
+		return nil, backends.ClaimJobsError(queue, owner, err)
 	}
 	return jobs, nil
 }

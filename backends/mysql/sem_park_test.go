@@ -158,7 +158,7 @@ func TestLeaseWakeRepair(t *testing.T) {
 	if err := s.PutSemaphore(ctx, leaseConfig("pool", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: "holder", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+	if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: "holder", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// A long waiter lease: its own park would last a minute.
@@ -224,7 +224,7 @@ func BenchmarkLeaseWaitWake(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		if _, err := s.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: "holder", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: "holder", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 		got := make(chan time.Time, 1)
@@ -249,7 +249,7 @@ func BenchmarkLeaseWaitWake(b *testing.B) {
 		}
 		b.StartTimer()
 		t0 := time.Now()
-		if err := s.Release(ctx, "pool", "holder"); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "holder"); err != nil {
 			b.Fatal(err)
 		}
 		t1 := <-got

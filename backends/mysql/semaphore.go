@@ -208,9 +208,10 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // session-mode one (sessionAcquire, session.go). The mode is cached per
 // name; a stale cache costs one wasted statement, since each path checks
 // the stored mode.
-func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instAcquire(ctx, parent, key, req)
+func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.instAcquire(ctx, name, ref.Key, req)
 	}
 	if err := backends.CheckAcquire(req); err != nil {
 		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
@@ -276,9 +277,10 @@ func (s *Store) leaseAcquire(ctx context.Context, name string, req backends.Acqu
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
 // A session-mode holder's slot has no expiry: Extend checks that its
 // connection still holds the lock (sessionExtend).
-func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instExtend(ctx, parent, key, owner, lease)
+func (s *Store) Extend(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) (time.Time, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.instExtend(ctx, name, ref.Key, owner, lease)
 	}
 	if h := s.sess.holder(owner); h != nil {
 		return s.sessionExtend(ctx, h, lease)
@@ -311,9 +313,10 @@ func (s *Store) leaseExtend(ctx context.Context, name, owner string, lease time.
 
 // Release frees owner's slot: the lock of a session-mode holder
 // (sessionRelease), else its slot row (leaseRelease).
-func (s *Store) Release(ctx context.Context, name, owner string) error {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instRelease(ctx, parent, key, owner)
+func (s *Store) Release(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.instRelease(ctx, name, ref.Key, owner)
 	}
 	if h := s.sess.holder(owner); h != nil {
 		return s.sessionRelease(ctx, h)
@@ -364,9 +367,10 @@ func (s *Store) leaseRelease(ctx context.Context, name, owner string) error {
 // Holders lists live holders by slot, lease rows and session locks alike;
 // an absent semaphore has none. Those of a keyed semaphore's instances
 // follow; an instance reference lists the instance's.
-func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	if _, _, ok := backends.SplitInstance(name); ok {
-		return s.Core.Holders(ctx, name)
+func (s *Store) Holders(ctx context.Context, ref backends.SemRef) ([]backends.Holder, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.Core.Holders(ctx, ref)
 	}
 	m, err := s.ObserveSemaphores(ctx, []string{name})
 	if err != nil {

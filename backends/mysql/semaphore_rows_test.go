@@ -41,7 +41,7 @@ func TestSlotRowStateFollowsOwner(t *testing.T) {
 	}
 	acquire := func(owner string) {
 		t.Helper()
-		if _, err := s.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,20 +52,20 @@ func TestSlotRowStateFollowsOwner(t *testing.T) {
 	acquire("b")
 	acquire("c")
 	check("rows taken by the acquire script")
-	if err := s.Release(ctx, "pool", "c"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "c"); err != nil {
 		t.Fatal(err)
 	}
 	check("row freed by the release script")
 	put(1)
 	check("free rows dropped by a lower limit")
-	if err := s.Release(ctx, "pool", "a"); err != nil { // above the limit: the release that retires slots
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "a"); err != nil { // above the limit: the release that retires slots
 		t.Fatal(err)
 	}
 	check("row retired by a release")
 	put(2)
 	acquire("d")
 	execSQL(t, s, "UPDATE `{p}semaphore_slots` SET expires_at = 0 WHERE name = 'pool' AND owner = 'd'") // d's lease ran out
-	if err := s.Release(ctx, "pool", "d"); !errors.Is(err, backends.ErrLost) {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "d"); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("release of an expired lease: %v, want ErrLost", err)
 	}
 	check("expired row cleared by a release")
@@ -73,7 +73,7 @@ func TestSlotRowStateFollowsOwner(t *testing.T) {
 		t.Fatalf("delete of a held semaphore: %v, want ErrHeld", err)
 	}
 	check("rows of a drained semaphore")
-	if err := s.Release(ctx, "pool", "b"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "b"); err != nil {
 		t.Fatal(err)
 	}
 	check("last holder of a drained semaphore gone")

@@ -162,7 +162,7 @@ func (s *Store) repairSessionSlots(ctx context.Context, c conn, name, mode strin
 // until their SLEEP ends; the semaphore package runs this pass when a
 // caller starts waiting, and the daemon's leader at start-up and then
 // periodically. With nobody parked it costs one processlist query.
-func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) {
+func (s *Store) RepairWakeups(ctx context.Context, refs []backends.SemRef) (int, error) {
 	ok, err := s.hasSchema(ctx)
 	if err != nil || !ok {
 		return 0, err
@@ -172,15 +172,16 @@ func (s *Store) RepairWakeups(ctx context.Context, names []string) (int, error) 
 		return 0, err
 	}
 	woken := 0
-	for _, name := range names {
-		if _, _, ok := backends.SplitInstance(name); ok {
-			n, err := s.repairInstance(ctx, name, parked)
+	for _, ref := range refs {
+		if ref.IsInstance() {
+			n, err := s.repairInstance(ctx, ref, parked)
 			woken += n
 			if err != nil {
 				return woken, err
 			}
 			continue
 		}
+		name := ref.Name
 		ch := s.channel("semaphore", name)
 		if !parked[ch] {
 			continue

@@ -114,7 +114,7 @@ func TestSessionWakeKillFIFO(t *testing.T) {
 		return backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}
 	}
 	for _, o := range []string{"a", "b"} {
-		if _, err := s.TryAcquire(ctx, "pool", req(o)); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, req(o)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +125,7 @@ func TestSessionWakeKillFIFO(t *testing.T) {
 		eventually(t, "waiter to park", func() bool { return countProcesses(t, s, parked) == i+1 })
 	}
 
-	if err := s.Release(ctx, "pool", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	first := mustGet(t, waiters[0], "the first waiter")
@@ -133,14 +133,14 @@ func TestSessionWakeKillFIFO(t *testing.T) {
 	notYet(t, waiters[1], "the second waiter")
 	notYet(t, waiters[2], "the third waiter")
 
-	if err := s.Release(ctx, "pool", "b"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "b"); err != nil {
 		t.Fatal(err)
 	}
 	mustGet(t, waiters[1], "the second waiter")
 	notYet(t, waiters[2], "the third waiter")
 
 	// The holder's session id is the processlist id of its connection.
-	hs, err := s.Holders(ctx, "pool")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "pool"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestSessionWakePollOnePoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []string{"a", "b"} {
-		if _, err := s.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestSessionWakePollOnePoller(t *testing.T) {
 		}
 		return holder != nil && countProcesses(t, s, blocked) == 2
 	})
-	if err := s.Release(ctx, "pool", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "pool"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	got := 0
@@ -207,7 +207,7 @@ func TestSessionWakePollOnePoller(t *testing.T) {
 		}
 	}
 	eventually(t, "the next poller to take the wait lock", func() bool { return countProcesses(t, s, blocked) == 1 })
-	if hs, err := s.Holders(ctx, "pool"); err != nil || len(hs) != 2 {
+	if hs, err := s.Holders(ctx, backends.SemRef{Name: "pool"}); err != nil || len(hs) != 2 {
 		t.Fatalf("holders %+v (%v), want 2", hs, err)
 	}
 }
@@ -224,17 +224,17 @@ func TestSessionRepairPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []string{"a", "b"} {
-		if _, err := holder.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := holder.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w := acquireAsync(t, dsn, "r_", "pool")
 	parked := s.ParkPatternForTest("pool")
 	eventually(t, "the waiter to park", func() bool { return countProcesses(t, s, parked) == 1 })
-	if n, err := s.RepairWakeups(ctx, []string{"pool"}); err != nil || n != 0 {
+	if n, err := s.RepairWakeups(ctx, []backends.SemRef{{Name: "pool"}}); err != nil || n != 0 {
 		t.Fatalf("repair pass on a full semaphore woke %d (%v), want 0", n, err)
 	}
-	hs, err := s.Holders(ctx, "pool")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "pool"})
 	if err != nil || len(hs) != 2 {
 		t.Fatalf("holders %+v (%v)", hs, err)
 	}
@@ -242,11 +242,11 @@ func TestSessionRepairPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the killed holder's slot to be free", func() bool {
-		hs, err := s.Holders(ctx, "pool")
+		hs, err := s.Holders(ctx, backends.SemRef{Name: "pool"})
 		return err == nil && len(hs) == 1
 	})
 	notYet(t, w, "the waiter (nobody woke it yet)")
-	n, err := s.RepairWakeups(ctx, []string{"pool", "absent"})
+	n, err := s.RepairWakeups(ctx, []backends.SemRef{{Name: "pool"}, {Name: "absent"}})
 	if err != nil || n != 1 {
 		t.Fatalf("repair pass woke %d (%v), want 1", n, err)
 	}
@@ -318,7 +318,7 @@ func TestSessionLockNames(t *testing.T) {
 		if n := len(s.SlotLockForTest(long, 9999)); n > 64 {
 			t.Fatalf("lock name of %d characters", n)
 		}
-		if _, err := s.TryAcquire(ctx, long, backends.AcquireRequest{Owner: "o", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: long}, backends.AcquireRequest{Owner: "o", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatalf("acquire under its own prefix: %v", err)
 		}
 	}
@@ -338,14 +338,14 @@ func TestSessionStaleFreeConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := backends.AcquireRequest{Owner: "a", Host: "h", PID: 1, Lease: time.Minute}
-	if _, err := s.TryAcquire(ctx, "gate", req); err != nil {
+	if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "gate"}, req); err != nil {
 		t.Fatal(err)
 	}
-	hs, err := s.Holders(ctx, "gate")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "gate"})
 	if err != nil || len(hs) != 1 {
 		t.Fatalf("holders %+v (%v)", hs, err)
 	}
-	if err := s.Release(ctx, "gate", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "gate"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DB().ExecContext(ctx, "KILL CONNECTION ?", hs[0].Session); err != nil {
@@ -359,7 +359,7 @@ func TestSessionStaleFreeConnection(t *testing.T) {
 		}()
 	})
 	req.Owner = "b"
-	if _, err := s.TryAcquire(ctx, "gate", req); err != nil {
+	if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "gate"}, req); err != nil {
 		t.Fatalf("acquire after the free connection was killed: %v", err)
 	}
 }

@@ -26,11 +26,8 @@ var ErrReadOnly = sqlstore.ErrReadOnly
 var (
 	_ backends.Backend        = (*Store)(nil)
 	_ backends.Migrator       = (*Store)(nil)
-	_ backends.StateStore     = (*Store)(nil)
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-	_ backends.Waiters        = (*Store)(nil)
-	_ backends.Leader         = (*Store)(nil)
+	_ backends.WakeRepairer   = (*Store)(nil)
+	_ backends.PayloadLimiter = (*Store)(nil)
 )
 
 // Retry of transactions that lost a deadlock (1213) or timed out waiting
@@ -474,3 +471,15 @@ const inChunk = 1000
 func tuples(tuple string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
 }
+
+// The areas the store holds (backends.Backend): all of them, each served
+// by the store itself, so that what it overrides of the shared SQL store
+// is what callers get. Each return checks at compile time that the store
+// implements its area.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }

@@ -26,25 +26,21 @@ WHERE name = ? AND owner = ? AND expires_at > ` + nowSQL
 	qWaitLeave = "DELETE FROM `{p}semaphore_waiters` WHERE name = ? AND owner = ?"
 )
 
-// EnterWait registers owner as a waiter of semaphore name, leased for lease
-// in backend time, behind every live waiter. If owner already waits, its
-// lease is renewed and it keeps its place: one autocommit statement when
-// this store registered it. It returns ErrTooManyWaiters when max_waiting
-// live waiters exist, ErrNotFound when the semaphore is absent.
-func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister).
-func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
-	us, err := sqlstore.CheckEnterWait(name, req)
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in backend time, behind every live waiter, recording req.Host
+// and req.PID for ListWaiters. If it already waits, its lease is renewed
+// and it keeps its place: one autocommit statement when this store
+// registered it. It returns ErrTooManyWaiters when max_waiting live
+// waiters exist, ErrNotFound when the semaphore is absent.
+func (s *Store) EnterWait(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) error {
+	name := ref.Name
+	us, err := sqlstore.CheckEnterWait(ref, req)
 	if err != nil {
 		return err
 	}
 	owner := req.Owner
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, req, us)
+	if ref.IsInstance() {
+		return s.instEnterWait(ctx, name, ref.Key, req, us)
 	}
 	if s.sess.ticket(name, owner) != unregisteredTicket {
 		n, err := affected(s.autocommit(ctx, qWaitRenew, us, name, owner))
@@ -77,15 +73,16 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 // that leaves the line (it gave up; a grant already removed the record of
 // one that got a slot) may make it another's turn: it wakes the first
 // parked waiter, who looks again.
-func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instLeaveWait(ctx, parent, key, owner)
+func (s *Store) LeaveWait(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.instLeaveWait(ctx, name, ref.Key, owner)
 	}
 	s.sessionLeave(ctx, owner)
 	s.sess.forgetTicket(name, owner)
 	var left bool
 	err := s.write(ctx, func(c conn) (err error) {
-		left, err = sqlstore.LeaveLine(ctx, c, s.dialect, name, owner)
+		left, err = sqlstore.LeaveLine(ctx, c, s.dialect, ref, owner)
 		return err
 	})
 	if err != nil {
@@ -104,12 +101,13 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 // error in the last; the caller retries TryAcquire either way. An absent
 // semaphore (or a store never migrated) returns nil at once, so that
 // TryAcquire reports it.
-func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, ref backends.SemRef, owner string, maxWait time.Duration) error {
+	name := ref.Name
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instWait(ctx, parent, key, owner, maxWait)
+	if ref.IsInstance() {
+		return s.instWait(ctx, name, ref.Key, owner, maxWait)
 	}
 	if session, err := s.isSessionMode(ctx, name); err != nil {
 		return s.waitErr(ctx, name, err)

@@ -33,7 +33,7 @@ func TestPromiseSemWakeKillDenied(t *testing.T) {
 			}
 			holders := openStore(t, limitedUser(t, admin, dsn), "d_", backends.Options{Version: "0.1.0"})
 			for _, o := range []string{"a", "b"} {
-				if _, err := holders.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+				if _, err := holders.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -41,7 +41,7 @@ func TestPromiseSemWakeKillDenied(t *testing.T) {
 			eventually(t, "the waiter to park", func() bool { return countProcesses(t, admin, parked) == 1 })
 
 			start := time.Now()
-			if err := holders.Release(ctx, "pool", "a"); err != nil {
+			if err := holders.Release(ctx, backends.SemRef{Name: "pool"}, "a"); err != nil {
 				t.Fatalf("release by a user that may not kill: %v", err)
 			}
 			select {

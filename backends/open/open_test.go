@@ -24,8 +24,8 @@ func TestOpenSQLite(t *testing.T) {
 	if b.Name() != "embedded" || b.Type() != spec.TypeSQLite {
 		t.Errorf("opened %s %s, want embedded sqlite", b.Name(), b.Type())
 	}
-	if _, ok := b.(backends.StateStore); !ok {
-		t.Error("sqlite backend is not a StateStore")
+	if b.Cluster() == nil {
+		t.Error("sqlite backend holds no cluster")
 	}
 }
 
@@ -56,8 +56,8 @@ func TestOpenMySQL(t *testing.T) {
 		t.Errorf("opened %s %s, want cluster mysql", b.Name(), b.Type())
 	}
 	for name, ok := range map[string]bool{
-		"StateStore": is[backends.StateStore](b), "Migrator": is[backends.Migrator](b),
-		"Semaphores": is[backends.Semaphores](b), "Leader": is[backends.Leader](b),
+		"Cluster": b.Cluster() != nil, "Migrator": is[backends.Migrator](b),
+		"Semaphores": b.Semaphores() != nil, "WakeRepairer": is[backends.WakeRepairer](b),
 	} {
 		if !ok {
 			t.Errorf("mysql backend is not a %s", name)
@@ -81,7 +81,7 @@ func TestOpenPostgres(t *testing.T) {
 	if err := b.(backends.Migrator).Migrate(t.Context()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if _, err := b.(backends.StateStore).LoadState(t.Context()); err != nil {
+	if _, err := b.Cluster().LoadState(t.Context()); err != nil {
 		t.Fatalf("load state: %v", err)
 	}
 }
@@ -128,8 +128,8 @@ func TestOpenMemcached(t *testing.T) {
 	if b.Name() != "mc" || b.Type() != spec.TypeMemcached {
 		t.Errorf("opened %s %s, want mc memcached", b.Name(), b.Type())
 	}
-	if _, ok := b.(backends.StateStore); ok {
-		t.Error("memcached must not be a StateStore")
+	if b.Cluster() != nil {
+		t.Error("memcached must not hold a cluster")
 	}
 }
 

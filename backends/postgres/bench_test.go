@@ -69,10 +69,10 @@ func leaseAcquireRelease(b *testing.B, updates bool) {
 		}
 	}
 	op := func() {
-		if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "bench", Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "bench", Lease: time.Minute}); err != nil {
 			b.Fatalf("acquire: %v", err)
 		}
-		if err := s.Release(ctx, "s", "bench"); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -116,13 +116,13 @@ func sessionWakeUp(b *testing.B, limit int) {
 		var holders []string
 		for j := range limit {
 			o := fmt.Sprintf("h%d-%d", i, j)
-			if _, err := s.TryAcquire(ctx, "s", req(o)); err != nil {
+			if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, req(o)); err != nil {
 				b.Fatal(err)
 			}
 			holders = append(holders, o)
 		}
 		waiter := "w" + strconv.Itoa(i)
-		if err := w.EnterWait(ctx, "s", waiter, time.Minute); err != nil {
+		if err := w.EnterWait(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: waiter, Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 		got := make(chan time.Time, 1)
@@ -130,13 +130,13 @@ func sessionWakeUp(b *testing.B, limit int) {
 		trips := w.RoundTrips()
 		go func() {
 			for {
-				if err := w.WaitSemaphore(ctx, "s", waiter, time.Minute); err != nil {
+				if err := w.WaitSemaphore(ctx, backends.SemRef{Name: "s"}, waiter, time.Minute); err != nil {
 					b.Error(err)
 					got <- time.Time{}
 					return
 				}
 				waited = time.Now()
-				_, err := w.TryAcquire(ctx, "s", req(waiter))
+				_, err := w.TryAcquire(ctx, backends.SemRef{Name: "s"}, req(waiter))
 				if err == nil {
 					got <- time.Now()
 					return
@@ -154,7 +154,7 @@ func sessionWakeUp(b *testing.B, limit int) {
 		time.Sleep(2 * time.Millisecond) // let the head wait for its notification
 		b.StartTimer()
 		t0 := time.Now()
-		if err := s.Release(ctx, "s", holders[0]); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, holders[0]); err != nil {
 			b.Fatal(err)
 		}
 		rel = append(rel, time.Since(t0))
@@ -166,11 +166,11 @@ func sessionWakeUp(b *testing.B, limit int) {
 		}
 		lat = append(lat, t1.Sub(t0))
 		for _, o := range holders[1:] {
-			if err := s.Release(ctx, "s", o); err != nil {
+			if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if err := w.Release(ctx, "s", waiter); err != nil {
+		if err := w.Release(ctx, backends.SemRef{Name: "s"}, waiter); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -162,7 +162,7 @@ func TestSchemasAndPrefixesAreApart(t *testing.T) {
 		if m, err := b.ObserveSemaphores(ctx, []string{"s"}); err != nil || len(m) != 0 {
 			t.Errorf("%s sees %v, %v; want nothing", b.Table("semaphores"), m, err)
 		}
-		if _, err := b.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, backends.ErrNotFound) {
+		if _, err := b.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, backends.ErrNotFound) {
 			t.Errorf("acquire through %s = %v, want ErrNotFound", b.Table("semaphores"), err)
 		}
 	}

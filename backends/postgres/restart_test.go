@@ -31,7 +31,7 @@ func TestServerKilledMidHoldComesBack(t *testing.T) {
 	if _, err := s.PutQueue(ctx, backends.QueueConfig{Name: "q", Partitions: 1, VisibilityTimeout: time.Minute, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "a", Lease: time.Minute})
+	first, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "a", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestServerKilledMidHoldComesBack(t *testing.T) {
 
 	p.Kill()
 	down, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = s.TryAcquire(down, "s", backends.AcquireRequest{Owner: "b", Lease: time.Minute})
+	_, err = s.TryAcquire(down, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "b", Lease: time.Minute})
 	cancel()
 	if err == nil || errors.Is(err, backends.ErrNoSlot) {
 		t.Fatalf("acquire while the server is down = %v, want a connection error", err)
@@ -55,7 +55,7 @@ func TestServerKilledMidHoldComesBack(t *testing.T) {
 	var hs []backends.Holder
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if hs, err = s.Holders(ctx, "s"); err == nil || time.Now().After(deadline) {
+		if hs, err = s.Holders(ctx, backends.SemRef{Name: "s"}); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -63,13 +63,13 @@ func TestServerKilledMidHoldComesBack(t *testing.T) {
 	if err != nil || len(hs) != 1 || hs[0].Owner != "a" || hs[0].Fencing != first.Fencing {
 		t.Fatalf("holders after the restart = %+v, %v; want a with fencing %d", hs, err, first.Fencing)
 	}
-	if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "b", Lease: time.Minute}); !errors.Is(err, backends.ErrNoSlot) {
+	if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "b", Lease: time.Minute}); !errors.Is(err, backends.ErrNoSlot) {
 		t.Fatalf("acquire past the limit after the restart = %v, want ErrNoSlot", err)
 	}
-	if err := s.Release(ctx, "s", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "s"}, "a"); err != nil {
 		t.Fatal(err)
 	}
-	next, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "b", Lease: time.Minute})
+	next, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "b", Lease: time.Minute})
 	if err != nil || next.Fencing <= first.Fencing {
 		t.Fatalf("acquire after the release = %+v, %v; want fencing above %d", next, err, first.Fencing)
 	}

@@ -101,49 +101,50 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // TryAcquire takes a slot of a session-mode semaphore (sessionAcquire) or
 // of a lease-mode one (sqlstore's). The mode is cached per name (see
 // modeEntry); each path checks the stored mode.
-func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
-	if _, _, ok := backends.SplitInstance(name); ok {
-		return s.Core.TryAcquire(ctx, name, req)
+func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
+	if ref.IsInstance() {
+		return s.Core.TryAcquire(ctx, ref, req)
 	}
-	session, err := s.isSessionMode(ctx, name)
+	session, err := s.isSessionMode(ctx, ref.Name)
 	if err != nil {
-		return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
+		return backends.Grant{}, fmt.Errorf("acquire %q: %w", ref.Name, err)
 	}
 	if session {
-		return s.sessionAcquire(ctx, name, req)
+		return s.sessionAcquire(ctx, ref.Name, req)
 	}
-	return s.Core.TryAcquire(ctx, name, req)
+	return s.Core.TryAcquire(ctx, ref, req)
 }
 
 // Extend renews owner's lease; a session-mode holder's slot has no expiry,
 // and Extend checks that its connection still holds the lock.
-func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
-	if _, _, ok := backends.SplitInstance(name); !ok {
-		if h := s.sess.holder(owner); h != nil && h.name == name {
+func (s *Store) Extend(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) (time.Time, error) {
+	if !ref.IsInstance() {
+		if h := s.sess.holder(owner); h != nil && h.name == ref.Name {
 			return s.sessionExtend(ctx, h, lease)
 		}
 	}
-	return s.Core.Extend(ctx, name, owner, lease)
+	return s.Core.Extend(ctx, ref, owner, lease)
 }
 
 // Release frees owner's slot: the lock of a session-mode holder, else its
 // slot row.
-func (s *Store) Release(ctx context.Context, name, owner string) error {
-	if _, _, ok := backends.SplitInstance(name); !ok {
-		if h := s.sess.holder(owner); h != nil && h.name == name {
+func (s *Store) Release(ctx context.Context, ref backends.SemRef, owner string) error {
+	if !ref.IsInstance() {
+		if h := s.sess.holder(owner); h != nil && h.name == ref.Name {
 			return s.sessionRelease(ctx, h)
 		}
 	}
-	return s.Core.Release(ctx, name, owner)
+	return s.Core.Release(ctx, ref, owner)
 }
 
 // Holders lists live holders by slot, lease rows and slot locks alike; an
 // absent semaphore has none. Those of a keyed semaphore's instances
 // follow; an instance reference lists the instance's.
-func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	if _, _, ok := backends.SplitInstance(name); ok {
-		return s.Core.Holders(ctx, name)
+func (s *Store) Holders(ctx context.Context, ref backends.SemRef) ([]backends.Holder, error) {
+	if ref.IsInstance() {
+		return s.Core.Holders(ctx, ref)
 	}
+	name := ref.Name
 	m, err := s.ObserveSemaphores(ctx, []string{name})
 	if err != nil {
 		return nil, fmt.Errorf("holders %q: %w", name, err)
@@ -205,27 +206,27 @@ func (s *Store) ObserveSemaphores(ctx context.Context, names []string) (map[stri
 
 // WaitSemaphore waits on owner's dedicated connection in mode session
 // (sessionWait), else as sqlstore's lease-mode waiters do.
-func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, ref backends.SemRef, owner string, maxWait time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, _, ok := backends.SplitInstance(name); !ok {
-		session, err := s.isSessionMode(ctx, name)
+	if !ref.IsInstance() {
+		session, err := s.isSessionMode(ctx, ref.Name)
 		if err != nil {
-			return s.sessWaitErr(ctx, name, err)
+			return s.sessWaitErr(ctx, ref.Name, err)
 		}
 		if session {
-			return s.sessionWait(ctx, name, owner, maxWait)
+			return s.sessionWait(ctx, ref.Name, owner, maxWait)
 		}
 	}
-	return s.Core.WaitSemaphore(ctx, name, owner, maxWait)
+	return s.Core.WaitSemaphore(ctx, ref, owner, maxWait)
 }
 
 // LeaveWait removes owner's waiter record, after freeing what a
 // session-mode wait holds (its connection and locks).
-func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
-	if _, _, ok := backends.SplitInstance(name); !ok {
+func (s *Store) LeaveWait(ctx context.Context, ref backends.SemRef, owner string) error {
+	if !ref.IsInstance() {
 		s.sessionLeave(ctx, owner)
 	}
-	return s.Core.LeaveWait(ctx, name, owner)
+	return s.Core.LeaveWait(ctx, ref, owner)
 }

@@ -188,7 +188,7 @@ func (s *Store) sessionAcquire(ctx context.Context, name string, req backends.Ac
 		}
 	}
 	if errors.Is(err, errLeaseMode) {
-		return s.Core.TryAcquire(ctx, name, req)
+		return s.Core.TryAcquire(ctx, backends.SemRef{Name: name}, req)
 	}
 	return backends.Grant{}, fmt.Errorf("acquire %q: %w", name, err)
 }

@@ -114,10 +114,10 @@ func wakeUpsInOrder(t *testing.T, limit int) {
 	var releases []func() error
 	for i := range limit {
 		o := fmt.Sprintf("holder-%d", i)
-		if _, err := s.TryAcquire(ctx, "pool", backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "pool"}, backends.AcquireRequest{Owner: o, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		releases = append(releases, func() error { return s.Release(ctx, "pool", o) })
+		releases = append(releases, func() error { return s.Release(ctx, backends.SemRef{Name: "pool"}, o) })
 	}
 	const n = 3
 	var waiters []<-chan *semaphore.Lease
@@ -155,7 +155,7 @@ func wakeUpsInOrder(t *testing.T, limit int) {
 			}
 		}
 	}
-	hs, err := s.Holders(ctx, "pool")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "pool"})
 	if err != nil || len(hs) != limit {
 		t.Fatalf("holders %+v (%v), want %d", hs, err, limit)
 	}
@@ -182,12 +182,12 @@ func TestSessionHolderConnectionEnds(t *testing.T) {
 	if err := s.PutSemaphore(ctx, sessionConfig("gate", 1)); err != nil {
 		t.Fatal(err)
 	}
-	g, err := holder.TryAcquire(ctx, "gate", backends.AcquireRequest{Owner: "a", Host: "h", PID: 1, Lease: time.Minute})
+	g, err := holder.TryAcquire(ctx, backends.SemRef{Name: "gate"}, backends.AcquireRequest{Owner: "a", Host: "h", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := waiterAsync(t, dsn, "gate", 0)
-	hs, err := s.Holders(ctx, "gate")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "gate"})
 	if err != nil || len(hs) != 1 || hs[0].Session == 0 || hs[0].Fencing != g.Fencing {
 		t.Fatalf("holders %+v (%v)", hs, err)
 	}
@@ -200,7 +200,7 @@ func TestSessionHolderConnectionEnds(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter did not get the slot of the terminated holder")
 	}
-	if _, err := holder.Extend(ctx, "gate", "a", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := holder.Extend(ctx, backends.SemRef{Name: "gate"}, "a", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("extend by the terminated holder: %v, want ErrLost", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestSessionKeys(t *testing.T) {
 		if err := st.PutSemaphore(ctx, sessionConfig("gate", 1)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.TryAcquire(ctx, "gate", backends.AcquireRequest{Owner: "o", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+		if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "gate"}, backends.AcquireRequest{Owner: "o", Host: "h", PID: 1, Lease: time.Minute}); err != nil {
 			t.Fatalf("acquire under its own prefix: %v", err)
 		}
 	}

@@ -22,19 +22,8 @@ var ErrReadOnly = sqlstore.ErrReadOnly
 
 // Compile-time checks of the capabilities the store implements.
 var (
-	_ backends.Backend        = (*Store)(nil)
-	_ backends.Migrator       = (*Store)(nil)
-	_ backends.StateStore     = (*Store)(nil)
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-	_ backends.Waiters        = (*Store)(nil)
-	_ backends.Leader         = (*Store)(nil)
-	_ backends.CronAdmin      = (*Store)(nil)
-	_ backends.Crons          = (*Store)(nil)
-	_ backends.QueueAdmin     = (*Store)(nil)
-	_ backends.Queues         = (*Store)(nil)
-	_ backends.DeadJobs       = (*Store)(nil)
-	_ backends.DeadJobReader  = (*Store)(nil)
+	_ backends.Backend  = (*Store)(nil)
+	_ backends.Migrator = (*Store)(nil)
 )
 
 // txAttempts bounds the runs of a write transaction that PostgreSQL rolled
@@ -185,3 +174,15 @@ func (s *Store) Close() error {
 	s.pool.Close()
 	return s.db.Close()
 }
+
+// The areas the store holds (backends.Backend): all of them, each served
+// by the store itself, so that what it overrides of the shared SQL store
+// is what callers get. Each return checks at compile time that the store
+// implements its area.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }

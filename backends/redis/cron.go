@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.CronAdmin = (*Store)(nil)
-
 // Cron keys. Every one carries the {global} hash tag: the claim script
 // moves a task's next_exec in the schedule shared by all tasks and writes
 // the task's occurrence in the same atomic step, so on a Redis Cluster they

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkCronClaimFinish claims attempt 1 of one scheduled occurrence and
-// records its completion (ClaimOccurrence then FinishOccurrence, as the
+// records its completion (ClaimOccurrence then FinishOne, as the
 // scheduler does for every run), on a task with the default history_limit
 // of 100 that is filled first, so that every finish also trims the
 // history. It counts the Store's RoundTrips per occurrence (a script run
@@ -45,7 +45,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := s.RoundTrips()
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
 			b.Fatal(err)
 		}
 		claimTrips += t1 - t0

@@ -8,8 +8,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.CronPauser = (*Store)(nil)
-
 // An operator's pause of a task is a field of the pauses hash (name ->
 // {"host", "at" (server TIME in µs, as a string), "reason"}), beside the
 // definition: PutCron rewrites the definition and keeps it, DeleteCron
@@ -39,7 +37,7 @@ func parseCronPause(text string) (backends.CronPause, error) {
 	return backends.CronPause{Host: r.Host, At: timeOfMicros(r.At), Reason: r.Reason}, nil
 }
 
-// PauseCron implements backends.CronPauser in one script.
+// PauseCron implements backends.Crons in one script.
 func (s *Store) PauseCron(ctx context.Context, name, host, reason string) (backends.CronPause, bool, error) {
 	if err := s.writable(); err != nil {
 		return backends.CronPause{}, false, fmt.Errorf("pause cron %q: %w", name, err)
@@ -66,7 +64,7 @@ func (s *Store) PauseCron(ctx context.Context, name, host, reason string) (backe
 	return p, wrote == 1, nil
 }
 
-// ResumeCron implements backends.CronPauser in one script.
+// ResumeCron implements backends.Crons in one script.
 func (s *Store) ResumeCron(ctx context.Context, name string) (*backends.CronPause, error) {
 	if err := s.writable(); err != nil {
 		return nil, fmt.Errorf("resume cron %q: %w", name, err)

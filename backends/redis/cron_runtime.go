@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Crons = (*Store)(nil)
-
 // An occurrence is identified within its task by "<scheduled_at µs>:
 // <attempt>", its id. Its record is a JSON object in the task's occ hash,
 // written by the scripts with cjson; every number in it is a string,
@@ -162,7 +160,7 @@ func (s *Store) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) 
 // script, which makes the claims one after another.
 func (s *Store) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	if err := s.writable(); err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return backends.ClaimBatch(reqs, func(batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 		return s.claimCrons(ctx, batch)
@@ -198,7 +196,7 @@ func (s *Store) claimCrons(ctx context.Context, reqs []backends.ClaimRequest) ([
 		err = fmt.Errorf("script returned %d replies for %d claims", len(res), len(reqs))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	out := make([]backends.ClaimResult, len(reqs))
 	for i, req := range reqs {
@@ -279,18 +277,6 @@ func (s *Store) ExtendOccurrences(ctx context.Context, exts []backends.Extension
 		out[i].ExpiresAt = timeOfMicros(res[j])
 	}
 	return out, nil
-}
-
-// ExtendOccurrence renews occ.Owner's run lease to the server's now +
-// lease (backends.ExtendOne).
-func (s *Store) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	return backends.ExtendOne(ctx, s, occ, lease)
-}
-
-// FinishOccurrence records res if occ.Owner still runs occ
-// (backends.FinishOne).
-func (s *Store) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	return backends.FinishOne(ctx, s, occ, res)
 }
 
 // FinishOccurrences implements backends.Crons.FinishOccurrences in one

@@ -136,7 +136,7 @@ func TestCronPendingRetryTrimmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishOccurrence(ctx, failed, backends.RunResult{Status: backends.RunFailed, ExitCode: 2, Output: []byte("boom")}); err != nil {
+	if err := backends.FinishOne(ctx, s, failed, backends.RunResult{Status: backends.RunFailed, ExitCode: 2, Output: []byte("boom")}); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := s.PendingRetries(ctx, 0); err != nil || len(p) != 1 || p[0].RunID != failed.RunID || p[0].Output != nil {
@@ -149,7 +149,7 @@ func TestCronPendingRetryTrimmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishOccurrence(ctx, ok, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
+	if err := backends.FinishOne(ctx, s, ok, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := s.PendingRetries(ctx, 0); err != nil || len(p) != 0 {
@@ -205,7 +205,7 @@ func TestCronHistoryLimitLowered(t *testing.T) {
 		if i%2 == 1 {
 			status = backends.RunSucceeded
 		}
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: status, Output: []byte("out")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: status, Output: []byte("out")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,7 +219,7 @@ func TestCronHistoryLimitLowered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishOccurrence(ctx, last, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
+	if err := backends.FinishOne(ctx, s, last, backends.RunResult{Status: backends.RunSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := s.History(ctx, "job", 0); err != nil || len(h) != 1 || h[0].RunID != last.RunID {

@@ -113,7 +113,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 
 			// The writes the replica misses.
 			rp.cut(t)
-			lost, err := p.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: lease})
+			lost, err := p.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "old", Host: "h1", PID: 1, Lease: lease})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 			if ls.Changed {
 				t.Fatalf("after the first connection to the promoted replica: %+v, want the change handled", ls)
 			}
-			_, err = r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: lease})
+			_, err = r.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "h2", PID: 2, Lease: lease})
 			if durable {
 				if err != nil {
 					t.Fatalf("acquire on a durable backend after the failover: %v, want no hold", err)
@@ -156,7 +156,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 			}
 			var g backends.Grant
 			for {
-				g, err = r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new2", Host: "h2", PID: 2, Lease: lease})
+				g, err = r.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new2", Host: "h2", PID: 2, Lease: lease})
 				if !errors.Is(err, backends.ErrLossHold) {
 					break
 				}
@@ -171,10 +171,10 @@ func TestFailoverToStaleReplica(t *testing.T) {
 			// The one-slot semaphore's counter stays armed: its next grant
 			// is above the lost one too.
 			if err == nil {
-				if err := r.Release(ctx, "s", "new2"); err != nil {
+				if err := r.Release(ctx, backends.SemRef{Name: "s"}, "new2"); err != nil {
 					t.Fatal(err)
 				}
-				g2, err := r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "new3", Host: "h2", PID: 2, Lease: lease})
+				g2, err := r.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new3", Host: "h2", PID: 2, Lease: lease})
 				if err != nil || g2.Fencing <= g.Fencing {
 					t.Errorf("second acquire after the failover: %+v %v, want fencing above %d", g2, err, g.Fencing)
 				}

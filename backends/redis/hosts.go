@@ -15,8 +15,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.HostRegistry = (*Store)(nil)
-
 // The host registry lives under the {global} hash tag in two keys: a hash
 // of host id -> record (JSON whose values are all strings, since Redis's
 // cjson keeps only 14 significant digits of a number), and a sorted set of

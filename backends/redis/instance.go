@@ -58,7 +58,7 @@ func (s *Store) semAdminKeys(name string) []string {
 
 // instErr is semErr for an instance.
 func (s *Store) instErr(op, name, key string, err error) error {
-	return fmt.Errorf("redis %q: %s semaphore %s: %w", s.name, op, backends.DescribeRef(backends.Instance(name, key)), err)
+	return fmt.Errorf("redis %q: %s semaphore %s: %w", s.name, op, backends.SemRef{Name: name, Key: key}.String(), err)
 }
 
 func (s *Store) instAcquire(ctx context.Context, name, key string, req backends.AcquireRequest) (backends.Grant, error) {

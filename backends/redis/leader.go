@@ -9,8 +9,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Leader = (*Store)(nil)
-
 // The leader lease is one hash (holder, term, exp in µs of the server's
 // clock) that expires by itself shortly after exp; the term counter is a
 // separate key, so resigning (deleting the lease) never loses the term.

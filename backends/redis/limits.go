@@ -7,11 +7,7 @@ import (
 	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/coordd/coordd/backends"
 )
-
-var _ backends.PayloadLimiter = (*Store)(nil)
 
 // defaultMaxBulk is Redis's default proto-max-bulk-len (512 MB), assumed
 // when the server will not say: CONFIG is an admin command that the ACL

@@ -14,8 +14,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.LossGuard = (*Store)(nil)
-
 // The data-loss marker ("When Redis loses its data" in docs/design.md).
 // One hash, {global}:marker, written on the first apply:
 //

@@ -17,8 +17,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var _ backends.QueueAdmin = (*Store)(nil)
-
 // Queues on Redis. Every key of a queue shares the hash tag {queue:name}
 // (keys.object), so that one script may touch them all:
 //

@@ -17,7 +17,7 @@ var queueRequeueDeadJobScript = luaScript("queue_requeue_dead_job.lua")
 // lua/queue_purge_dead_job.lua).
 var queuePurgeDeadJobScript = luaScript("queue_purge_dead_job.lua")
 
-// RequeueDeadJob makes dead job id of queue ready again (backends.DeadJobs).
+// RequeueDeadJob makes dead job id of queue ready again (backends.Queues).
 func (s *Store) RequeueDeadJob(ctx context.Context, queue string, id int64) error {
 	if err := s.writable(); err != nil {
 		return err
@@ -26,7 +26,7 @@ func (s *Store) RequeueDeadJob(ctx context.Context, queue string, id int64) erro
 	return backends.DeadJobOutcome("requeue", queue, id, deadJobsDone(res), err)
 }
 
-// PurgeDeadJob deletes dead job id of queue (backends.DeadJobs).
+// PurgeDeadJob deletes dead job id of queue (backends.Queues).
 func (s *Store) PurgeDeadJob(ctx context.Context, queue string, id int64) error {
 	if err := s.writable(); err != nil {
 		return err
@@ -57,7 +57,7 @@ var queueDeadOneScript = luaScript("queue_dead_one.lua")
 
 // DeadPage lists up to limit dead jobs of queue after the first offset,
 // in the order they died, payload and last error cut at cut bytes
-// (backends.DeadJobReader).
+// (backends.Queues).
 func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]backends.PartialJob, error) {
 	res, err := s.queueEval(ctx, queueDeadPageScript, s.queueInfo(queue).fixed, max(offset, 0), max(limit, 0), max(cut, 0))
 	if err != nil {
@@ -71,7 +71,7 @@ func (s *Store) DeadPage(ctx context.Context, queue string, offset, limit, cut i
 }
 
 // DeadJob reads dead job id of queue, payload and last error cut at cut
-// bytes (backends.DeadJobReader).
+// bytes (backends.Queues).
 func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (backends.PartialJob, error) {
 	res, err := s.queueEval(ctx, queueDeadOneScript, s.queueInfo(queue).fixed, strconv.FormatInt(id, 10), max(cut, 0))
 	switch {

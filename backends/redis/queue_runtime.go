@@ -15,8 +15,6 @@ import (
 	"github.com/coordd/coordd/backends/internal/group"
 )
 
-var _ backends.Queues = (*Store)(nil)
-
 // The queue runtime. A claim is one script that sweeps (due delayed jobs
 // into the ready sets, expired leases back to them or to the dead list)
 // and leases the oldest claimable jobs, whatever their partition, to each
@@ -186,15 +184,12 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
-	if owner == "" {
-		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
-	}
-	if max < 1 {
-		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
+	if err := backends.CheckClaimJobs(queue, owner, max); err != nil {
+		return nil, err
 	}
 	jobs, err := s.queues.claims.Claim(ctx, queue, owner, max, s.claimGroup)
 	if err != nil {
-		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
+		return nil, backends.ClaimJobsError(queue, owner, err)
 	}
 	return jobs, nil
 }

@@ -30,7 +30,7 @@ func TestSemOneSlotOlderBinary(t *testing.T) {
 	if err := s.PutSemaphore(ctx, semCfg("up", 1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.TryAcquire(ctx, "up", backends.AcquireRequest{Owner: "new-holder", Host: "h1", PID: 1, Lease: time.Minute})
+	g, err := s.TryAcquire(ctx, backends.SemRef{Name: "up"}, backends.AcquireRequest{Owner: "new-holder", Host: "h1", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +45,13 @@ func TestSemOneSlotOlderBinary(t *testing.T) {
 			t.Fatalf("an older binary's acquire got slot %d (fencing %d) while %d holds it", v[0], v[1], g.Fencing)
 		}
 	}
-	if err := s.Release(ctx, "up", "new-holder"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "up"}, "new-holder"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TryAcquire(ctx, "up", backends.AcquireRequest{Owner: "next", Host: "h1", PID: 1, Lease: time.Minute}); err != nil {
+	if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "up"}, backends.AcquireRequest{Owner: "next", Host: "h1", PID: 1, Lease: time.Minute}); err != nil {
 		t.Fatalf("acquire after the release: %v", err)
 	}
-	hs, err := s.Holders(ctx, "up")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "up"})
 	if err != nil {
 		t.Fatal(err)
 	}

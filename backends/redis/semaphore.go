@@ -17,11 +17,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var (
-	_ backends.SemaphoreAdmin = (*Store)(nil)
-	_ backends.Semaphores     = (*Store)(nil)
-)
-
 // semKeyNames are the parts of a semaphore's keys, in the order of the
 // scripts' KEYS (see semaphore_scripts.go).
 var semKeyNames = [...]string{"cfg", "free", "exp", "holders", "fencing", "wake", "wseq", "wexp", "lock"}
@@ -200,15 +195,16 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 // one-slot semaphore (semaphore_scripts.go) takes semFastAcquireScript,
 // any other semAcquireScript; each sends the other kind to the other
 // script, so the Store's hint of which is which only saves a round trip.
-func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
+func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return backends.Grant{}, err
 	}
 	if err := s.loss.held(); err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instAcquire(ctx, parent, key, req)
+	if ref.IsInstance() {
+		return s.instAcquire(ctx, name, ref.Key, req)
 	}
 	if err := backends.CheckAcquire(req); err != nil {
 		return backends.Grant{}, s.semErr("acquire", name, err)
@@ -306,12 +302,13 @@ func int64s(res any) ([]int64, error) {
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
-func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) (time.Time, error) {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return time.Time{}, err
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instExtend(ctx, parent, key, owner, lease)
+	if ref.IsInstance() {
+		return s.instExtend(ctx, name, ref.Key, owner, lease)
 	}
 	us, err := semMicros(lease)
 	if err != nil {
@@ -333,12 +330,13 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 // caller's hold was not exclusive to the end. The script of the kind the
 // Store saw last goes first; an owner it does not find is looked for with
 // the other (a stale release, a semaphore that changed kind).
-func (s *Store) Release(ctx context.Context, name, owner string) error {
+func (s *Store) Release(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instRelease(ctx, parent, key, owner)
+	if ref.IsInstance() {
+		return s.instRelease(ctx, name, ref.Key, owner)
 	}
 	e := s.semEntry(name)
 	tokens := e.tokens.Load()
@@ -371,9 +369,10 @@ func (s *Store) Release(ctx context.Context, name, owner string) error {
 // Holders lists live holders by slot; an absent semaphore has none. Those
 // of a keyed semaphore's instances follow, by key and slot; an instance
 // reference lists the instance's.
-func (s *Store) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instHolders(ctx, parent, key)
+func (s *Store) Holders(ctx context.Context, ref backends.SemRef) ([]backends.Holder, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.instHolders(ctx, name, ref.Key)
 	}
 	v, err := semObserveScript.Run(ctx, s.rdb, s.semAdminKeys(name), s.keys.instBase(name)).Slice()
 	if err != nil {

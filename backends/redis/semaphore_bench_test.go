@@ -54,10 +54,10 @@ func BenchmarkSemAcquireRelease(b *testing.B) {
 			benchutil.Alternate(b, "two-pings", func() {
 				n++
 				o := "owner-" + strconv.Itoa(n)
-				if _, err := s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
+				if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
 					b.Fatal(err)
 				}
-				if err := s.Release(ctx, "s", o); err != nil {
+				if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 					b.Fatal(err)
 				}
 			}, func() { twoPings(b, s) })
@@ -124,7 +124,7 @@ func BenchmarkSemWakeup(b *testing.B) {
 		b.Fatal(err)
 	}
 	acquire := func(st *Store, o string) error {
-		_, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute})
+		_, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute})
 		return err
 	}
 	// Warm the waiter's blocking connection.
@@ -141,7 +141,7 @@ func BenchmarkSemWakeup(b *testing.B) {
 		trips := w.RoundTrips()
 		go func() {
 			for {
-				if err := w.WaitSemaphore(ctx, "s", waiter, time.Minute); err != nil {
+				if err := w.WaitSemaphore(ctx, backends.SemRef{Name: "s"}, waiter, time.Minute); err != nil {
 					b.Error(err)
 					got <- time.Time{}
 					return
@@ -164,7 +164,7 @@ func BenchmarkSemWakeup(b *testing.B) {
 		time.Sleep(time.Millisecond) // let the BLPOP reach the server
 		b.StartTimer()
 		t0 := time.Now()
-		if err := s.Release(ctx, "s", holder); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, holder); err != nil {
 			b.Fatal(err)
 		}
 		t1 := <-got
@@ -173,7 +173,7 @@ func BenchmarkSemWakeup(b *testing.B) {
 			b.FailNow()
 		}
 		lat = append(lat, t1.Sub(t0))
-		if err := w.Release(ctx, "s", waiter); err != nil {
+		if err := w.Release(ctx, backends.SemRef{Name: "s"}, waiter); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -289,10 +289,10 @@ func BenchmarkSemServerTime(b *testing.B) {
 	lk := []string{s.keys.object("sem", "s", "lock"), s.keys.object("sem", "s", "fencing")}
 	tokens := func(name string) func(o string) error {
 		return func(o string) error {
-			if _, err := s.TryAcquire(ctx, name, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
+			if _, err := s.TryAcquire(ctx, backends.SemRef{Name: name}, backends.AcquireRequest{Owner: o, Host: "bench", PID: 1, Lease: time.Minute}); err != nil {
 				return err
 			}
-			return s.Release(ctx, name, o)
+			return s.Release(ctx, backends.SemRef{Name: name}, o)
 		}
 	}
 	ks := s.semKeys("s1")

@@ -82,7 +82,7 @@ func mustPut(t *testing.T, s *Store, cfg backends.SemaphoreConfig) {
 
 func mustAcquire(t *testing.T, s *Store, name, owner string, lease time.Duration) backends.Grant {
 	t.Helper()
-	g, err := s.TryAcquire(t.Context(), name, backends.AcquireRequest{Owner: owner, Host: "h", PID: 7, Lease: lease})
+	g, err := s.TryAcquire(t.Context(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: owner, Host: "h", PID: 7, Lease: lease})
 	if err != nil {
 		t.Fatalf("acquire %s as %s: %v", name, owner, err)
 	}
@@ -91,7 +91,7 @@ func mustAcquire(t *testing.T, s *Store, name, owner string, lease time.Duration
 
 func wantNoSlot(t *testing.T, s *Store, name string) {
 	t.Helper()
-	_, err := s.TryAcquire(t.Context(), name, backends.AcquireRequest{Owner: fmt.Sprintf("intruder-%d", time.Now().UnixNano()), Lease: time.Minute})
+	_, err := s.TryAcquire(t.Context(), backends.SemRef{Name: name}, backends.AcquireRequest{Owner: fmt.Sprintf("intruder-%d", time.Now().UnixNano()), Lease: time.Minute})
 	if !errors.Is(err, backends.ErrNoSlot) {
 		t.Fatalf("acquire on full %s: %v, want ErrNoSlot", name, err)
 	}
@@ -162,7 +162,7 @@ func TestSemCrashNeverLeaks(t *testing.T) {
 	if free, held := semTokens(t, s, "s"); free+held != 1 {
 		t.Fatalf("%d free + %d held tokens, want 1", free, held)
 	}
-	if _, err := s.Extend(t.Context(), "s", "crashed", time.Minute); !errors.Is(err, backends.ErrLost) {
+	if _, err := s.Extend(t.Context(), backends.SemRef{Name: "s"}, "crashed", time.Minute); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("extend by the crashed holder: %v, want ErrLost", err)
 	}
 }
@@ -182,7 +182,7 @@ func TestSemStaleRelease(t *testing.T) {
 	waitPastExpiry(t, s, gx.ExpiresAt)
 
 	// x's expired record stays until reclaimed: its late release clears it.
-	if err := s.Release(ctx, "s", "x"); !errors.Is(err, backends.ErrLost) {
+	if err := s.Release(ctx, backends.SemRef{Name: "s"}, "x"); !errors.Is(err, backends.ErrLost) {
 		t.Fatalf("late release of an unreclaimed lease: %v, want ErrLost", err)
 	}
 	if free, held := semTokens(t, s, "s"); free+held != 2 {
@@ -195,7 +195,7 @@ func TestSemStaleRelease(t *testing.T) {
 		t.Fatalf("c took slot %d, want a's slot %d", gc.Slot, ga.Slot)
 	}
 	for range 3 {
-		if err := s.Release(ctx, "s", "a"); !errors.Is(err, backends.ErrLost) {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, "a"); !errors.Is(err, backends.ErrLost) {
 			t.Fatalf("stale release: %v, want ErrLost", err)
 		}
 	}
@@ -204,7 +204,7 @@ func TestSemStaleRelease(t *testing.T) {
 	}
 	wantNoSlot(t, s, "s")
 	for _, o := range []string{"b", "c"} {
-		if err := s.Release(ctx, "s", o); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestSemLostKeys(t *testing.T) {
 	// A token deleted from a list that still exists is drift: the
 	// acquirer is refused until PutSemaphore repairs it.
 	for i := range 3 {
-		if err := s.Release(ctx, "s", fmt.Sprint("n", i)); err != nil {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, fmt.Sprint("n", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,7 +274,7 @@ func TestSemLostKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "z", Lease: time.Minute})
+	_, err = s.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "z", Lease: time.Minute})
 	if !errors.Is(err, backends.ErrNoSlot) {
 		t.Fatalf("acquire with every token deleted: %v, want ErrNoSlot", err)
 	}
@@ -290,7 +290,7 @@ func TestSemFencingRecreated(t *testing.T) {
 	ctx := t.Context()
 	mustPut(t, s, semCfg("s", 1, -1))
 	g := mustAcquire(t, s, "s", "a", time.Minute)
-	if err := s.Release(ctx, "s", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "s"}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	k := s.keys.semaphore("s")
@@ -318,7 +318,7 @@ func blockedWaiter(t *testing.T, ctx context.Context, w *Store, name string, max
 	}
 	trips0 = w.RoundTrips()
 	ch := make(chan error, 1)
-	go func() { ch <- w.WaitSemaphore(ctx, name, "waiter", max) }()
+	go func() { ch <- w.WaitSemaphore(ctx, backends.SemRef{Name: name}, "waiter", max) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for w.RoundTrips() < trips0+2 {
 		select {
@@ -346,7 +346,7 @@ func TestSemWakeOnRelease(t *testing.T) {
 	mustAcquire(t, s, "s", "holder", time.Minute)
 	trips0, done := blockedWaiter(t, t.Context(), w, "s", time.Minute)
 	time.Sleep(200 * time.Millisecond) // a polling waiter would send more; not a timing assertion
-	if err := s.Release(t.Context(), "s", "holder"); err != nil {
+	if err := s.Release(t.Context(), backends.SemRef{Name: "s"}, "holder"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -396,11 +396,11 @@ func TestSemMaxWaiting(t *testing.T) {
 	ctx := t.Context()
 	mustPut(t, s, semCfg("job", 1, 1))
 	arrive := func(owner string) error {
-		_, err := s.TryAcquire(ctx, "job", backends.AcquireRequest{Owner: owner, Lease: time.Minute})
+		_, err := s.TryAcquire(ctx, backends.SemRef{Name: "job"}, backends.AcquireRequest{Owner: owner, Lease: time.Minute})
 		if !errors.Is(err, backends.ErrNoSlot) {
 			return err
 		}
-		return s.EnterWait(ctx, "job", owner, time.Minute)
+		return s.EnterWait(ctx, backends.SemRef{Name: "job"}, backends.AcquireRequest{Owner: owner, Lease: time.Minute})
 	}
 	if err := arrive("first"); err != nil {
 		t.Fatalf("first: %v", err)
@@ -413,14 +413,14 @@ func TestSemMaxWaiting(t *testing.T) {
 	}
 	trips0, done := blockedWaiter(t, ctx, s, "job", time.Minute)
 	_ = trips0
-	if err := s.Release(ctx, "job", "first"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "job"}, "first"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	mustAcquire(t, s, "job", "second", time.Minute)
-	if err := s.LeaveWait(ctx, "job", "second"); err != nil {
+	if err := s.LeaveWait(ctx, backends.SemRef{Name: "job"}, "second"); err != nil {
 		t.Fatal(err)
 	}
 	if err := arrive("fourth"); err != nil {
@@ -489,7 +489,7 @@ func TestSemManyWaiters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- s.WaitSemaphore(ctx, "s", "w", time.Minute)
+			errs <- s.WaitSemaphore(ctx, backends.SemRef{Name: "s"}, "w", time.Minute)
 		}()
 	}
 	// Every waiter has sent its check and BLPOP.
@@ -503,7 +503,7 @@ func TestSemManyWaiters(t *testing.T) {
 	// The main pool still serves commands at once.
 	qctx, qcancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer qcancel()
-	if _, err := s.Holders(qctx, "s"); err != nil {
+	if _, err := s.Holders(qctx, backends.SemRef{Name: "s"}); err != nil {
 		t.Fatalf("holders while %d waiters block: %v", n, err)
 	}
 	cancel()
@@ -547,7 +547,7 @@ func TestSemLimitOneThreeOne(t *testing.T) {
 	}
 	release := func(owner string, want error) {
 		t.Helper()
-		if err := s.Release(ctx, "s", owner); !errors.Is(err, want) {
+		if err := s.Release(ctx, backends.SemRef{Name: "s"}, owner); !errors.Is(err, want) {
 			t.Fatalf("release %s: %v, want %v", owner, err, want)
 		}
 	}

@@ -16,8 +16,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var _ backends.StateStore = (*Store)(nil)
-
 // The applied state lives under the {global} hash tag, beside the leader
 // lease and the cron schedule, so that one script may touch all of it.
 func (k keys) stateLock() string       { return k.global("state:apply-lock") }

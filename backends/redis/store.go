@@ -18,6 +18,12 @@ import (
 // Options.ReadOnly.
 var ErrReadOnly = errors.New("store is opened read-only")
 
+var (
+	_ backends.Backend        = (*Store)(nil)
+	_ backends.LossGuard      = (*Store)(nil)
+	_ backends.PayloadLimiter = (*Store)(nil)
+)
+
 // Store is one handle on a Redis database under one key prefix. It is safe
 // for concurrent use; several Stores (in one process or several) may share
 // one prefix, as the hosts of a cluster do.
@@ -166,3 +172,13 @@ func (h tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 		return next(ctx, cmds)
 	}
 }
+
+// The areas the store holds (backends.Backend): all of them. Each return
+// checks at compile time that the store implements its area.
+func (s *Store) Cluster() backends.Cluster       { return s }
+func (s *Store) Semaphores() backends.Semaphores { return s }
+func (s *Store) Crons() backends.Crons           { return s }
+func (s *Store) Queues() backends.Queues         { return s }
+
+// Waiters is the store's lines of waiters (backends.Semaphores).
+func (s *Store) Waiters() backends.Waiters { return s }

@@ -15,8 +15,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Waiters = (*Store)(nil)
-
 // Blocking calls (a waiter's BLPOP) hold a connection for as long as they
 // block, so they run on a client of their own, created on first use, so
 // that waiters never starve the commands of the main pool. At most
@@ -32,18 +30,14 @@ const (
 	semBlockGrace = 5 * time.Second
 )
 
-// EnterWait registers owner as a waiter of semaphore name, leased for lease
-// in backend time, behind every live waiter, after pruning expired waiter
-// records. If owner already waits, its lease is renewed and it keeps its
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in backend time, behind every live waiter, after pruning
+// expired waiter records, and records req.Host and req.PID for
+// ListWaiters. If it already waits, its lease is renewed and it keeps its
 // place. It returns ErrTooManyWaiters when max_waiting live waiters exist,
 // ErrNotFound when the semaphore is absent.
-func (s *Store) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister).
-func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
+func (s *Store) EnterWait(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) error {
+	name := ref.Name
 	owner, lease := req.Owner, req.Lease
 	if err := s.writable(); err != nil {
 		return err
@@ -51,8 +45,8 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 	if err := backends.CheckAcquire(req); err != nil {
 		return s.semErr("enter wait", name, err)
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instEnterWait(ctx, parent, key, req)
+	if ref.IsInstance() {
+		return s.instEnterWait(ctx, name, ref.Key, req)
 	}
 	if owner == "" {
 		return s.semErr("enter wait", name, errors.New("empty owner"))
@@ -78,12 +72,13 @@ func (s *Store) EnterWaitAs(ctx context.Context, name string, req backends.Acqui
 }
 
 // LeaveWait removes owner's waiter record; absent is not an error.
-func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
+func (s *Store) LeaveWait(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instLeaveWait(ctx, parent, key, owner)
+	if ref.IsInstance() {
+		return s.instLeaveWait(ctx, name, ref.Key, owner)
 	}
 	if err := semLeaveWaitScript.Run(ctx, s.rdb, s.semKeys(name), owner).Err(); err != nil {
 		return s.semErr("leave wait", name, err)
@@ -91,16 +86,16 @@ func (s *Store) LeaveWait(ctx context.Context, name, owner string) error {
 	return nil
 }
 
-// FirstWaiter returns the owner at the head of semaphore name's line: the
-// live waiter that entered first, "" when nobody waits. TryAcquire follows
-// the line itself; FirstWaiter is for tests and status.
-func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instFirstWaiter(ctx, parent, key)
+// FirstWaiter returns the owner at the head of ref's line: the live
+// waiter that entered first, "" when nobody waits. TryAcquire follows the
+// line itself; FirstWaiter is for tests and status.
+func (s *Store) FirstWaiter(ctx context.Context, ref backends.SemRef) (string, error) {
+	if ref.IsInstance() {
+		return s.instFirstWaiter(ctx, ref.Name, ref.Key)
 	}
-	owner, err := semFirstWaiterScript.Run(ctx, s.rdb, s.semKeys(name)).Text()
+	owner, err := semFirstWaiterScript.Run(ctx, s.rdb, s.semKeys(ref.Name)).Text()
 	if err != nil {
-		return "", s.semErr("first waiter", name, err)
+		return "", s.semErr("first waiter", ref.Name, err)
 	}
 	return owner, nil
 }
@@ -121,15 +116,16 @@ func (s *Store) FirstWaiter(ctx context.Context, name string) (string, error) {
 // interrupt list too, and cancellation pushes to it (go-redis only honours
 // a context's deadline, not its cancellation, on a blocked read). A wake
 // element a cancelled waiter took is given back.
-func (s *Store) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
+func (s *Store) WaitSemaphore(ctx context.Context, ref backends.SemRef, owner string, maxWait time.Duration) error {
+	name := ref.Name
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.instWait(ctx, parent, key, owner, maxWait)
+	if ref.IsInstance() {
+		return s.instWait(ctx, name, ref.Key, owner, maxWait)
 	}
 	start := time.Now()
 	keys := s.semKeys(name)

@@ -10,8 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.WaiterLister = (*Store)(nil)
-
 // Who waits: beside each line (wseq, wexp) a hash winfo, the line's key
 // with "wseq" replaced by "winfo" (so under the same hash tag, and under an
 // instance's "i:<key>:" when the line is an instance's), maps a waiter's
@@ -29,14 +27,15 @@ var _ backends.WaiterLister = (*Store)(nil)
 var waiterListScript = luaScript("waiter_list.lua")
 
 // ListWaiters lists the live waiters of semaphore or instance name in line
-// order (backends.WaiterLister). For a keyed semaphore each instance's
+// order (backends.Waiters). For a keyed semaphore each instance's
 // line is read on its own: the list is not one snapshot.
-func (s *Store) ListWaiters(ctx context.Context, name string) ([]backends.Waiter, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		k := s.keys.instance(parent, key)
-		ws, err := s.listLine(ctx, key, k[instKeyWseq], k[instKeyWseq+1])
+func (s *Store) ListWaiters(ctx context.Context, ref backends.SemRef) ([]backends.Waiter, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		k := s.keys.instance(name, ref.Key)
+		ws, err := s.listLine(ctx, ref.Key, k[instKeyWseq], k[instKeyWseq+1])
 		if err != nil {
-			return nil, s.instErr("list waiters", parent, key, err)
+			return nil, s.instErr("list waiters", name, ref.Key, err)
 		}
 		return ws, nil
 	}

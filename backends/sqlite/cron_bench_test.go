@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkCronClaimFinish claims attempt 1 of one scheduled occurrence
-// and records its completion (ClaimOccurrence then FinishOccurrence, as
+// and records its completion (ClaimOccurrence then FinishOne, as
 // the scheduler does for a lone run), on a task with the default
 // history_limit of 100 that is filled first, so that every finish also
 // trims the history. It counts the Store's RoundTrips per occurrence (a
@@ -40,7 +40,7 @@ func BenchmarkCronClaimFinish(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.FinishOccurrence(ctx, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
+		if err := backends.FinishOne(ctx, s, occ, backends.RunResult{Status: backends.RunSucceeded, Output: []byte("ok\n")}); err != nil {
 			b.Fatal(err)
 		}
 		trips += s.RoundTrips() - t0

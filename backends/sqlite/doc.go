@@ -61,7 +61,7 @@
 // wake-up to another process, so WaitSemaphore polls a cheap read that
 // follows the same rule, with a backoff from 2 ms to 20 ms, until
 // TryAcquire may succeed. A record also names the waiter's host and pid and
-// when it entered the line (EnterWaitAs), for ListWaiters
+// when it entered the line (EnterWait), for ListWaiters
 // (waiters_list.go), the line as operators see it.
 //
 // # The leader lease

@@ -29,19 +29,19 @@ func TestRefusedAcquireLeavesTheFencingCounter(t *testing.T) {
 		}
 	}
 
-	g1, err := s.TryAcquire(ctx, "one", req("a"))
+	g1, err := s.TryAcquire(ctx, backends.SemRef{Name: "one"}, req("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, err := s.TryAcquire(ctx, "one", req("b")); !errors.Is(err, backends.ErrNoSlot) {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "one"}, req("b")); !errors.Is(err, backends.ErrNoSlot) {
 			t.Fatalf("acquire of a full semaphore: %v, want ErrNoSlot", err)
 		}
 	}
-	if err := s.Release(ctx, "one", "a"); err != nil {
+	if err := s.Release(ctx, backends.SemRef{Name: "one"}, "a"); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := s.TryAcquire(ctx, "one", req("b"))
+	g2, err := s.TryAcquire(ctx, backends.SemRef{Name: "one"}, req("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,16 +49,16 @@ func TestRefusedAcquireLeavesTheFencingCounter(t *testing.T) {
 		t.Errorf("fencing %d after %d and three refusals, want %d", g2.Fencing, g1.Fencing, g1.Fencing+1)
 	}
 
-	k1, err := s.TryAcquire(ctx, backends.Instance("keyed", "x"), req("a"))
+	k1, err := s.TryAcquire(ctx, backends.SemRef{Name: "keyed", Key: "x"}, req("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, err := s.TryAcquire(ctx, "keyed", req("b")); !errors.Is(err, backends.ErrKeyRequired) {
+		if _, err := s.TryAcquire(ctx, backends.SemRef{Name: "keyed"}, req("b")); !errors.Is(err, backends.ErrKeyRequired) {
 			t.Fatalf("acquire of a keyed semaphore without a key: %v, want ErrKeyRequired", err)
 		}
 	}
-	k2, err := s.TryAcquire(ctx, backends.Instance("keyed", "y"), req("b"))
+	k2, err := s.TryAcquire(ctx, backends.SemRef{Name: "keyed", Key: "y"}, req("b"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestReadOnlyMissingFile(t *testing.T) {
 	if err != nil || len(queues) != 0 {
 		t.Fatalf("observe queues = %v, %v; want empty", queues, err)
 	}
-	hs, err := s.Holders(ctx, "a")
+	hs, err := s.Holders(ctx, backends.SemRef{Name: "a"})
 	if err != nil || len(hs) != 0 {
 		t.Fatalf("holders = %v, %v; want none", hs, err)
 	}
@@ -169,7 +169,7 @@ func TestReadOnlyExistingFile(t *testing.T) {
 	if err := r.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "s", Limit: 5}); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Errorf("read-only put = %v, want ErrReadOnly", err)
 	}
-	if _, err := r.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, sqlite.ErrReadOnly) {
+	if _, err := r.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "o", Lease: time.Minute}); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Errorf("read-only acquire = %v, want ErrReadOnly", err)
 	}
 	if m, _ := w.ObserveSemaphores(ctx, []string{"s"}); m["s"].Config.Limit != 2 || len(m["s"].Holders) != 0 {
@@ -211,18 +211,18 @@ func TestTwoHandlesOneFile(t *testing.T) {
 	if err := a.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "s", Limit: 1, Lease: time.Minute, Mode: "lease"}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "ob", Host: "h", PID: 1, Lease: time.Minute})
+	g, err := b.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "ob", Host: "h", PID: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("acquire through the second handle: %v", err)
 	}
-	if _, err := a.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "oa", Lease: time.Minute}); !errors.Is(err, backends.ErrNoSlot) {
+	if _, err := a.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "oa", Lease: time.Minute}); !errors.Is(err, backends.ErrNoSlot) {
 		t.Fatalf("acquire through the first handle = %v, want ErrNoSlot", err)
 	}
-	hs, err := a.Holders(ctx, "s")
+	hs, err := a.Holders(ctx, backends.SemRef{Name: "s"})
 	if err != nil || len(hs) != 1 || hs[0].Owner != "ob" || hs[0].Fencing != g.Fencing {
 		t.Fatalf("holders seen by the first handle = %+v, %v", hs, err)
 	}
-	if err := a.Release(ctx, "s", "ob"); err != nil {
+	if err := a.Release(ctx, backends.SemRef{Name: "s"}, "ob"); err != nil {
 		t.Fatalf("release of b's grant through a: %v", err)
 	}
 }

@@ -23,10 +23,10 @@ func TestListWaitersOlderRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	execSQL(t, s, `INSERT INTO semaphore_waiters (name, owner, seq, expires_at) VALUES ('s', 'old-binary', 1, ?)`, now.Add(time.Minute).UnixMicro())
-	if err := s.EnterWaitAs(ctx, "s", backends.AcquireRequest{Owner: "new", Host: "web-2", PID: 7, Lease: time.Minute}); err != nil {
+	if err := s.EnterWait(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "new", Host: "web-2", PID: 7, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := s.ListWaiters(ctx, "s")
+	ws, err := s.ListWaiters(ctx, backends.SemRef{Name: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}

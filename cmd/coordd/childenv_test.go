@@ -130,7 +130,7 @@ func waitScheduledRun(t *testing.T, specPath string, logs *proctest.SyncBuffer) 
 	defer b.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		runs, err := b.(backends.Crons).History(ctx, "envdump", 0)
+		runs, err := b.Crons().History(ctx, "envdump", 0)
 		if err != nil {
 			t.Fatal(err)
 		}

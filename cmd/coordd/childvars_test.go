@@ -270,7 +270,7 @@ func waitScheduled(t *testing.T, specPath, task string, logs *proctest.SyncBuffe
 	defer b.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		runs, err := b.(backends.Crons).History(ctx, task, 0)
+		runs, err := b.Crons().History(ctx, task, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

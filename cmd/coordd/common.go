@@ -74,17 +74,18 @@ func openEngine(ctx context.Context, env *cliEnv, s *spec.Spec, readOnly bool) (
 	return e, true
 }
 
-// openAs opens the spec's backend name and checks that it implements T (a
-// capability interface such as backends.QueueAdmin); what names the
-// capability in the error. Close the returned backend.
-func openAs[T any](ctx context.Context, s *spec.Spec, name, what string, readOnly bool) (T, backends.Backend, error) {
+// openAs opens the spec's backend name and returns it with one of its
+// areas: area is one of backends.Backend's accessors, such as
+// backends.Backend.Queues; what names the area in the error when the
+// backend holds none. Close the returned backend.
+func openAs[T comparable](ctx context.Context, s *spec.Spec, name, what string, readOnly bool, area func(backends.Backend) T) (T, backends.Backend, error) {
 	var zero T
 	b, err := open.Open(ctx, s.Backends[name], backends.Options{ReadOnly: readOnly, Version: version.Version})
 	if err != nil {
 		return zero, nil, open.Wrap(name, err)
 	}
-	v, ok := b.(T)
-	if !ok {
+	v := area(b)
+	if v == zero {
 		b.Close()
 		return zero, nil, fmt.Errorf("backend %q (%s) cannot hold %s: %w", name, b.Type(), what, backends.ErrUnsupported)
 	}

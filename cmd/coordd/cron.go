@@ -72,16 +72,15 @@ Exit status of cron run:
 	},
 }
 
-// cronView is the cron side of one opened backend.
-type cronView interface {
+// cronView is one opened backend and its cron tasks.
+type cronView struct {
 	backends.Backend
 	backends.Crons
-	backends.CronAdmin
 }
 
 func openCron(ctx context.Context, s *spec.Spec, backend string, readOnly bool) (cronView, error) {
-	cv, _, err := openAs[cronView](ctx, s, backend, "cron tasks", readOnly)
-	return cv, err
+	cr, b, err := openAs(ctx, s, backend, "cron tasks", readOnly, backends.Backend.Crons)
+	return cronView{Backend: b, Crons: cr}, err
 }
 
 func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
@@ -138,8 +137,8 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			return nil, backends.SemaphoreConfig{}, err
 		}
 		opened = append(opened, sb)
-		adm, ok := sb.(backends.SemaphoreAdmin)
-		if !ok {
+		adm := sb.Semaphores()
+		if adm == nil {
 			return nil, backends.SemaphoreConfig{}, fmt.Errorf("backend %q cannot hold semaphores", decl.Backend)
 		}
 		m, err := adm.ObserveSemaphores(ctx, []string{sem})
@@ -153,7 +152,7 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return cl, m[sem].Config, err
 	}
 	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, ChildEnvUnset: s.ChildEnvUnset})
-	code, err := sc.RunManual(ctx, b, name, env.stdout, env.stderr)
+	code, err := sc.RunManual(ctx, b.Backend, name, env.stdout, env.stderr)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "coordd cron run: %v\n", err)
 		return child.ExitCoorddFailed

@@ -31,28 +31,22 @@ type cronPauseJSON struct {
 
 // openPauser opens the backend of task name (declared in the local spec)
 // with its cron views.
-func openPauser(ctx context.Context, env *cliEnv, what, path, name string) (cronView, backends.CronPauser, *spec.Spec, bool) {
+func openPauser(ctx context.Context, env *cliEnv, what, path, name string) (cronView, backends.Crons, *spec.Spec, bool) {
 	s, ok := loadSpec(ctx, env, path, false)
 	if !ok {
-		return nil, nil, nil, false
+		return cronView{}, nil, nil, false
 	}
 	t := s.Cron[name]
 	if t == nil {
 		fmt.Fprintf(env.stderr, "coordd %s: cron task %q is not declared in %s\n", what, name, path)
-		return nil, nil, nil, false
+		return cronView{}, nil, nil, false
 	}
 	b, err := openCron(ctx, s, t.Backend, false)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "coordd %s: %v\n", what, err)
-		return nil, nil, nil, false
+		return cronView{}, nil, nil, false
 	}
-	p, ok := b.(backends.CronPauser)
-	if !ok {
-		b.Close()
-		fmt.Fprintf(env.stderr, "coordd %s: backend %q (%s) cannot pause cron tasks\n", what, t.Backend, b.Type())
-		return nil, nil, nil, false
-	}
-	return b, p, s, true
+	return b, b.Crons, s, true
 }
 
 // pauseFailed prints why a pause or a resume of task name on b failed and
@@ -103,7 +97,7 @@ func cronPause(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	defer b.Close()
 	p, changed, err := pz.PauseCron(ctx, name, h, *reason)
 	if err != nil {
-		return pauseFailed(env, "cron pause", b, name, err)
+		return pauseFailed(env, "cron pause", b.Backend, name, err)
 	}
 	m, err := b.ObserveCrons(ctx, []string{name})
 	inSpec := err == nil && m[name] != nil && backends.DefPaused(m[name].Def)
@@ -140,7 +134,7 @@ func cronResume(ctx context.Context, c *command, env *cliEnv, args []string) int
 	defer b.Close()
 	prev, err := pz.ResumeCron(ctx, name)
 	if err != nil {
-		return pauseFailed(env, "cron resume", b, name, err)
+		return pauseFailed(env, "cron resume", b.Backend, name, err)
 	}
 	m, err := b.ObserveCrons(ctx, []string{name})
 	if err != nil {

@@ -241,10 +241,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	if _, err := st.PutQueue(ctx, backends.QueueConfig{Name: "q", Partitions: 1, VisibilityTimeout: time.Minute, MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	reg, ok := backends.Backend(st).(backends.HostRegistry)
-	if !ok {
-		t.Fatal("the SQLite store keeps no host registry")
-	}
+	reg := st.Cluster()
 	m := metrics.New(metricsSource{objs: []metrics.Objects{{Backend: "local", B: st, Semaphores: []string{"s"}, Queues: []string{"q"}}}, reg: reg})
 	m.CronStarted("t", time.Now(), 1, time.Now())
 	m.CronFinished("t", "failed")
@@ -265,7 +262,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 // reload, the applied spec loaded, a host registry.
 type metricsSource struct {
 	objs []metrics.Objects
-	reg  backends.HostRegistry
+	reg  backends.Cluster
 }
 
 func (metricsSource) Leading() (int64, bool)        { return 1, true }
@@ -276,7 +273,7 @@ func (s metricsSource) Objects() []metrics.Objects  { return s.objs }
 func (metricsSource) SpecHashes() (local, applied string, known bool) {
 	return "0123456789abcdef", "0123456789abcdef", true
 }
-func (s metricsSource) HostRegistry() (string, backends.HostRegistry) { return "local", s.reg }
+func (s metricsSource) HostRegistry() (string, backends.Cluster) { return "local", s.reg }
 
 var metricName = regexp.MustCompile(`\bcoordd_[a-z0-9_]+`)
 

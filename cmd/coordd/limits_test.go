@@ -207,7 +207,7 @@ func writeHostileRecords(t *testing.T, specPath string) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if _, err := st.TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "o1", Host: "web1", PID: 1, Lease: time.Minute}); err != nil {
+	if _, err := st.TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "o1", Host: "web1", PID: 1, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	exec(`UPDATE semaphore_slots SET host = ? WHERE owner = 'o1'`, hostile)

@@ -221,7 +221,7 @@ func scheduledOutput(t *testing.T, b *spec.Backend, task string, logs *proctest.
 	defer st.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		runs, err := st.(backends.Crons).History(ctx, task, 0)
+		runs, err := st.Crons().History(ctx, task, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

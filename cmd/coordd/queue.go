@@ -98,7 +98,7 @@ func openQueue(ctx context.Context, env *cliEnv, path, name string, readOnly boo
 	if local == nil {
 		return nil, fmt.Errorf("queue %q is not declared in %s", name, path)
 	}
-	adm, b, err := openAs[backends.QueueAdmin](ctx, s, local.Backend, "queues", readOnly)
+	adm, b, err := openAs(ctx, s, local.Backend, "queues", readOnly, backends.Backend.Queues)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 	states := map[string]*backends.QueueState{}
 	nows := map[string]time.Time{}
 	for bn, ns := range byBackend {
-		adm, b, err := openAs[backends.QueueAdmin](ctx, s, bn, "queues", true)
+		adm, b, err := openAs(ctx, s, bn, "queues", true, backends.Backend.Queues)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "coordd queue stats: %v\n", err)
 			return 1
@@ -332,8 +332,8 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		return 1
 	}
 	defer t.backend.Close()
-	q, ok := t.backend.(backends.Queues)
-	if !ok {
+	q := t.backend.Queues()
+	if q == nil {
 		fmt.Fprintf(env.stderr, "coordd queue dead: backend %q cannot hold queues\n", t.local.Backend)
 		return 1
 	}

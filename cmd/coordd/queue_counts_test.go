@@ -64,7 +64,7 @@ func queueCountsAgree(t *testing.T, typ string) {
 			t.Fatal(err)
 		}
 	}
-	qs := b.(backends.Queues)
+	qs := b.Queues()
 	var jobs []backends.Job
 	for _, owner := range []string{"held", "retried"} {
 		got, err := qs.Claim(ctx, "q", owner, 1)
@@ -117,7 +117,7 @@ func queueCountsAgree(t *testing.T, typ string) {
 		t.Errorf("status: queue.q line %q, want ready 2, in flight 1, delayed 3\n%s", m, out)
 	}
 
-	reg, _ := b.(backends.HostRegistry)
+	reg := b.Cluster()
 	m := metrics.New(metricsSource{objs: []metrics.Objects{{Backend: bname, B: b, Queues: []string{"q"}}}, reg: reg})
 	fams, err := m.Registry().Gather()
 	if err != nil {

@@ -104,7 +104,7 @@ func openSem(ctx context.Context, env *cliEnv, path, name, key string) (*semTarg
 	case !local.Keyed && key != "":
 		return nil, explain(backends.ErrNotKeyed, "semaphore %q is not keyed: --key applies to one declared with keyed: true", name)
 	}
-	adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, local.Backend, "semaphores", false)
+	adm, b, err := openAs(ctx, s, local.Backend, "semaphores", false, backends.Backend.Semaphores)
 	if err != nil {
 		return nil, err
 	}
@@ -178,9 +178,9 @@ func lossExplainsMissing(ctx context.Context, s *spec.Spec, backend string, b ba
 	}
 	e := &reconcile.Engine{Spec: s, Backends: map[string]backends.Backend{backend: b}}
 	if s.Cluster.Backend == backend {
-		e.State, _ = b.(backends.StateStore)
+		e.State = b.Cluster()
 	} else {
-		st, cb, err := openAs[backends.StateStore](ctx, s, s.Cluster.Backend, "applied state", true)
+		st, cb, err := openAs(ctx, s, s.Cluster.Backend, "applied state", true, backends.Backend.Cluster)
 		if err != nil {
 			return false, err
 		}
@@ -363,8 +363,8 @@ func acquireFailed(env *cliEnv, t *semTarget, name string, err error, waitSig os
 func tellWaiting(ctx context.Context, env *cliEnv, t *semTarget) (stop func(), hold *holdNote) {
 	ctx, cancel := context.WithCancel(ctx)
 	hold = &holdNote{env: env, t: t, ctx: ctx}
-	adm, ok := t.backend.(backends.SemaphoreAdmin)
-	if !ok {
+	adm := t.backend.Semaphores()
+	if adm == nil {
 		return func() { hold.mu.Lock(); cancel(); hold.mu.Unlock() }, hold
 	}
 	done := make(chan struct{})
@@ -639,7 +639,7 @@ func observeSemStatus(ctx context.Context, env *cliEnv, s *spec.Spec, byBackend 
 	states := map[string]*backends.SemaphoreState{}
 	lines := map[string][]backends.Waiter{}
 	for bn, ns := range byBackend {
-		adm, b, err := openAs[backends.SemaphoreAdmin](ctx, s, bn, "semaphores", true)
+		adm, b, err := openAs(ctx, s, bn, "semaphores", true, backends.Backend.Semaphores)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "coordd sem status: %v\n", err)
 			return nil, nil, false
@@ -653,7 +653,7 @@ func observeSemStatus(ctx context.Context, env *cliEnv, s *spec.Spec, byBackend 
 		for n, st := range m {
 			states[n] = st
 			if st != nil {
-				_, lines[n] = semLine(ctx, b, n, st)
+				_, lines[n] = semLine(ctx, adm, n, st)
 			}
 		}
 		b.Close()

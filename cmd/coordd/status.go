@@ -147,7 +147,7 @@ type objectStatus struct {
 	// are theirs).
 	Instances *int `json:"instances,omitempty"`
 	// Waiters counts a semaphore's live waiters and Line lists them in
-	// line order (backends.WaiterLister); neither is set on a backend that
+	// line order (backends.Waiters); neither is set on a backend that
 	// keeps no line (memcached).
 	Waiters *int              `json:"waiters,omitempty"`
 	Line    []backends.Waiter `json:"line,omitempty"`
@@ -171,7 +171,7 @@ type objectStatus struct {
 
 func ptr[T any](v T) *T { return &v }
 
-func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Backend, ss backends.StateStore, host string) (*statusReport, error) {
+func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Backend, ss backends.Cluster, host string) (*statusReport, error) {
 	r := &statusReport{Host: host, LocalHash: s.Hash(), Hosts: []hostStatus{}, HostSpecHashes: []hashGroup{}, LossHolds: []lossHoldStatus{}, Objects: []objectStatus{}}
 	if b := s.Backends[s.Cluster.Backend]; b != nil && b.Type == spec.TypeSQLite {
 		r.ClusterStore = b.Path
@@ -179,14 +179,12 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 			r.StoreMissing = true
 		}
 	}
-	if l, ok := bs[s.Cluster.Backend].(backends.Leader); ok {
-		t, err := l.CurrentLeader(ctx)
-		switch {
-		case err == nil:
-			r.Leader = &t
-		case !errors.Is(err, backends.ErrNotFound):
-			return nil, fmt.Errorf("leader: %w", err)
-		}
+	t, err := ss.CurrentLeader(ctx)
+	switch {
+	case err == nil:
+		r.Leader = &t
+	case !errors.Is(err, backends.ErrNotFound):
+		return nil, fmt.Errorf("leader: %w", err)
 	}
 	state, err := ss.LoadState(ctx)
 	if err != nil {
@@ -194,13 +192,11 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 	}
 	r.Applied = state.Last
 	r.HashWarning = clusterview.HashWarning(ctx, ss, state.Last, r.LocalHash)
-	if reg, ok := bs[s.Cluster.Backend].(backends.HostRegistry); ok {
-		hs, err := reg.ListHosts(ctx)
-		if err != nil {
-			return nil, err
-		}
-		r.addHosts(hs)
+	hs, err := ss.ListHosts(ctx)
+	if err != nil {
+		return nil, err
 	}
+	r.addHosts(hs)
 	if err := r.addLossHolds(ctx, bs); err != nil {
 		return nil, err
 	}
@@ -210,7 +206,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 		bk := bs[b.Name]
 		switch a.Kind {
 		case spec.KindSemaphore:
-			if adm, ok := bk.(backends.SemaphoreAdmin); ok {
+			if adm := bk.Semaphores(); adm != nil {
 				m, err := adm.ObserveSemaphores(ctx, []string{a.Name})
 				if err != nil {
 					return nil, err
@@ -220,12 +216,13 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					if st.Config.Keyed {
 						ob.Instances = ptr(len(st.Instances))
 					}
-					ob.Waiters, ob.Line = semLine(ctx, bk, a.Name, st)
+					ob.Waiters, ob.Line = semLine(ctx, adm, a.Name, st)
 				}
 			}
 		case spec.KindCron:
-			if adm, ok := bk.(backends.CronAdmin); ok {
-				m, err := adm.ObserveCrons(ctx, []string{a.Name})
+			cr := bk.Crons()
+			if cr != nil {
+				m, err := cr.ObserveCrons(ctx, []string{a.Name})
 				if err != nil {
 					return nil, err
 				}
@@ -238,7 +235,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					ob.Paused, ob.Pause, ob.PausedInSpec = ptr(p.Paused), p.Pause, p.PausedInSpec
 				}
 			}
-			if cr, ok := bk.(backends.Crons); ok && ob.Applied {
+			if cr != nil && ob.Applied {
 				h, err := cr.History(ctx, a.Name, 1)
 				if err != nil {
 					return nil, err
@@ -251,7 +248,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				}
 			}
 		case spec.KindQueue:
-			if adm, ok := bk.(backends.QueueAdmin); ok {
+			if adm := bk.Queues(); adm != nil {
 				m, err := adm.ObserveQueues(ctx, []string{a.Name})
 				if err != nil {
 					return nil, err

@@ -13,16 +13,16 @@ import (
 // backend with a line, and the line itself when somebody waits. A line
 // that cannot be read (a store migrated by an older binary lacks the
 // columns) leaves the count alone: status reports counts first.
-func semLine(ctx context.Context, b backends.Backend, name string, st *backends.SemaphoreState) (*int, []backends.Waiter) {
-	if _, ok := b.(backends.Waiters); !ok {
+func semLine(ctx context.Context, sems backends.Semaphores, name string, st *backends.SemaphoreState) (*int, []backends.Waiter) {
+	l := sems.Waiters()
+	if l == nil {
 		return nil, nil
 	}
 	n := st.Waiters
-	l, ok := b.(backends.WaiterLister)
-	if !ok || n == 0 {
+	if n == 0 {
 		return &n, nil
 	}
-	line, err := l.ListWaiters(ctx, name)
+	line, err := l.ListWaiters(ctx, backends.SemRef{Name: name})
 	if err != nil {
 		return &n, nil
 	}

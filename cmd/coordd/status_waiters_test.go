@@ -34,14 +34,14 @@ func TestStatusListsWaiters(t *testing.T) {
 	}
 	defer e.Close()
 	b := e.Backends[s.Cluster.Backend]
-	if _, err := b.(backends.Semaphores).TryAcquire(ctx, "s", backends.AcquireRequest{Owner: "holder-token", Host: "web-1", PID: 10, Lease: time.Minute}); err != nil {
+	if _, err := b.Semaphores().TryAcquire(ctx, backends.SemRef{Name: "s"}, backends.AcquireRequest{Owner: "holder-token", Host: "web-1", PID: 10, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []backends.AcquireRequest{
 		{Owner: "secret-token-a", Host: "web-2", PID: 2001, Lease: time.Minute},
 		{Owner: "secret-token-b", Host: "web-3", PID: 3001, Lease: time.Minute},
 	} {
-		if err := b.(backends.WaiterLister).EnterWaitAs(ctx, "s", w); err != nil {
+		if err := b.Semaphores().Waiters().EnterWait(ctx, backends.SemRef{Name: "s"}, w); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ func IsLeader(t *backends.Term, h backends.HostRecord, now time.Time) bool {
 // HashWarning explains a local spec hash that is not the applied one:
 // nothing applied yet, a stale checkout (the hash was applied once and
 // superseded), or a rollout in flight. It is "" when they are the same.
-func HashWarning(ctx context.Context, ss backends.StateStore, last *backends.ApplyRecord, local string) string {
+func HashWarning(ctx context.Context, ss backends.Cluster, last *backends.ApplyRecord, local string) string {
 	switch {
 	case last == nil:
 		return "nothing applied yet"

@@ -11,8 +11,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.CronAdmin = (*Core)(nil)
-
 // A cron task is a row of cron_tasks: its applied definition (canonical
 // JSON), next_exec, its fencing counter and an operator's pause.
 var (

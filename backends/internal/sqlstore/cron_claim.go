@@ -9,8 +9,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Crons = (*Core)(nil)
-
 // The claims of the Standard flavor: one write transaction per call, in
 // which every claim first writes its task's row (the compare-and-swap of
 // next_exec, or the fencing counter's bump), so that the row's lock orders
@@ -124,7 +122,7 @@ func (s *Core) ClaimOccurrence(ctx context.Context, req backends.ClaimRequest) (
 // (TaskOrder).
 func (s *Core) ClaimOccurrences(ctx context.Context, reqs []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 	if err := s.standard(); err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return backends.ClaimBatch(reqs, func(batch []backends.ClaimRequest) ([]backends.ClaimResult, error) {
 		return s.claimBatch(ctx, batch)
@@ -161,7 +159,7 @@ func (s *Core) claimBatch(ctx context.Context, reqs []backends.ClaimRequest) ([]
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim %d cron occurrences: %w", len(reqs), err)
+		return nil, backends.ClaimsError(len(reqs), err)
 	}
 	return out, nil
 }

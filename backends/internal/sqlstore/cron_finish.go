@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/coordd/coordd/backends"
 )
@@ -50,12 +49,6 @@ func (s *Core) trim(ctx context.Context, c Conn, task string) error {
 	return err
 }
 
-// ExtendOccurrence renews occ.Owner's run lease to the store's now +
-// lease (backends.ExtendOne).
-func (s *Core) ExtendOccurrence(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
-	return backends.ExtendOne(ctx, s, occ, lease)
-}
-
 // ExtendOccurrences implements backends.Crons.ExtendOccurrences in one
 // write transaction.
 func (s *Core) ExtendOccurrences(ctx context.Context, exts []backends.Extension) ([]backends.ExtendResult, error) {
@@ -96,12 +89,6 @@ func (s *Core) ExtendOccurrences(ctx context.Context, exts []backends.Extension)
 		}
 	}
 	return out, nil
-}
-
-// FinishOccurrence records res if occ.Owner still runs occ
-// (backends.FinishOne).
-func (s *Core) FinishOccurrence(ctx context.Context, occ backends.Occurrence, res backends.RunResult) error {
-	return backends.FinishOne(ctx, s, occ, res)
 }
 
 // FinishOccurrences implements backends.Crons.FinishOccurrences in one

@@ -9,8 +9,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.HostRegistry = (*Core)(nil)
-
 // The host registry is the hosts table: one row per host id, written by
 // that host's daemon about every 30 s. Every call is one statement, so an
 // idle daemon's heartbeat adds one query per period to the store's load,

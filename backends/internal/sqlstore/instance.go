@@ -116,7 +116,7 @@ func LockInstances(ctx context.Context, c Conn, d *Dialect, name string) (Instan
 // CheckInstanceAcquire checks an acquire of an instance and returns the
 // lease in microseconds.
 func CheckInstanceAcquire(name, key string, req backends.AcquireRequest) (int64, error) {
-	what := backends.DescribeRef(backends.Instance(name, key))
+	what := backends.SemRef{Name: name, Key: key}.String()
 	if err := backends.CheckInstanceKey(key); err != nil {
 		return 0, fmt.Errorf("acquire %s: %w", what, err)
 	}
@@ -179,7 +179,7 @@ func (s *Core) acquireInstance(ctx context.Context, name, key string, req backen
 		err = refused
 	}
 	if err != nil {
-		return backends.Grant{}, fmt.Errorf("acquire %s: %w", backends.DescribeRef(backends.Instance(name, key)), err)
+		return backends.Grant{}, fmt.Errorf("acquire %s: %w", backends.SemRef{Name: name, Key: key}.String(), err)
 	}
 	return g, nil
 }
@@ -187,7 +187,7 @@ func (s *Core) acquireInstance(ctx context.Context, name, key string, req backen
 // extendInstance renews owner's lease on an instance; ErrLost once it
 // expired.
 func (s *Core) extendInstance(ctx context.Context, name, key, owner string, lease time.Duration) (time.Time, error) {
-	what := backends.DescribeRef(backends.Instance(name, key))
+	what := backends.SemRef{Name: name, Key: key}.String()
 	us, err := LeaseMicros(lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("extend %s: %w", what, err)
@@ -222,7 +222,7 @@ func (s *Core) releaseInstance(ctx context.Context, name, key, owner string) err
 		err = fmt.Errorf("lease had expired: %w", backends.ErrLost)
 	}
 	if err != nil {
-		return fmt.Errorf("release %s: %w", backends.DescribeRef(backends.Instance(name, key)), err)
+		return fmt.Errorf("release %s: %w", backends.SemRef{Name: name, Key: key}.String(), err)
 	}
 	return nil
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.CronPauser = (*Core)(nil)
-
 // An operator's pause of a cron task lives on the task's row.
 var (
 	// qCronPause records a pause at store time, unless the task is already
@@ -26,7 +24,7 @@ WHERE name = ? AND paused_at IS NULL`}
 	qCronResume = Query{SQL: `UPDATE {p}cron_tasks SET paused_at = NULL, paused_by = '', paused_reason = '' WHERE name = ?`}
 )
 
-// PauseCron implements backends.CronPauser in one transaction.
+// PauseCron implements backends.Crons in one transaction.
 func (s *Core) PauseCron(ctx context.Context, name, host, reason string) (backends.CronPause, bool, error) {
 	if err := backends.CheckPause(name, host, reason); err != nil {
 		return backends.CronPause{}, false, fmt.Errorf("pause cron %q: %w", name, err)
@@ -48,7 +46,7 @@ func (s *Core) PauseCron(ctx context.Context, name, host, reason string) (backen
 	return *p, changed, nil
 }
 
-// ResumeCron implements backends.CronPauser in one transaction.
+// ResumeCron implements backends.Crons in one transaction.
 func (s *Core) ResumeCron(ctx context.Context, name string) (*backends.CronPause, error) {
 	var p *backends.CronPause
 	err := s.DB.Write(ctx, func(c Conn) error {

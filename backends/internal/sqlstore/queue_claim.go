@@ -64,11 +64,8 @@ const (
 // claims never run at once (one writer); elsewhere they skip each other's
 // jobs.
 func (s *Core) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
-	if owner == "" {
-		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
-	}
-	if max < 1 {
-		return nil, fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
+	if err := backends.CheckClaimJobs(queue, owner, max); err != nil {
+		return nil, err
 	}
 	d := s.DB.Dialect()
 	var jobs []backends.Job
@@ -93,7 +90,7 @@ func (s *Core) Claim(ctx context.Context, queue, owner string, max int) ([]backe
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
+		return nil, backends.ClaimJobsError(queue, owner, err)
 	}
 	slices.SortFunc(jobs, func(a, b backends.Job) int { return cmp.Compare(a.ID, b.ID) })
 	if jobs == nil {

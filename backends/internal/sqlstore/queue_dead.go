@@ -10,11 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var (
-	_ backends.DeadJobs      = (*Core)(nil)
-	_ backends.DeadJobReader = (*Core)(nil)
-)
-
 // The dead set: jobs whose attempts are used up, in id order.
 var (
 	// qJobDead lists dead jobs, oldest (lowest id) first, up to a limit.
@@ -35,7 +30,7 @@ var (
 	qJobPurgeDeadJob   = Query{SQL: qJobPurgeDead.SQL + ` AND id = ?`}
 )
 
-// Dead jobs read for the dashboard (backends.DeadJobReader): the payload
+// Dead jobs read for the dashboard (backends.Queues): the payload
 // and the last error cut by the server at a number of bytes, the
 // payload's whole length beside it, so that a big payload never crosses
 // the network. The payload is binary, so SUBSTR counts bytes; the last
@@ -96,12 +91,12 @@ func (s *Core) PurgeDead(ctx context.Context, queue string) (int64, error) {
 	return n, nil
 }
 
-// RequeueDeadJob makes dead job id of queue ready again (backends.DeadJobs).
+// RequeueDeadJob makes dead job id of queue ready again (backends.Queues).
 func (s *Core) RequeueDeadJob(ctx context.Context, queue string, id int64) error {
 	return s.deadJob(ctx, "requeue", qJobRequeueDeadJob, queue, id)
 }
 
-// PurgeDeadJob deletes dead job id of queue (backends.DeadJobs).
+// PurgeDeadJob deletes dead job id of queue (backends.Queues).
 func (s *Core) PurgeDeadJob(ctx context.Context, queue string, id int64) error {
 	return s.deadJob(ctx, "purge", qJobPurgeDeadJob, queue, id)
 }
@@ -113,7 +108,7 @@ func (s *Core) deadJob(ctx context.Context, verb string, q Query, queue string, 
 
 // DeadPage lists up to limit dead jobs of queue after the first offset,
 // oldest first, payload and last error cut at cut bytes
-// (backends.DeadJobReader).
+// (backends.Queues).
 func (s *Core) DeadPage(ctx context.Context, queue string, offset, limit, cut int) ([]backends.PartialJob, error) {
 	cut = max(cut, 0)
 	d := s.DB.Dialect()
@@ -141,7 +136,7 @@ func (s *Core) DeadPage(ctx context.Context, queue string, offset, limit, cut in
 }
 
 // DeadJob reads dead job id of queue, payload and last error cut at cut
-// bytes (backends.DeadJobReader).
+// bytes (backends.Queues).
 func (s *Core) DeadJob(ctx context.Context, queue string, id int64, cut int) (backends.PartialJob, error) {
 	cut = max(cut, 0)
 	d := s.DB.Dialect()

@@ -11,8 +11,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Queues = (*Core)(nil)
-
 // The queue runtime. A job is a queue_jobs row in one of three states:
 //
 //	ready    waiting, claimable once available_at <= now

@@ -12,8 +12,6 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-var _ backends.SemaphoreAdmin = (*Core)(nil)
-
 // A semaphore is its row in semaphores (the config and the fencing counter
 // every grant bumps), its slot rows in semaphore_slots (max(limit, live
 // holders) of them, package slots), its line in semaphore_waiters

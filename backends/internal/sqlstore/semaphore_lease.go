@@ -10,8 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var _ backends.Semaphores = (*Core)(nil)
-
 // The lease of a slot row, in the Standard flavor: one write transaction
 // per call, the semaphore's row locked first. A MySQL store brings its own
 // acquire, extend and the common release (one round trip each) and shares
@@ -136,11 +134,12 @@ func lockSemaphoreRow(ctx context.Context, c Conn, d *Dialect, name string) erro
 // grant bumps the fencing counter and deletes the owner's waiter record in
 // the same transaction: the line moves on at once. An instance reference
 // acquires a slot of the instance (instance.go).
-func (s *Core) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.acquireInstance(ctx, parent, key, req)
+func (s *Core) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.acquireInstance(ctx, name, ref.Key, req)
 	}
-	lease, err := CheckAcquireRequest(backends.DescribeRef(name), req)
+	lease, err := CheckAcquireRequest(ref.String(), req)
 	if err != nil {
 		return backends.Grant{}, err
 	}
@@ -190,9 +189,10 @@ func (s *Core) TryAcquire(ctx context.Context, name string, req backends.Acquire
 }
 
 // Extend renews owner's lease to now+lease; ErrLost once it has expired.
-func (s *Core) Extend(ctx context.Context, name, owner string, lease time.Duration) (time.Time, error) {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.extendInstance(ctx, parent, key, owner, lease)
+func (s *Core) Extend(ctx context.Context, ref backends.SemRef, owner string, lease time.Duration) (time.Time, error) {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.extendInstance(ctx, name, ref.Key, owner, lease)
 	}
 	us, err := LeaseMicros(lease)
 	if err != nil {
@@ -245,9 +245,10 @@ func FreeSlot(ctx context.Context, c Conn, d *Dialect, name, owner string) (wasL
 // Release frees owner's slot row (FreeSlot). A row whose lease had expired
 // is still cleared, but the call returns ErrLost: the caller's hold was not
 // exclusive to the end.
-func (s *Core) Release(ctx context.Context, name, owner string) error {
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		return s.releaseInstance(ctx, parent, key, owner)
+func (s *Core) Release(ctx context.Context, ref backends.SemRef, owner string) error {
+	name := ref.Name
+	if ref.IsInstance() {
+		return s.releaseInstance(ctx, name, ref.Key, owner)
 	}
 	wasLive := false
 	err := s.DB.Write(ctx, func(c Conn) (err error) {
@@ -266,14 +267,14 @@ func (s *Core) Release(ctx context.Context, name, owner string) error {
 // Holders lists live holders by slot; an absent semaphore has none. Those
 // of a keyed semaphore's instances follow, by key and slot; an instance
 // reference lists the instance's.
-func (s *Core) Holders(ctx context.Context, name string) ([]backends.Holder, error) {
+func (s *Core) Holders(ctx context.Context, ref backends.SemRef) ([]backends.Holder, error) {
+	name := ref.Name
 	d := s.DB.Dialect()
-	parent, key, inst := backends.SplitInstance(name)
 	var hs []backends.Holder
 	_, err := s.DB.Read(ctx, func(c Conn) error {
 		var err error
-		if inst {
-			hs, err = instanceHolders(ctx, c, d, qInstHolders, parent, key)
+		if ref.IsInstance() {
+			hs, err = instanceHolders(ctx, c, d, qInstHolders, name, ref.Key)
 			return err
 		}
 		rows, err := c.Query(ctx, d.Text(qSemHolders), name)
@@ -300,7 +301,7 @@ func (s *Core) Holders(ctx context.Context, name string) ([]backends.Holder, err
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", backends.DescribeRef(name), err)
+		return nil, fmt.Errorf("holders %s: %w", ref, err)
 	}
 	return hs, nil
 }

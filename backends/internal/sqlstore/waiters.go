@@ -9,7 +9,7 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-// The lines of waiters, as backends.WaiterLister lists them. Each query
+// The lines of waiters, as backends.Waiters lists them. Each query
 // returns, in line order within each key:
 //
 //	ikey ('' for a semaphore's own line), host, pid, since, expires_at
@@ -34,7 +34,8 @@ WHERE name = ? AND ikey = ? AND expires_at > {now} ORDER BY seq`}
 // ListWaiters lists the live waiters of semaphore or instance name in line
 // order, from one snapshot: an instance's line, or a semaphore's own line
 // followed by those of its instances.
-func (s *Core) ListWaiters(ctx context.Context, name string) ([]backends.Waiter, error) {
+func (s *Core) ListWaiters(ctx context.Context, ref backends.SemRef) ([]backends.Waiter, error) {
+	name := ref.Name
 	d := s.DB.Dialect()
 	var ws []backends.Waiter
 	_, err := s.DB.Read(ctx, func(c Conn) error {
@@ -46,8 +47,8 @@ func (s *Core) ListWaiters(ctx context.Context, name string) ([]backends.Waiter,
 			}
 			return err
 		}
-		if parent, key, ok := backends.SplitInstance(name); ok {
-			return read(qInstWaitList, parent, key)
+		if ref.IsInstance() {
+			return read(qInstWaitList, name, ref.Key)
 		}
 		if err := read(qWaitList, name); err != nil {
 			return err
@@ -55,7 +56,7 @@ func (s *Core) ListWaiters(ctx context.Context, name string) ([]backends.Waiter,
 		return read(qInstWaitListAll, name)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list waiters %s: %w", backends.DescribeRef(name), err)
+		return nil, fmt.Errorf("list waiters %s: %w", ref, err)
 	}
 	return ws, nil
 }

@@ -10,11 +10,6 @@ import (
 	"github.com/coordd/coordd/backends"
 )
 
-var (
-	_ backends.Waiters      = (*Core)(nil)
-	_ backends.WaiterLister = (*Core)(nil)
-)
-
 // A semaphore's line is semaphore_waiters: EnterWait gives each waiter a
 // ticket (seq) above every live waiter's, and an acquire grants a slot
 // only while fewer live waiters are ahead of the caller than slots are
@@ -123,63 +118,58 @@ func renew(ctx context.Context, c Conn, d *Dialect, ticket bool, q, qSeq Query, 
 
 // CheckEnterWait checks a waiter's request and returns its lease in
 // microseconds.
-func CheckEnterWait(name string, req backends.AcquireRequest) (int64, error) {
+func CheckEnterWait(ref backends.SemRef, req backends.AcquireRequest) (int64, error) {
 	if err := backends.CheckAcquire(req); err != nil {
-		return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
+		return 0, fmt.Errorf("enter wait %s: %w", ref, err)
 	}
-	if _, key, ok := backends.SplitInstance(name); ok {
-		if err := backends.CheckInstanceKey(key); err != nil {
-			return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
+	if ref.IsInstance() {
+		if err := backends.CheckInstanceKey(ref.Key); err != nil {
+			return 0, fmt.Errorf("enter wait %s: %w", ref, err)
 		}
 	}
 	if req.Owner == "" {
-		return 0, fmt.Errorf("enter wait %s: empty owner", backends.DescribeRef(name))
+		return 0, fmt.Errorf("enter wait %s: empty owner", ref)
 	}
 	us, err := LeaseMicros(req.Lease)
 	if err != nil {
-		return 0, fmt.Errorf("enter wait %s: %w", backends.DescribeRef(name), err)
+		return 0, fmt.Errorf("enter wait %s: %w", ref, err)
 	}
 	return us, nil
 }
 
-// EnterWait registers owner as a waiter of semaphore name, leased for
-// lease in the store's time, behind every live waiter. If owner already
-// waits, its lease is renewed and it keeps its place. It returns
-// ErrTooManyWaiters when max_waiting live waiters exist, ErrNotFound when
-// the semaphore is absent.
-func (s *Core) EnterWait(ctx context.Context, name, owner string, lease time.Duration) error {
-	return s.EnterWaitAs(ctx, name, backends.AcquireRequest{Owner: owner, Lease: lease})
-}
-
-// EnterWaitAs is EnterWait recording req.Host and req.PID for ListWaiters
-// (backends.WaiterLister). An instance reference queues in the instance's
-// line, creating the instance.
-func (s *Core) EnterWaitAs(ctx context.Context, name string, req backends.AcquireRequest) error {
-	us, err := CheckEnterWait(name, req)
+// EnterWait registers req.Owner as a waiter of semaphore name, leased for
+// req.Lease in the store's time, behind every live waiter, recording
+// req.Host and req.PID for ListWaiters. If it already waits, its lease is
+// renewed and it keeps its place. It returns ErrTooManyWaiters when
+// max_waiting live waiters exist, ErrNotFound when the semaphore is
+// absent. An instance reference queues in the instance's line, creating
+// the instance.
+func (s *Core) EnterWait(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) error {
+	us, err := CheckEnterWait(ref, req)
 	if err != nil {
 		return err
 	}
 	d := s.DB.Dialect()
 	err = s.DB.Write(ctx, func(c Conn) error {
-		if parent, key, ok := backends.SplitInstance(name); ok {
-			_, err := EnterInstanceLine(ctx, c, d, parent, key, req, us, false)
+		if ref.IsInstance() {
+			_, err := EnterInstanceLine(ctx, c, d, ref.Name, ref.Key, req, us, false)
 			return err
 		}
-		_, _, err := EnterLine(ctx, c, d, name, req, us, false)
+		_, _, err := EnterLine(ctx, c, d, ref.Name, req, us, false)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("enter wait %s as %q: %w", backends.DescribeRef(name), req.Owner, err)
+		return fmt.Errorf("enter wait %s as %q: %w", ref, req.Owner, err)
 	}
 	return nil
 }
 
-// LeaveLine removes owner's waiter record of semaphore or instance
-// reference name, and reports whether there was one.
-func LeaveLine(ctx context.Context, c Conn, d *Dialect, name, owner string) (bool, error) {
-	q, args := qWaitLeave, []any{name, owner}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		q, args = qInstWaitLeave, []any{parent, key, owner}
+// LeaveLine removes owner's waiter record of ref, and reports whether
+// there was one.
+func LeaveLine(ctx context.Context, c Conn, d *Dialect, ref backends.SemRef, owner string) (bool, error) {
+	q, args := qWaitLeave, []any{ref.Name, owner}
+	if ref.IsInstance() {
+		q, args = qInstWaitLeave, []any{ref.Name, ref.Key, owner}
 	}
 	n, err := Affected(c.Exec(ctx, d.Text(q), args...))
 	return n > 0, err
@@ -187,25 +177,24 @@ func LeaveLine(ctx context.Context, c Conn, d *Dialect, name, owner string) (boo
 
 // LeaveWait removes owner's waiter record (an instance is gone with it
 // when it was its last row); absent is not an error.
-func (s *Core) LeaveWait(ctx context.Context, name, owner string) error {
+func (s *Core) LeaveWait(ctx context.Context, ref backends.SemRef, owner string) error {
 	err := s.DB.Write(ctx, func(c Conn) error {
-		_, err := LeaveLine(ctx, c, s.DB.Dialect(), name, owner)
+		_, err := LeaveLine(ctx, c, s.DB.Dialect(), ref, owner)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("leave wait %s as %q: %w", backends.DescribeRef(name), owner, err)
+		return fmt.Errorf("leave wait %s as %q: %w", ref, owner, err)
 	}
 	return nil
 }
 
-// FirstWaiter returns the owner at the head of the line of semaphore or
-// instance reference name: the live waiter that entered first, "" when
-// nobody waits. TryAcquire follows the line itself; FirstWaiter is for
-// tests and status.
-func (s *Core) FirstWaiter(ctx context.Context, name string) (string, error) {
-	q, args := qWaitFirst, []any{name}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		q, args = qInstWaitFirst, []any{parent, key}
+// FirstWaiter returns the owner at the head of ref's line: the live
+// waiter that entered first, "" when nobody waits. TryAcquire follows the
+// line itself; FirstWaiter is for tests and status.
+func (s *Core) FirstWaiter(ctx context.Context, ref backends.SemRef) (string, error) {
+	q, args := qWaitFirst, []any{ref.Name}
+	if ref.IsInstance() {
+		q, args = qInstWaitFirst, []any{ref.Name, ref.Key}
 	}
 	var owner string
 	_, err := s.DB.ReadOne(ctx, func(c Conn) error {
@@ -217,7 +206,7 @@ func (s *Core) FirstWaiter(ctx context.Context, name string) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("first waiter %s: %w", backends.DescribeRef(name), err)
+		return "", fmt.Errorf("first waiter %s: %w", ref, err)
 	}
 	return owner, nil
 }
@@ -230,17 +219,17 @@ func (s *Core) FirstWaiter(ctx context.Context, name string) (string, error) {
 // a store never migrated) returns nil at once, so that TryAcquire reports
 // it. Since the check follows the line, a waiter behind a crashed waiter's
 // record is let through as soon as that record expires.
-func (s *Core) WaitSemaphore(ctx context.Context, name, owner string, maxWait time.Duration) error {
-	q, args := qWaitMayAcquire, []any{owner, name}
-	if parent, key, ok := backends.SplitInstance(name); ok {
-		q, args = qInstMayAcquire, []any{key, key, owner, key, parent}
+func (s *Core) WaitSemaphore(ctx context.Context, ref backends.SemRef, owner string, maxWait time.Duration) error {
+	q, args := qWaitMayAcquire, []any{owner, ref.Name}
+	if ref.IsInstance() {
+		q, args = qInstMayAcquire, []any{ref.Key, ref.Key, owner, ref.Key, ref.Name}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	ok, err := s.DB.HasSchema(ctx)
 	if err != nil {
-		return s.waitErr(ctx, name, err)
+		return s.waitErr(ctx, ref, err)
 	}
 	if !ok {
 		return nil
@@ -262,7 +251,7 @@ func (s *Core) WaitSemaphore(ctx context.Context, name, owner string, maxWait ti
 		err := s.DB.Direct(ctx, poll)
 		switch {
 		case err != nil:
-			return s.waitErr(ctx, name, err)
+			return s.waitErr(ctx, ref, err)
 		case may:
 			return nil
 		}
@@ -280,9 +269,9 @@ func (s *Core) WaitSemaphore(ctx context.Context, name, owner string, maxWait ti
 }
 
 // waitErr reports ctx's error when the poll failed because ctx ended.
-func (s *Core) waitErr(ctx context.Context, name string, err error) error {
+func (s *Core) waitErr(ctx context.Context, ref backends.SemRef, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return fmt.Errorf("wait semaphore %s: %w", backends.DescribeRef(name), err)
+	return fmt.Errorf("wait semaphore %s: %w", ref, err)
 }
