@@ -38,6 +38,10 @@ func (r *recording) Claim(ctx context.Context, queue, owner string, max int) ([]
 	return js, err
 }
 
+// Queues hands out the recording itself, so that the client's calls go
+// through the methods above rather than straight to the store.
+func (r *recording) Queues() backends.Queues { return r }
+
 func (r *recording) Ack(ctx context.Context, j backends.Job) error {
 	if r.acking != nil {
 		r.acking <- j.ID
