@@ -84,9 +84,10 @@ func is(want float64) func(float64) bool { return func(v float64) bool { return 
 
 // TestReloadOfKernelFileFails: a symlink to /proc/kmsg added to the spec
 // directory of a running daemon wedged its reloads for good (a read of it
-// waits for the next kernel message), while /healthz said ok and
+// waits for the next kernel message), while the health check said ok and
 // coordd_config_last_reload_successful stayed 1. The reload now fails at
-// once, both show it, and the daemon recovers when the link goes.
+// once, /readyz and the metric show it (/healthz stays 200: the last good
+// spec runs), and the daemon recovers when the link goes.
 func TestReloadOfKernelFileFails(t *testing.T) {
 	env := proctest.NewEnv(t)
 	dir := t.TempDir()
@@ -107,15 +108,16 @@ func TestReloadOfKernelFileFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Signal(syscall.SIGHUP)
-	health(t, base, http.StatusServiceUnavailable, "not a regular file (procfs, a kernel file system)")
+	ready(t, base, http.StatusServiceUnavailable, "not a regular file (procfs, a kernel file system)")
 	metric(t, base, "coordd_config_last_reload_successful", is(0))
+	health(t, base, http.StatusOK, "ok")
 	metric(t, base, "coordd_semaphore_limit", is(3)) // the last good spec runs
 
 	if err := os.Remove(link); err != nil {
 		t.Fatal(err)
 	}
 	d.Signal(syscall.SIGHUP)
-	health(t, base, http.StatusOK, "ok")
+	ready(t, base, http.StatusOK, "ok")
 	metric(t, base, "coordd_config_last_reload_successful", is(1))
 	d.Signal(syscall.SIGTERM)
 	if code := d.Wait(t, 30*time.Second); code != 0 {
