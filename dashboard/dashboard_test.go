@@ -414,6 +414,13 @@ func TestDashboardPages(t *testing.T) {
 			if want := hostileError + stderrLines; strings.TrimSpace(lastErr) != want {
 				t.Errorf("job: last error shown as %q, want %q with its line break", lastErr, want)
 			}
+			var died string
+			if err := p.Eval(`document.getElementById("died-at").innerText`, &died); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := time.Parse("2006-01-02 15:04:05Z", strings.TrimSpace(died)); err != nil || time.Since(d) > 5*time.Minute {
+				t.Errorf("job: died %q (%v), want the time of death", died, err)
+			}
 			noMarkup(t, "job", p)
 			shot("job")
 

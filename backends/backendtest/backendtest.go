@@ -105,6 +105,7 @@ var capabilities = []capability{
 	{"QueueComeBack", is[backends.Queues], testQueueComeBack},
 	{"QueueDeadJob", is[backends.Queues], testQueueDeadJob},   // every queue backend must act on one dead job
 	{"QueueDeadRead", is[backends.Queues], testQueueDeadRead}, // and read one page of the dead set, bounded
+	{"QueueDiedAt", is[backends.Queues], testQueueDiedAt},     // a dead job's AvailableAt is its time of death
 	{"HostRegistry", is[backends.HostRegistry], testHostRegistry},
 }
 
