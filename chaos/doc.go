@@ -61,7 +61,8 @@
 // the restart, RedisFailover: replication cut, writes on the primary, the
 // replica promoted and the proxy moved to it. Its checks allow what such a
 // failover loses and nothing more: a push made between the cut and the
-// promotion may be lost, and an occurrence claimed then may start twice.
+// promotion may be lost, and an occurrence or a job attempt claimed then
+// may start twice.
 //
 // Environment: COORDD_CHAOS_DURATION (default 45s per backend),
 // COORDD_CHAOS_SEED (default: the time; printed, so a failing schedule can

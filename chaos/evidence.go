@@ -570,8 +570,10 @@ type QueueReport struct {
 	Pushed int
 	Lost   int // pushed, never done
 	// LostToFailover counts jobs pushed, never done, whose push was
-	// acknowledged by a primary whose replica, promoted, missed it.
-	LostToFailover int
+	// acknowledged by a primary whose replica, promoted, missed it;
+	// RerunAfterFailover (job, attempt) pairs started again because the
+	// claim that counted the attempt was lost so.
+	LostToFailover, RerunAfterFailover int
 	// Redeliveries counts starts of a payload after its first; each must be
 	// explained by the previous delivery's lease running out: its worker
 	// killed or cut off its backend by a network fault, a backend restart
@@ -593,18 +595,23 @@ func CheckQueue(events []JobEvent, pushed []Pushed, ambiguous map[string]bool, f
 	r := QueueReport{Pushed: len(pushed)}
 	done := map[string]bool{}
 	starts := map[string][]JobEvent{}
-	seen := map[string]bool{}
+	seen := map[string]time.Time{}
 	for _, e := range events {
 		switch e.Kind {
 		case "done":
 			done[e.Payload] = true
 		case "start":
 			k := e.JobID + "#" + strconv.Itoa(e.Attempt)
-			if seen[k] {
+			if first, dup := seen[k]; dup && lostWrite(faults, first.Add(-time.Second), first) {
+				// The claim that counted this attempt was a write the
+				// promoted replica never had.
+				r.RerunAfterFailover++
+			} else if dup {
 				r.DuplicateAttempts++
 				r.Problems = append(r.Problems, fmt.Sprintf("job %s attempt %d started twice", e.JobID, e.Attempt))
+			} else {
+				seen[k] = e.At
 			}
-			seen[k] = true
 			starts[e.Payload] = append(starts[e.Payload], e)
 		}
 	}

@@ -270,6 +270,17 @@ func TestLostWritesOfAFailoverToAStaleReplica(t *testing.T) {
 	if q.LostToFailover != 1 || q.Lost != 2 {
 		t.Errorf("queue: %+v, want j1 lost to the failover and j2, j3 lost", q)
 	}
+	twice := []JobEvent{
+		{Kind: "start", Payload: "j1", JobID: "1", Attempt: 2, Worker: "w1-1", At: at(10.5)},
+		{Kind: "start", Payload: "j1", JobID: "1", Attempt: 2, Worker: "w2-1", At: at(12.5)},
+		{Kind: "done", Payload: "j1", JobID: "1", Attempt: 2, Worker: "w2-1", At: at(13)},
+	}
+	if q := CheckQueue(twice, []Pushed{{"j1", at(1), at(1.1)}}, nil, failover, 3*time.Second); q.RerunAfterFailover != 1 || len(q.Problems) != 0 {
+		t.Errorf("queue: %+v, want the attempt claimed in the window started again, no problem", q)
+	}
+	if q := CheckQueue(twice, []Pushed{{"j1", at(1), at(1.1)}}, nil, nil, 3*time.Second); q.DuplicateAttempts != 1 {
+		t.Errorf("queue without a failover: %+v, want a duplicate attempt", q)
+	}
 	rerun := []CronEvent{start(10, 1, "h1", 1, 10.1), start(10, 1, "h2", 2, 12.5), start(12, 1, "h2", 3, 12.6)}
 	c := CheckCron(rerun, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(12), Lease: 3 * time.Second, LostWithin: 20 * time.Second}, failover)
 	if c.RerunAfterFailover != 1 || len(c.Problems) != 0 {

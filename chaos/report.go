@@ -41,7 +41,7 @@ func Table(results []Result) string {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t\n",
 			r.Backend, r.Scenario, n, mid, dk, ds, ck, wk, br, net,
 			cr.Occurrences, cr.Retries, cr.DuplicateStarts, cr.Misses,
-			r.MaxHolders, r.Limit, r.StaleFencing, r.Queue.Pushed, r.Queue.Redeliveries, r.Queue.Lost, cr.RerunAfterFailover, r.Queue.LostToFailover, verdict)
+			r.MaxHolders, r.Limit, r.StaleFencing, r.Queue.Pushed, r.Queue.Redeliveries, r.Queue.Lost, cr.RerunAfterFailover+r.Queue.RerunAfterFailover, r.Queue.LostToFailover, verdict)
 	}
 	_ = tw.Flush()
 	return b.String()

@@ -144,7 +144,7 @@ var pageNames = []string{"cluster", "semaphores", "cron", "task", "queues", "que
 
 func (d *Dashboard) parse() error {
 	funcs := template.FuncMap{
-		"stamp": stamp, "stampIn": stampIn, "span": span, "rel": rel, "safe": safe, "short": short,
+		"stamp": stamp, "stampIn": stampIn, "span": span, "rel": rel, "safe": safe, "short": short, "lines": lines,
 		"hash": shortHash,
 	}
 	d.pages = map[string]*template.Template{}

@@ -37,6 +37,9 @@ const (
 	hostilePayload = `{"image": "<img src=x onerror=alert(1)>", "note": "evil` + "\u202e" + `txt.exe"}`
 	hostileError   = "boom <script>alert('err')</script>"
 	hostileOutput  = "converting 42 images\n<script>alert('out')</script>\ndone, 1 failed\n"
+	// stderrLines follow the error as queue work records a command's
+	// stderr: the job page keeps their line breaks.
+	stderrLines = "; stderr: decoding\ncannot decode image"
 )
 
 const specBody = `
@@ -179,7 +182,7 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
-	if err := q.Retry(ctx, jobs[0], hostileError); err != nil { // max_attempts 1: dead
+	if err := q.Retry(ctx, jobs[0], hostileError+stderrLines); err != nil { // max_attempts 1: dead
 		t.Fatal(err)
 	}
 	// Drift: the queue changed outside coordd, as an operator's manual
@@ -406,6 +409,20 @@ func TestDashboardPages(t *testing.T) {
 				t.Errorf("job: payload shown as %q, want %q", payload, want)
 			}
 			contains(t, "job", text, hostileError, "attempts")
+			var lastErr string
+			if err := p.Eval(`document.getElementById("last-error").innerText`, &lastErr); err != nil {
+				t.Fatal(err)
+			}
+			if want := hostileError + stderrLines; strings.TrimSpace(lastErr) != want {
+				t.Errorf("job: last error shown as %q, want %q with its line break", lastErr, want)
+			}
+			var died string
+			if err := p.Eval(`document.getElementById("died-at").innerText`, &died); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := time.Parse("2006-01-02 15:04:05Z", strings.TrimSpace(died)); err != nil || time.Since(d) > 5*time.Minute {
+				t.Errorf("job: died %q (%v), want the time of death", died, err)
+			}
 			noMarkup(t, "job", p)
 			shot("job")
 

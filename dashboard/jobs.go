@@ -21,11 +21,12 @@ import (
 // bounded (see deadPage and the constants beside it).
 
 type jobRow struct {
-	ID          int64
-	Key         string
-	Partition   int
-	Attempt     int
-	EnqueuedAt  time.Time
+	ID         int64
+	Key        string
+	Partition  int
+	Attempt    int
+	EnqueuedAt time.Time
+	// AvailableAt of a dead job is its time of death.
 	AvailableAt time.Time
 	LastError   string
 	Preview     string

@@ -36,6 +36,16 @@ func short(s string, n int) string {
 	return safe(s)
 }
 
+// lines shows at most n bytes of multi-line store text (a job's last error
+// with its command's stderr) for a <pre>, as block does.
+func lines(s string, n int) string {
+	t, cut := block([]byte(s), n, false)
+	if cut {
+		t += "…"
+	}
+	return t
+}
+
 // block is multi-line store text (a payload, a run's output) as it may be
 // shown in a <pre>: newlines and tabs kept, every other non-printable
 // character and each invalid byte written as a \u or \x escape. Of a value

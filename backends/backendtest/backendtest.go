@@ -105,6 +105,7 @@ var capabilities = []capability{
 	{"QueueComeBack", hasQueues, testQueueComeBack},
 	{"QueueDeadJob", hasQueues, testQueueDeadJob},   // every queue backend must act on one dead job
 	{"QueueDeadRead", hasQueues, testQueueDeadRead}, // and read one page of the dead set, bounded
+	{"QueueDiedAt", hasQueues, testQueueDiedAt},     // a dead job's AvailableAt is its time of death
 	{"HostRegistry", hasCluster, testHostRegistry},
 }
 

@@ -222,3 +222,55 @@ func testQueueDeadRead(t *testing.T, h Harness) {
 		wantErr(t, err, backends.ErrNotFound, "dead job: "+tc.what)
 	}
 }
+
+// testQueueDiedAt checks that a dead job's AvailableAt is its time of
+// death, by the backend's clock, whether it died of a failed attempt
+// (Retry) or of a lease that ran out (the claim that found it expired):
+// `coordd queue dead`, its JSON and the dashboard show it as such.
+func testQueueDiedAt(t *testing.T, h Harness) {
+	t.Parallel()
+	b, _ := fresh(t, h)
+	ctx := t.Context()
+	cfg := runtimeConfig("q", 1)
+	cfg.MaxAttempts, cfg.RetryBackoff, cfg.VisibilityTimeout = 1, time.Hour, time.Second
+	q, _ := runtimeQueue(t, b, cfg)
+	now := func() time.Time {
+		t.Helper()
+		n, err := b.Now(ctx)
+		ok(t, err, "backend now")
+		return n
+	}
+	pushed := push(t, q, "q", backends.PushRequest{Payload: []byte("failed")})
+	failedBefore := now()
+	ok(t, q.Retry(ctx, claimOne(t, q, "q", newOwner("w")), "boom"), "retry to the dead set")
+	failedAfter := now()
+	expiring := push(t, q, "q", backends.PushRequest{Payload: []byte("expired")})
+	claimOne(t, q, "q", newOwner("w"))
+	time.Sleep(1500 * time.Millisecond)
+	expiredBefore := now()
+	claimNone(t, q, "q", "the claim that sweeps the expired lease")
+	expiredAfter := now()
+	dead, err := q.Dead(ctx, "q", 0)
+	ok(t, err, "dead")
+	if len(dead) != 2 {
+		t.Fatalf("dead set: %+v, want the two jobs", dead)
+	}
+	for _, c := range []struct {
+		id       int64
+		from, to time.Time
+		what     string
+	}{
+		{pushed.ID, failedBefore, failedAfter, "a job whose last attempt failed (retry_backoff 1h)"},
+		{expiring.ID, expiredBefore, expiredAfter, "a job whose lease ran out"},
+	} {
+		for _, j := range dead {
+			if j.ID != c.id {
+				continue
+			}
+			// Backend time in µs on every store: a microsecond of slack.
+			if j.AvailableAt.Before(c.from.Add(-time.Millisecond)) || j.AvailableAt.After(c.to.Add(time.Millisecond)) {
+				t.Errorf("%s: AvailableAt %s, want its time of death in [%s, %s]", c.what, j.AvailableAt.Format(time.RFC3339Nano), c.from.Format(time.RFC3339Nano), c.to.Format(time.RFC3339Nano))
+			}
+		}
+	}
+}

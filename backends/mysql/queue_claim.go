@@ -81,10 +81,11 @@ const (
 	// qClaimSweep follows qClaimHeadCheck: when a running job's visibility
 	// deadline passed, it returns such jobs to the queue: ready again (the
 	// attempt they used stays counted), or dead once they used
-	// max_attempts attempts (<= 0: unlimited). Arguments: max_attempts,
-	// max_attempts.
+	// max_attempts attempts (<= 0: unlimited), with available_at the time
+	// of death. Arguments: max_attempts four times.
 	qClaimSweep = "UPDATE `{p}queue_jobs` FORCE INDEX (queue_jobs_state)\n" +
 		"SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,\n" +
+		"  available_at = CASE WHEN ? > 0 AND attempt >= ? THEN @coordd_now ELSE available_at END,\n" +
 		"  owner = NULL, expires_at = 0, last_error = 'visibility timeout'\n" +
 		"WHERE queue = IF(@coordd_min <= @coordd_now, @coordd_q, NULL) AND state = 'running' AND expires_at <= @coordd_now;\n"
 
@@ -236,7 +237,7 @@ func jobClaimScript(queue string, cc *claimConfig, group []*group.Claim[backends
 	}
 	if check {
 		sb.WriteString(qClaimSweep)
-		args = append(args, cc.cfg.MaxAttempts, cc.cfg.MaxAttempts)
+		args = append(args, cc.cfg.MaxAttempts, cc.cfg.MaxAttempts, cc.cfg.MaxAttempts, cc.cfg.MaxAttempts)
 	}
 	if partition {
 		sb.WriteString(qClaimLockPartition)

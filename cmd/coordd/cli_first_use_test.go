@@ -507,7 +507,7 @@ func TestExamplesRemoveTempDir(t *testing.T) {
 	scripts, _ := filepath.Glob(filepath.Join(examplesRoot(t), "*", "run.sh"))
 	for _, s := range scripts {
 		b, _ := os.ReadFile(s)
-		if strings.Contains(string(b), "mktemp") && !strings.Contains(string(b), `trap 'rm -rf "$COORDD_DATA_DIR"' EXIT`) {
+		if strings.Contains(string(b), "mktemp") && (!strings.Contains(string(b), `rm -rf "$COORDD_DATA_DIR"`) || !exitTrap.Match(b)) {
 			t.Errorf("%s makes a temp dir and does not remove it", s)
 		}
 	}
@@ -518,16 +518,22 @@ func TestExamplesRemoveTempDir(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	cmd := exec.Command("bash", filepath.Join(examplesRoot(t), "thumbnails", "run.sh"))
-	cmd.Env, cmd.Dir = append(env, "TMPDIR="+tmp), t.TempDir()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("thumbnails/run.sh: %v\n%s", err, out)
-	}
-	left, _ := os.ReadDir(tmp)
-	if len(left) != 0 {
-		t.Errorf("run.sh left %d entries in TMPDIR, e.g. %s", len(left), left[0].Name())
+	// One with the trap inline, one with a cleanup function.
+	for _, ex := range []string{"thumbnails", "import-pool"} {
+		cmd := exec.Command("bash", filepath.Join(examplesRoot(t), ex, "run.sh"))
+		cmd.Env, cmd.Dir = append(env, "TMPDIR="+tmp), t.TempDir()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s/run.sh: %v\n%s", ex, err, out)
+		}
+		left, _ := os.ReadDir(tmp)
+		if len(left) != 0 {
+			t.Errorf("%s/run.sh left %d entries in TMPDIR, e.g. %s", ex, len(left), left[0].Name())
+		}
 	}
 }
+
+// exitTrap finds a shell trap on EXIT.
+var exitTrap = regexp.MustCompile(`(?m)^\s*trap .+ EXIT`)
 
 // Colours change no column: the coloured output, its escape codes taken
 // out, is the plain output (tabwriter counts the codes as width, so a

@@ -304,7 +304,10 @@ type deadJobJSON struct {
 	Key        string    `json:"key,omitempty"`
 	Attempt    int       `json:"attempt"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
-	LastError  string    `json:"last_error"`
+	// DiedAt is when its last attempt failed or its lease ran out, by the
+	// backend's clock.
+	DiedAt    time.Time `json:"died_at"`
+	LastError string    `json:"last_error"`
 }
 
 func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int {
@@ -361,7 +364,7 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	}
 	out := make([]deadJobJSON, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, deadJobJSON{ID: j.ID, Key: j.Key, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, LastError: j.LastError})
+		out = append(out, deadJobJSON{ID: j.ID, Key: j.Key, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, DiedAt: j.AvailableAt, LastError: j.LastError})
 	}
 	if *asJSON {
 		_ = writeJSON(env.stdout, out)
@@ -372,13 +375,13 @@ func queueDead(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKEY\tATTEMPT\tENQUEUED\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tKEY\tATTEMPT\tENQUEUED\tDIED\tLAST ERROR")
 	for _, j := range out {
 		key := "-"
 		if j.Key != "" {
 			key = esc(j.Key)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", j.ID, key, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), esc(errorCell(j.LastError)))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", j.ID, key, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339), j.DiedAt.UTC().Format(time.RFC3339), esc(errorCell(j.LastError)))
 	}
 	tw.Flush()
 	return 0

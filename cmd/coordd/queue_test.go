@@ -84,8 +84,24 @@ func TestQueuePushDedupDeadRequeue(t *testing.T) {
 	if code != 0 || !strings.Contains(out, strings.TrimSpace(first)) || strings.Count(out, "exit status 3; stderr: decoding cannot decode image") != 2 {
 		t.Fatalf("queue dead: %d\n%s\n%s", code, out, errs)
 	}
-	if _, js, _ := c.run("", false, "queue", "dead", "q", "-f", p, "--json"); strings.Count(js, `"last_error": "exit status 3; stderr: decoding\ncannot decode image"`) != 2 {
+	_, js, _ := c.run("", false, "queue", "dead", "q", "-f", p, "--json")
+	if strings.Count(js, `"last_error": "exit status 3; stderr: decoding\ncannot decode image"`) != 2 {
 		t.Fatalf("queue dead --json:\n%s", js)
+	}
+	var deadJobs []struct {
+		EnqueuedAt time.Time `json:"enqueued_at"`
+		DiedAt     time.Time `json:"died_at"`
+	}
+	if err := json.Unmarshal([]byte(js), &deadJobs); err != nil || len(deadJobs) != 2 {
+		t.Fatalf("queue dead --json (%v):\n%s", err, js)
+	}
+	for _, j := range deadJobs {
+		if j.DiedAt.Before(j.EnqueuedAt) || time.Since(j.DiedAt) > time.Minute {
+			t.Errorf("a dead job died at %s (enqueued %s), want a moment ago", j.DiedAt, j.EnqueuedAt)
+		}
+	}
+	if !strings.Contains(out, "ENQUEUED              DIED") {
+		t.Errorf("queue dead has no DIED column:\n%s", out)
 	}
 	if st := queueStatsOf(t, c, p); st.Ready != 0 || st.InFlight != 0 || st.Dead != 2 {
 		t.Fatalf("stats after the failures: %+v", st)

@@ -288,6 +288,12 @@ func semRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 			fmt.Fprintf(env.stderr, "coordd sem run: %s: interrupted while waiting (%v)\n", name, waitSig)
 			return 128 + int(waitSig.(syscall.Signal))
 		}
+		if *noWait && semaphore.Unreachable(err) {
+			// As when the acquire itself cannot reach it (acquireFailed):
+			// a temporary failure, 75.
+			fmt.Fprintf(env.stderr, "coordd sem run: %s: not acquired: its backend could not be reached (--no-wait): %v\n", name, err)
+			return child.ExitNotAcquired
+		}
 		reportErr(env, "coordd sem run", err)
 		return child.ExitCoorddFailed
 	}

@@ -15,10 +15,12 @@ import (
 var (
 	// qJobExpire returns running jobs whose visibility deadline passed to
 	// the queue: ready again (the attempt they used stays counted), or
-	// dead once they used max_attempts attempts (<= 0: unlimited).
-	// Arguments: max_attempts, max_attempts, queue.
+	// dead once they used max_attempts attempts (<= 0: unlimited), with
+	// available_at the time of death. Arguments: max_attempts four times,
+	// queue.
 	qJobExpire = Query{SQL: `UPDATE {p}queue_jobs
 SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,
+  available_at = CASE WHEN ? > 0 AND attempt >= ? THEN {now} ELSE available_at END,
   owner = NULL, expires_at = 0, last_error = 'visibility timeout'
 WHERE queue = ? AND state = 'running' AND expires_at <= {now}`}
 
@@ -79,7 +81,7 @@ func (s *Core) Claim(ctx context.Context, queue, owner string, max int) ([]backe
 		if err != nil {
 			return fmt.Errorf("visibility_timeout: %w", err)
 		}
-		if _, err := c.Exec(ctx, d.Text(qJobExpire), cfg.MaxAttempts, cfg.MaxAttempts, queue); err != nil {
+		if _, err := c.Exec(ctx, d.Text(qJobExpire), cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, queue); err != nil {
 			return err
 		}
 		rows, err := c.Query(ctx, d.Text(qJobClaim), owner, vis, queue, max)

@@ -19,11 +19,13 @@ var (
 
 	// qJobRetry returns a job to the queue, available after the backoff in
 	// microseconds, or moves it to the dead set once it used max_attempts
-	// attempts (<= 0: unlimited), recording the reason. Arguments:
-	// max_attempts, max_attempts, backoff, reason, id, queue, owner.
+	// attempts (<= 0: unlimited), with available_at the time of death,
+	// recording the reason. Arguments: max_attempts four times, backoff,
+	// reason, id, queue, owner.
 	qJobRetry = Query{SQL: `UPDATE {p}queue_jobs
 SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,
-  owner = NULL, expires_at = 0, available_at = {now} + ?, last_error = ?
+  owner = NULL, expires_at = 0,
+  available_at = CASE WHEN ? > 0 AND attempt >= ? THEN {now} ELSE {now} + ? END, last_error = ?
 WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
 
 	// qJobExtend renews a job's visibility deadline to now + the
@@ -82,7 +84,7 @@ func (s *Core) RetryJob(ctx context.Context, j backends.Job, reason string) (rea
 			return err
 		}
 		ready = cfg.MaxAttempts <= 0 || j.Attempt < cfg.MaxAttempts
-		return Owned(c.Exec(ctx, d.Text(qJobRetry), cfg.MaxAttempts, cfg.MaxAttempts, NonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
+		return Owned(c.Exec(ctx, d.Text(qJobRetry), cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, NonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
 		return false, JobError("retry", j, err)

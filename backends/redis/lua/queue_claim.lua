@@ -68,6 +68,7 @@ if #expired > 0 then
       j.owner, j.err = '', 'visibility timeout'
       if j.key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(j.key, id)) end
       if maxatt > 0 and j.attempt >= maxatt then
+        j.avail = now -- its time of death
         redis.call('RPUSH', K_DEAD, id)
       else
         j.part = j.part % P

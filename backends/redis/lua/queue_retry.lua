@@ -25,6 +25,7 @@ j.owner, j.err = '', ARGV[3]
 local maxatt, backoff = tonumber(m[2]), tonumber(m[3])
 if j.key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(j.key, id)) end
 if maxatt > 0 and j.attempt >= maxatt then
+  j.avail = now_us() -- a dead job's available_at is its time of death
   redis.call('RPUSH', K_DEAD, id)
   redis.call('HSET', K_JOBS, id, encode(j))
   if j.key ~= '' and oldest_keyed(K_KREADY, j.key) then wake(1) end
