@@ -417,17 +417,13 @@ const skipSlack = 500 * time.Millisecond
 // lease to renew it in time.
 func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 	var r CronReport
-	type key struct {
-		sched   int64
-		attempt int
-	}
-	starts := map[key]CronEvent{}
+	starts := map[cronKey]CronEvent{}
 	fencing := map[int64]int{}
 	var first time.Time
-	ends := map[key]time.Time{}
+	ends := map[cronKey]time.Time{}
 	for _, e := range events {
 		if e.Task == c.Task && e.Kind == "end" {
-			ends[key{e.ScheduledAt.UnixNano(), e.Attempt}] = e.At
+			ends[cronKey{e.ScheduledAt.UnixNano(), e.Attempt}] = e.At
 		}
 	}
 	for _, e := range events {
@@ -435,7 +431,7 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 			continue
 		}
 		r.Starts++
-		k := key{e.ScheduledAt.UnixNano(), e.Attempt}
+		k := cronKey{e.ScheduledAt.UnixNano(), e.Attempt}
 		if p, dup := starts[k]; dup && lostWrite(faults, p.At.Add(-time.Second), p.At) {
 			// The claim was a write the promoted replica never had.
 			r.RerunAfterFailover++
@@ -486,7 +482,7 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 			continue
 		}
 		r.Retries++
-		prev, ok := starts[key{k.sched, k.attempt - 1}]
+		prev, ok := starts[cronKey{k.sched, k.attempt - 1}]
 		explained := ok && lost(prev, e)
 		if !ok {
 			// The host died after its claim and before the command
@@ -501,7 +497,7 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 			r.FencingReused++
 			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s attempt %d got fencing token %d, not above attempt %d's %d", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Fencing, k.attempt-1, prev.Fencing))
 		}
-		if end, ended := ends[key{k.sched, k.attempt - 1}]; ended && end.After(e.At) {
+		if end, ended := ends[cronKey{k.sched, k.attempt - 1}]; ended && end.After(e.At) {
 			// The previous attempt's command was still running: a host
 			// that lost its run lease must stop its command first.
 			r.Overlaps++
@@ -517,25 +513,43 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 		}
 	}
 	if c.Forbid {
-		// No start while a run of another scheduled time still ran,
-		// unless that run's host was lost (it could not stop it).
-		for k, e := range starts {
-			for pk, p := range starts {
-				end, ended := ends[pk]
-				if pk.sched == k.sched || !ended || !p.At.Before(e.At) || !end.After(e.At) || lost(p, e) {
-					continue
-				}
-				r.Overlaps++
-				r.Problems = append(r.Problems, fmt.Sprintf("%s: overlap forbid: %s attempt %d started on %s at %s while %s attempt %d still ran on %s (it ended %s)", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), p.ScheduledAt.Format(time.RFC3339), pk.attempt, p.Host, end.Format("15:04:05.000")))
+		forbidOverlaps(c, starts, ends, lost, &r)
+	}
+	countMisses(c, first, starts, ends, &r)
+	return r
+}
+
+// cronKey is one attempt of one scheduled time.
+type cronKey struct {
+	sched   int64
+	attempt int
+}
+
+// forbidOverlaps counts, under overlap forbid, the starts made while a run
+// of another scheduled time still ran, unless that run's host was lost
+// (it could not stop it).
+func forbidOverlaps(c CronCheck, starts map[cronKey]CronEvent, ends map[cronKey]time.Time, lost func(prev, e CronEvent) bool, r *CronReport) {
+	for k, e := range starts {
+		for pk, p := range starts {
+			end, ended := ends[pk]
+			if pk.sched == k.sched || !ended || !p.At.Before(e.At) || !end.After(e.At) || lost(p, e) {
+				continue
 			}
+			r.Overlaps++
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: overlap forbid: %s attempt %d started on %s at %s while %s attempt %d still ran on %s (it ended %s)", c.Task, e.ScheduledAt.Format(time.RFC3339), k.attempt, e.Host, e.At.Format("15:04:05.000"), p.ScheduledAt.Format(time.RFC3339), pk.attempt, p.Host, end.Format("15:04:05.000")))
 		}
 	}
+}
+
+// countMisses counts the scheduled times from first to c.Until that never
+// started, and under overlap forbid the ones skipped behind a run known to
+// run (Skips): one that ended, so whose host lived, after running for at
+// least the time since its own scheduled time.
+func countMisses(c CronCheck, first time.Time, starts map[cronKey]CronEvent, ends map[cronKey]time.Time, r *CronReport) {
 	started := map[int64]bool{}
 	for k := range starts {
 		started[k.sched] = true
 	}
-	// knownRunning reports whether, under overlap forbid, a run that ended
-	// had been running for at least t minus its own scheduled time.
 	knownRunning := func(t time.Time) bool {
 		for k, p := range starts {
 			end, ended := ends[k]
@@ -556,7 +570,6 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 			r.Problems = append(r.Problems, fmt.Sprintf("%s: %s: never started", c.Task, t.Format(time.RFC3339)))
 		}
 	}
-	return r
 }
 
 // Pushed is a payload whose push was acknowledged, and when the push ran.

@@ -208,10 +208,21 @@ func Run(t testing.TB, cfg Config) Result {
 	w.clientsOn = false
 	t.Logf("%s: faults over after %s; settling", cfg.Backend, time.Since(begin).Round(time.Second))
 
-	// Every scheduled time up to faultEnd must start; wait until the
-	// scheduler is past it, and until every pushed job is done.
-	// A wait that times out is not fatal: the verdict then names what is
-	// missing (a miss, a lost job).
+	settled := w.settle(faultEnd)
+	r := w.verdict(faultEnd)
+	if !settled {
+		r.Violations = append(r.Violations, "the cluster did not settle after the faults")
+	}
+	return r
+}
+
+// settle waits for the work to settle once the faults are over (the
+// scheduler past faultEnd, every time of the task with the defaults
+// started, every pushed job done), then stops the clients, daemons and
+// workers. It reports false when a wait timed out: the verdict then names
+// what is missing (a miss, a lost job).
+func (w *world) settle(faultEnd time.Time) bool {
+	t := w.t
 	settled := true
 	waitFor := func(d time.Duration, what string, cond func() bool) {
 		deadline := time.Now().Add(d)
@@ -263,11 +274,7 @@ func Run(t testing.TB, cfg Config) Result {
 			m.proc.Kill9()
 		}
 	}
-	r := w.verdict(faultEnd)
-	if !settled {
-		r.Violations = append(r.Violations, "the cluster did not settle after the faults")
-	}
-	return r
+	return settled
 }
 
 // stream gives each backend its own sequence of draws from one seed.
