@@ -2,11 +2,14 @@ package reconcile_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordd/coordd/reconcile"
+	"github.com/coordd/coordd/spec"
 )
 
 // TestDriftNotesPrintDurations: a config that drifted in the backend is
@@ -81,5 +84,23 @@ func TestPlanValuesTypedInJSONAndNoneInText(t *testing.T) {
 		if v, ok := got[k]; !ok && want != nil || !reflect.DeepEqual(v, want) {
 			t.Errorf("plan --json %s = %#v, want %#v", k, v, want)
 		}
+	}
+}
+
+// TestPlanShowsJitterAndItsOffset: plan prints a task's jitter with the
+// offset its name gives it, and a changed jitter recomputes next_exec as a
+// changed schedule does.
+func TestPlanShowsJitterAndItsOffset(t *testing.T) {
+	f := newFixture(t)
+	f.write("cron:\n  report: {schedule: \"@hourly\", jitter: 30m, command: \"true\"}\n")
+	p := f.plan(reconcile.Options{})
+	want := fmt.Sprintf("+ jitter: 30m0s (this task runs %s after each time)", spec.JitterOffset("report", 30*time.Minute))
+	if out := text(p); !strings.Contains(out, want) {
+		t.Errorf("plan lacks %q:\n%s", want, out)
+	}
+	f.apply(reconcile.Options{})
+	f.write("cron:\n  report: {schedule: \"@hourly\", jitter: 10m, command: \"true\"}\n")
+	if out := text(f.plan(reconcile.Options{})); !strings.Contains(out, "next_exec is recomputed from the new schedule") || !strings.Contains(out, "jitter: 30m0s") {
+		t.Errorf("a changed jitter: plan\n%s", out)
 	}
 }

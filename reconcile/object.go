@@ -99,7 +99,7 @@ func appliedObject(a spec.Address, p backends.Placement) (*object, error) {
 		o.cron = &spec.CronTask{Name: a.Name}
 		err = json.Unmarshal(p.Spec, o.cron)
 		if err == nil {
-			o.cron.Sched, err = spec.ParseSchedule(o.cron.Schedule, o.cron.Timezone)
+			o.cron.Sched, err = spec.TaskSchedule(o.cron)
 		}
 	case spec.KindQueue:
 		o.queue = &spec.Queue{Name: a.Name}
@@ -185,6 +185,7 @@ func (o *object) attrs() []attr {
 		c := o.cron
 		return []attr{
 			strAttr("backend", c.Backend), {"schedule", strconv.Quote(c.Schedule), c.Schedule}, strAttr("timezone", c.Timezone),
+			jitterAttr(c),
 			commandAttr(c.Command), strAttr("workdir", c.Workdir), envAttr(c.Env),
 			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),
 			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), strAttr("overlap", c.Overlap),
@@ -205,6 +206,15 @@ func (o *object) attrs() []attr {
 		}
 	}
 	return nil
+}
+
+// jitterAttr prints a task's jitter with the offset its name gives it;
+// none is left out of the plan.
+func jitterAttr(c *spec.CronTask) attr {
+	if c.Jitter == 0 {
+		return attr{"jitter", "", nil}
+	}
+	return attr{"jitter", fmt.Sprintf("%s (this task runs %s after each time)", dur(c.Jitter), dur(spec.JitterOffset(c.Name, c.Jitter))), dur(c.Jitter)}
 }
 
 // commandAttr prints a command as the spec writes it: a list of quoted

@@ -502,7 +502,7 @@ func (e *Engine) planDesired(p *Plan, d *object, en *backends.InventoryEntry, ob
 	}
 	c.Attrs = diffAttrs(applied, d)
 	if d.cron != nil && applied.cron != nil {
-		c.schedChanged = applied.cron.Schedule != d.cron.Schedule || applied.cron.Timezone != d.cron.Timezone
+		c.schedChanged = applied.cron.Schedule != d.cron.Schedule || applied.cron.Timezone != d.cron.Timezone || applied.cron.Jitter != d.cron.Jitter
 	}
 
 	if applied.placement() != d.placement() {
@@ -616,7 +616,7 @@ func updateNotes(old, d *object, obs *observations) []string {
 			notes = append(notes, fmt.Sprintf("%d holder(s) keep their slots until they release; nobody is admitted above %d", held, d.sem.Limit))
 		}
 	case d.cron != nil:
-		if old.cron.Schedule != d.cron.Schedule || old.cron.Timezone != d.cron.Timezone {
+		if old.cron.Schedule != d.cron.Schedule || old.cron.Timezone != d.cron.Timezone || old.cron.Jitter != d.cron.Jitter {
 			notes = append(notes, "next_exec is recomputed from the new schedule")
 		}
 		if !jsonEqual(mustJSON(old.cron.Command), mustJSON(d.cron.Command)) {

@@ -381,3 +381,26 @@ func TestSemaphore(t *testing.T) {
 	}
 	t.Logf("runs: %s", got)
 }
+
+// TestJitterRunsAtTheTasksOffset: a task with a jitter runs at each
+// scheduled time plus the offset its name gives it, as the scheduler reads
+// the applied definition, and COORDD_SCHEDULED_AT says so.
+func TestJitterRunsAtTheTasksOffset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	st := openStore(t, path)
+	def := newDef("@every 3s", "true")
+	def.Name, def.Jitter = "spread", 2*time.Second
+	off := spec.JitterOffset("spread", def.Jitter)
+	sched, err := spec.TaskSchedule(&def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, st, "spread", def, sched.Next(now(t, st)))
+	start(t, path, "a")
+	runs := waitRuns(t, st, "spread", 20*time.Second, func(r []backends.Run) bool { return finished(r) >= 2 })
+	for _, r := range runs {
+		if got := time.Duration(r.ScheduledAt.UnixNano()) % (3 * time.Second); got != off {
+			t.Errorf("run scheduled at %s: %s past its 3s grid, want the task's offset %s", r.ScheduledAt.Format(time.RFC3339Nano), got, off)
+		}
+	}
+}

@@ -31,7 +31,7 @@ func parseTask(name string, raw json.RawMessage) (*task, error) {
 	if t.def.MaxAttempts < 1 {
 		t.def.MaxAttempts = 1
 	}
-	sched, err := spec.ParseSchedule(t.def.Schedule, t.def.Timezone)
+	sched, err := spec.TaskSchedule(&t.def)
 	if err != nil {
 		return nil, fmt.Errorf("cron %q: applied schedule: %w", name, err)
 	}

@@ -225,7 +225,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 }
 
 var cronFields = []string{
-	"backend", "schedule", "timezone", "command", "workdir", "env", "timeout", "kill_grace",
+	"backend", "schedule", "timezone", "jitter", "command", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
 	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused",
 }
@@ -259,6 +259,7 @@ func (l *loader) decodeCron(s *Spec) {
 				}
 			}
 		}
+		o.Jitter, _ = fs.duration("jitter", 0, 0)
 		if !fs.has("schedule") {
 			fs.missing("schedule", ", e.g. \"0 4 * * *\"")
 		} else if expr, ok := fs.str("schedule", false); ok {
@@ -268,8 +269,10 @@ func (l *loader) decodeCron(s *Spec) {
 				fs.errf("schedule", "%v", err)
 			} else if msg := secondsField(o.Schedule); msg != "" {
 				fs.errf("schedule", "%s", msg)
+			} else if err := checkJitter(sched, o.Jitter); err != nil {
+				fs.errf("jitter", "%v", err)
 			} else if locOK {
-				o.Sched = sched
+				o.Sched = Jittered(sched, JitterOffset(name, o.Jitter))
 			}
 		}
 		if !fs.has("command") {

@@ -168,10 +168,13 @@ type Command struct {
 
 // CronTask runs Command on exactly one server per scheduled time.
 type CronTask struct {
-	Name         string            `json:"-"`
-	Backend      string            `json:"backend"`
-	Schedule     string            `json:"schedule"`
-	Timezone     string            `json:"timezone"`
+	Name     string `json:"-"`
+	Backend  string `json:"backend"`
+	Schedule string `json:"schedule"`
+	Timezone string `json:"timezone"`
+	// Jitter moves every scheduled time by a fixed offset in [0, Jitter)
+	// taken from the task's name (JitterOffset).
+	Jitter       time.Duration     `json:"jitter,omitempty"`
 	Command      Command           `json:"command"`
 	Workdir      string            `json:"workdir,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
