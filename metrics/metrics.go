@@ -32,6 +32,7 @@ package metrics
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,6 +106,11 @@ type Metrics struct {
 	cronRuns        *prometheus.CounterVec
 	roundTrip       *prometheus.HistogramVec
 	hostIDConflict  prometheus.Gauge
+
+	// lastOK is the latest successful run seen per backend and task
+	// (lastSuccess): a scrape reads only each task's latest run.
+	lastOKMu sync.Mutex
+	lastOK   map[[2]string]time.Time
 }
 
 // New returns the metrics of a daemon that src describes.
@@ -174,6 +180,27 @@ func (m *Metrics) CronStarted(task string, scheduledAt time.Time, attempt int, s
 	m.cronLateness.WithLabelValues(task).Observe(max(startedAt.Sub(scheduledAt).Seconds(), 0))
 }
 
+// lastSuccess returns when task's latest successful run finished, as far
+// as this process has seen: the task's latest run is read at each scrape
+// (one indexed read) and a success is remembered.
+func (m *Metrics) lastSuccess(ctx context.Context, cr backends.Crons, backend, task string) (time.Time, bool, error) {
+	runs, err := cr.History(ctx, task, 1)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	k := [2]string{backend, task}
+	m.lastOKMu.Lock()
+	defer m.lastOKMu.Unlock()
+	if len(runs) == 1 && runs[0].Status == backends.RunSucceeded && runs[0].FinishedAt.After(m.lastOK[k]) {
+		if m.lastOK == nil {
+			m.lastOK = map[[2]string]time.Time{}
+		}
+		m.lastOK[k] = runs[0].FinishedAt
+	}
+	at, found := m.lastOK[k]
+	return at, found, nil
+}
+
 // CronFinished counts a finished run by its status.
 func (m *Metrics) CronFinished(task, status string) {
 	m.cronRuns.WithLabelValues(task, status).Inc()
@@ -226,6 +253,10 @@ var (
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
 		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
+	descCronNext = prometheus.NewDesc("coordd_cron_next_run_timestamp_seconds",
+		"Unix time (backend clock) of the cron task's next scheduled time not yet claimed (next_exec): far in the past while no server runs the task (every host down, paused, no leader), which is how silence shows.", []string{"task", "backend"}, nil)
+	descCronLastSuccess = prometheus.NewDesc("coordd_cron_last_success_timestamp_seconds",
+		"Unix time at which the cron task's latest successful run finished, as this process has seen it: each scrape reads the task's latest run in the backend's history; absent until a successful one was seen since the process started.", []string{"task", "backend"}, nil)
 	descLossHold = prometheus.NewDesc("coordd_backend_loss_hold_until_timestamp_seconds",
 		"Unix time (backend clock) at which the backend's data-loss hold ends, while one runs (cause: lost, the data is gone and its semaphores come back then; changed, a restart or failover that may have lost writes, and no slot is granted until then); absent otherwise.", []string{"backend", "cause"}, nil)
 	descLossHoldLeft = prometheus.NewDesc("coordd_backend_loss_hold_seconds",
@@ -245,7 +276,7 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused,
+		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused, descCronNext, descCronLastSuccess,
 		descLossHold, descLossHoldLeft, descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
@@ -418,8 +449,16 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			ok = false
 		}
 		for _, n := range o.Crons {
-			if st := states[n]; st != nil {
-				out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend))
+			st := states[n]
+			if st == nil {
+				continue
+			}
+			out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend),
+				gauge(descCronNext, float64(st.NextExec.UnixNano())/1e9, n, o.Backend))
+			if at, found, err := c.m.lastSuccess(ctx, ca, o.Backend, n); err != nil {
+				ok = false
+			} else if found {
+				out = append(out, gauge(descCronLastSuccess, float64(at.UnixNano())/1e9, n, o.Backend))
 			}
 		}
 	}

@@ -3,9 +3,12 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/metrics"
 )
 
@@ -48,4 +51,69 @@ func TestMetricsCronPaused(t *testing.T) {
 	if _, body = get(t, base+"/metrics"); !hasLine(body, `coordd_cron_paused{backend="local",task="operator"} 0`) {
 		t.Errorf("after a resume, no line coordd_cron_paused{...operator} 0 in /metrics")
 	}
+}
+
+// TestMetricsCronNextRunAndLastSuccess: coordd_cron_next_run_timestamp_seconds
+// is the task's next_exec, and coordd_cron_last_success_timestamp_seconds
+// appears once a run succeeded, with its end, and stays through a later
+// failure (what an alert on silence reads).
+func TestMetricsCronNextRunAndLastSuccess(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	defer st.Close()
+	next := time.Unix(1900000000, 0).UTC()
+	if err := st.PutCron(ctx, "nightly", json.RawMessage(`{"schedule":"@hourly","command":{"argv":["true"]}}`), next, true); err != nil {
+		t.Fatal(err)
+	}
+	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, Crons: []string{"nightly"}}}}
+	base := serve(t, metrics.New(src))
+	_, body := get(t, base+"/metrics")
+	if !hasLine(body, `coordd_cron_next_run_timestamp_seconds{backend="local",task="nightly"} 1.9e+09`) {
+		t.Errorf("no next run line in /metrics:\n%s", body)
+	}
+	if strings.Contains(body, "coordd_cron_last_success_timestamp_seconds{") {
+		t.Errorf("a last success before any run:\n%s", body)
+	}
+	run := func(status string) {
+		t.Helper()
+		occ, err := st.ClaimOccurrence(ctx, backends.ClaimRequest{Task: "nightly", Attempt: 1, Owner: "o-" + status, Host: "h1", Lease: time.Minute, Manual: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := backends.FinishOne(ctx, st, occ, backends.RunResult{Status: status}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(backends.RunSucceeded)
+	_, body = get(t, base+"/metrics")
+	v, found := metricValue(body, "coordd_cron_last_success_timestamp_seconds", `task="nightly"`)
+	if !found || time.Since(time.Unix(int64(v), 0)) > time.Minute {
+		t.Fatalf("last success %v (found %v) after a successful run:\n%s", v, found, body)
+	}
+	run(backends.RunFailed)
+	_, body = get(t, base+"/metrics")
+	if after, found := metricValue(body, "coordd_cron_last_success_timestamp_seconds", `task="nightly"`); !found || after != v {
+		t.Errorf("after a failed run the last success is %v (found %v), want %v kept", after, found, v)
+	}
+}
+
+// metricValue returns the value of the first sample of name whose labels
+// include every one of labels (`k="v"`), and false if there is none.
+func metricValue(body, name string, labels ...string) (float64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		return v, err == nil
+	}
+	return 0, false
 }
