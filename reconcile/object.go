@@ -163,6 +163,15 @@ func limitAttr(name string, d time.Duration) attr {
 
 func strAttr(name, v string) attr { return attr{name, v, v} }
 
+// optDurAttr is a duration that is usually unset: left out of the plan
+// when 0.
+func optDurAttr(name string, d time.Duration) attr {
+	if d == 0 {
+		return attr{name, "", nil}
+	}
+	return durAttr(name, d)
+}
+
 func intAttr(name string, n int64) attr { return attr{name, strconv.FormatInt(n, 10), n} }
 
 func boolAttr(name string, v bool) attr { return attr{name, strconv.FormatBool(v), v} }
@@ -188,7 +197,7 @@ func (o *object) attrs() []attr {
 			jitterAttr(c),
 			commandAttr(c.Command), strAttr("workdir", c.Workdir), envAttr(c.Env),
 			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),
-			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), strAttr("overlap", c.Overlap),
+			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), optDurAttr("starting_deadline", c.StartingDeadline), strAttr("overlap", c.Overlap),
 			intAttr("max_attempts", int64(c.MaxAttempts)), durAttr("retry_backoff", c.RetryBackoff),
 			strAttr("on_host_loss", c.OnHostLoss), strAttr("semaphore", c.Semaphore),
 			boolAttr("run_on_create", c.RunOnCreate), boolAttr("paused", c.Paused), intAttr("history_limit", int64(c.HistoryLimit)),

@@ -34,6 +34,9 @@ func (s *Scheduler) due(ctx context.Context, cb *cronBackend, d backends.DueTask
 	if !ok {
 		return 0
 	}
+	if first, ok = dt.startingDeadline(first, now); !ok {
+		return 0
+	}
 	dt.claimFrom(first, forbid)
 	return 0
 }
@@ -172,6 +175,36 @@ func (dt *dueTimes) catchUp(now time.Time) (first int, ok bool) {
 		}
 	}
 	return first, true
+}
+
+// missedReason starts the reason recorded for times past the task's
+// starting_deadline.
+const missedReason = "missed: starting_deadline"
+
+// startingDeadline records as one skip the times from times[first] on
+// that are later than the task's starting_deadline (they would start too
+// late to be of use) and returns the index of the first one still in time.
+// It reports false when none is, or the skip failed.
+func (dt *dueTimes) startingDeadline(first int, now time.Time) (int, bool) {
+	d := dt.t.def.StartingDeadline
+	if d <= 0 {
+		return first, true
+	}
+	k := first
+	for k < len(dt.times) && now.Sub(dt.times[k]) > d {
+		k++
+	}
+	if k == first {
+		return first, true
+	}
+	reason := fmt.Sprintf("%s %s passed (%s late)", missedReason, d, now.Sub(dt.times[first]).Round(time.Millisecond))
+	if k-first > 1 {
+		reason = fmt.Sprintf("%s: skipped %d", reason, k-first)
+	}
+	if !dt.skip(first, k, reason) || k == len(dt.times) {
+		return 0, false
+	}
+	return k, true
 }
 
 // claimFrom claims and starts times[first:] in order while this scheduler

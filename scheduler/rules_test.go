@@ -404,3 +404,31 @@ func TestJitterRunsAtTheTasksOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestStartingDeadlineMissesLateTimes: under catch_up all, the times more
+// than starting_deadline late when the scheduler comes to them are
+// recorded missed (one skip) instead of starting late; the ones still in
+// time run.
+func TestStartingDeadlineMissesLateTimes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	st := openStore(t, path)
+	def := newDef("@every 1s", "true")
+	def.CatchUp, def.Overlap, def.StartingDeadline = spec.CatchUpAll, spec.OverlapAllow, 3*time.Second
+	put(t, st, "late", def, now(t, st).Truncate(time.Second).Add(-20*time.Second))
+	start(t, path, "a")
+	runs := waitRuns(t, st, "late", 15*time.Second, func(r []backends.Run) bool { return finished(r) >= 3 })
+	missed := 0
+	for _, r := range runs {
+		switch {
+		case r.Status == backends.RunSkipped && strings.HasPrefix(r.Error, "missed: starting_deadline 3s passed"):
+			missed++
+		case r.Status == backends.RunSkipped:
+			t.Errorf("skipped for another reason: %q", r.Error)
+		case !r.StartedAt.IsZero() && r.StartedAt.Sub(r.ScheduledAt) > 4*time.Second:
+			t.Errorf("a run started %s after its time, past the 3s deadline", r.StartedAt.Sub(r.ScheduledAt))
+		}
+	}
+	if missed != 1 {
+		t.Errorf("%d missed records, want one for the times 20s late:\n%s", missed, dump(runs))
+	}
+}

@@ -137,6 +137,8 @@ var badCases = []badCase{
 		pos: "a.yaml:2:24", msg: "semaphore.x.lease: must be a duration like 30s, got integer 30"},
 	{name: "jitter as long as the interval", files: one("cron:\n  c: {schedule: \"@every 1m\", jitter: 1m, command: \"true\"}\n"),
 		pos: "a.yaml:2:38", msg: "cron.c.jitter: must be shorter than the schedule's shortest interval between two runs, 1m0s"},
+	{name: "negative starting deadline", files: one("cron:\n  c: {schedule: \"@hourly\", starting_deadline: -1m, command: \"true\"}\n"),
+		pos: "a.yaml:2:47", msg: "cron.c.starting_deadline: must not be negative"},
 	{name: "negative jitter", files: one("cron:\n  c: {schedule: \"@hourly\", jitter: -5m, command: \"true\"}\n"),
 		pos: "a.yaml:2:36", msg: "cron.c.jitter: must not be negative"},
 	{name: "zero visibility timeout", files: one("queues:\n  q: {visibility_timeout: 0s}\n"),

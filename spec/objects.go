@@ -226,7 +226,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 
 var cronFields = []string{
 	"backend", "schedule", "timezone", "jitter", "command", "workdir", "env", "timeout", "kill_grace",
-	"catch_up", "catch_up_limit", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
+	"catch_up", "catch_up_limit", "starting_deadline", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
 	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused",
 }
 
@@ -293,6 +293,7 @@ func (l *loader) decodeCron(s *Spec) {
 		o.KillGrace, _ = fs.duration("kill_grace", defaultKillGrace, 0)
 		o.CatchUp, _ = fs.enum("catch_up", CatchUpOnce, CatchUpNone, CatchUpOnce, CatchUpAll)
 		o.CatchUpLimit, _ = fs.intRange("catch_up_limit", defaultCatchUpLimit, 1, 0)
+		o.StartingDeadline, _ = fs.duration("starting_deadline", 0, 0)
 		o.Overlap, _ = fs.enum("overlap", OverlapForbid, OverlapForbid, OverlapAllow)
 		o.MaxAttempts, _ = fs.intRange("max_attempts", 1, 1, 0)
 		o.RetryBackoff, _ = fs.duration("retry_backoff", defaultCronBackoff, 0)

@@ -182,12 +182,15 @@ type CronTask struct {
 	KillGrace    time.Duration     `json:"kill_grace"`
 	CatchUp      string            `json:"catch_up"`
 	CatchUpLimit int               `json:"catch_up_limit"`
-	Overlap      string            `json:"overlap"`
-	MaxAttempts  int               `json:"max_attempts"`
-	RetryBackoff time.Duration     `json:"retry_backoff"`
-	OnHostLoss   string            `json:"on_host_loss"`
-	Semaphore    string            `json:"semaphore,omitempty"`
-	RunOnCreate  bool              `json:"run_on_create,omitempty"`
+	// StartingDeadline: a scheduled time not started within this long is
+	// recorded missed (a skip) instead of starting late; 0: none.
+	StartingDeadline time.Duration `json:"starting_deadline,omitempty"`
+	Overlap          string        `json:"overlap"`
+	MaxAttempts      int           `json:"max_attempts"`
+	RetryBackoff     time.Duration `json:"retry_backoff"`
+	OnHostLoss       string        `json:"on_host_loss"`
+	Semaphore        string        `json:"semaphore,omitempty"`
+	RunOnCreate      bool          `json:"run_on_create,omitempty"`
 	// Paused: no occurrence is scheduled (declared in git; an operator
 	// may also pause a task with coordd cron pause, kept beside the
 	// definition). The task is paused while either says so.
