@@ -69,6 +69,8 @@ type Store struct {
 	pollWake bool
 	// batches gathers keyless pushes and acks (queue_batch.go).
 	batches queueBatches
+	// claimCfg caches the queues' configs for the claim (queue_claim.go).
+	claimCfg claimConfigs
 	// database is the database's name, part of the advisory lock keys of
 	// mode session; sess the connections and holders of that mode
 	// (session.go).
