@@ -34,6 +34,9 @@ type queueBatches struct {
 func (q *queueBatches) init() {
 	q.pushes.Limit, q.pushes.Timeout = maxPushBatch, batchDeadline
 	q.acks.Limit, q.acks.Timeout = maxAckBatch, batchDeadline
+	// Acks gather: the jobs of one claim finish together, and a commit
+	// (a WAL flush) costs far more than the wait.
+	q.acks.Gather = true
 }
 
 // pushItem is one push of a batch and, once done, its job.
@@ -54,10 +57,16 @@ ORDER BY u.n
 RETURNING id, "partition", payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error`}
 
 	// qAckMany deletes finished jobs their owners still hold and returns
-	// the ids it deleted. Arguments: ids, queues, owners.
+	// the ids it deleted. The state the jobs must be in comes with the
+	// batch, one per job, rather than as a constant: the plan then looks
+	// each job up by primary key from the batch, where a constant state
+	// lets the planner start from the running jobs (which the statistics
+	// of a table that fills and empties may put at one) and match each
+	// one against every ack, quadratic in a busy queue. Arguments: ids,
+	// queues, owners, states ('running').
 	qAckMany = sqlstore.Query{SQL: `DELETE FROM {p}queue_jobs j
-USING unnest(?::bigint[], ?::text[], ?::text[]) AS a(id, queue, owner)
-WHERE j.id = a.id AND j.queue = a.queue AND j.owner = a.owner AND j.state = 'running'
+USING unnest(?::bigint[], ?::text[], ?::text[], ?::text[]) AS a(id, queue, owner, state)
+WHERE j.id = a.id AND j.queue = a.queue AND j.owner = a.owner AND j.state = a.state
 RETURNING j.id`}
 )
 
@@ -193,13 +202,14 @@ func (s *Store) ackBatch(ctx context.Context, jobs []backends.Job) []error {
 	ids := make([]int64, len(jobs))
 	queues := make([]string, len(jobs))
 	owners := make([]string, len(jobs))
+	states := make([]string, len(jobs))
 	for i, j := range jobs {
-		ids[i], queues[i], owners[i] = j.ID, j.Queue, j.Owner
+		ids[i], queues[i], owners[i], states[i] = j.ID, j.Queue, j.Owner, "running"
 	}
 	deleted := map[int64]bool{}
 	err := s.pool.Write(ctx, func(c sqlstore.Conn) error {
 		clear(deleted)
-		rows, err := c.Query(ctx, s.dialect.Text(qAckMany), ids, queues, owners)
+		rows, err := c.Query(ctx, s.dialect.Text(qAckMany), ids, queues, owners, states)
 		if err != nil {
 			return err
 		}
