@@ -41,14 +41,18 @@ import (
 // an acknowledged job never comes back. A sweep lost the same way is made
 // again by the next claim.
 
-// claimConfigs caches each queue's config for the claim statement.
+// claimConfigs caches each queue's config for the claim and push
+// statements.
 type claimConfigs struct{ m sync.Map } // queue name → *claimConfig
 
-// claimConfig is a queue's config as last read: the stored text, which
-// the claim compares, and what the claim binds from it.
+// claimConfig is a queue's config as last read: the stored text and
+// partition count, which the statements compare, and what they bind or
+// check from it.
 type claimConfig struct {
 	text        string
+	partitions  int
 	maxAttempts int
+	maxPayload  int64
 	vis         int64 // visibility timeout, µs
 }
 
@@ -139,23 +143,30 @@ func (s *Store) claim(ctx context.Context, queue, owner string, max int) ([]back
 	if err := s.pool.Writable(ctx); err != nil {
 		return nil, err
 	}
-	cc, _ := s.claimCfg.m.Load(queue)
+	fresh := false
 	for range maxConfigRefresh {
-		if cc == nil {
-			c, err := s.readClaimConfig(ctx, queue)
-			if err != nil {
-				return nil, err
-			}
-			cc = c
+		c, err := s.queueConfig(ctx, queue, fresh)
+		if err != nil {
+			return nil, err
 		}
-		c := cc.(*claimConfig)
 		jobs, matched, err := s.claimOnce(ctx, queue, owner, max, c)
 		if err != nil || matched {
 			return jobs, err
 		}
-		cc = nil
+		fresh = true
 	}
 	return nil, fmt.Errorf("the queue's config changed %d times in a row: %w", maxConfigRefresh, sqlstore.ErrRetry)
+}
+
+// queueConfig is the cached config of queue, read first when there is
+// none or fresh.
+func (s *Store) queueConfig(ctx context.Context, queue string, fresh bool) (*claimConfig, error) {
+	if !fresh {
+		if c, ok := s.claimCfg.m.Load(queue); ok {
+			return c.(*claimConfig), nil
+		}
+	}
+	return s.readClaimConfig(ctx, queue)
 }
 
 // claimOnce sends qClaim once (retried when PostgreSQL rolled it back) and
@@ -218,7 +229,7 @@ func (s *Store) readClaimConfig(ctx context.Context, queue string) (*claimConfig
 	if err != nil {
 		return nil, fmt.Errorf("visibility_timeout: %w", err)
 	}
-	c := &claimConfig{text: text, maxAttempts: cfg.MaxAttempts, vis: vis}
+	c := &claimConfig{text: text, partitions: partitions, maxAttempts: cfg.MaxAttempts, maxPayload: cfg.MaxPayload, vis: vis}
 	s.claimCfg.m.Store(queue, c)
 	return c, nil
 }

@@ -46,3 +46,33 @@ func TestClaimFollowsAnotherHostsConfigChange(t *testing.T) {
 		t.Errorf("claim from a deleted queue = %v, want ErrNotFound", err)
 	}
 }
+
+// TestPushFollowsAnotherHostsConfigChange: a keyless push checks its
+// payload and spreads its jobs by the config it read last, and the
+// statement inserts only while that is still the stored one, so a
+// max_payload or partition count changed through another handle applies
+// to the next push.
+func TestPushFollowsAnotherHostsConfigChange(t *testing.T) {
+	ctx := t.Context()
+	a, b := twoHosts(t, backends.Options{})
+	if _, err := a.Push(ctx, "q", backends.PushRequest{Payload: []byte("big payload")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PutQueue(ctx, backends.QueueConfig{Name: "q", Partitions: 4, VisibilityTimeout: time.Minute, MaxAttempts: 3, MaxPayload: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Push(ctx, "q", backends.PushRequest{Payload: []byte("big payload")}); !errors.Is(err, backends.ErrPayloadTooLarge) {
+		t.Errorf("push over the new max_payload = %v, want ErrPayloadTooLarge", err)
+	}
+	seen := map[int]bool{}
+	for range 8 {
+		j, err := a.Push(ctx, "q", backends.PushRequest{Payload: []byte("ok")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[j.Partition] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("8 pushes after the change used partitions %v, want all 4", seen)
+	}
+}
