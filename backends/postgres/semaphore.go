@@ -99,7 +99,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 }
 
 // TryAcquire takes a slot of a session-mode semaphore (sessionAcquire) or
-// of a lease-mode one (sqlstore's). The mode is cached per name (see
+// of a lease-mode one (leaseAcquire; an instance's, sqlstore's). The mode is cached per name (see
 // modeEntry); each path checks the stored mode.
 func (s *Store) TryAcquire(ctx context.Context, name string, req backends.AcquireRequest) (backends.Grant, error) {
 	if _, _, ok := backends.SplitInstance(name); ok {
@@ -112,7 +112,7 @@ func (s *Store) TryAcquire(ctx context.Context, name string, req backends.Acquir
 	if session {
 		return s.sessionAcquire(ctx, name, req)
 	}
-	return s.Core.TryAcquire(ctx, name, req)
+	return s.leaseAcquire(ctx, name, req)
 }
 
 // Extend renews owner's lease; a session-mode holder's slot has no expiry,
@@ -127,14 +127,15 @@ func (s *Store) Extend(ctx context.Context, name, owner string, lease time.Durat
 }
 
 // Release frees owner's slot: the lock of a session-mode holder, else its
-// slot row.
+// slot row (leaseRelease; an instance's, sqlstore's).
 func (s *Store) Release(ctx context.Context, name, owner string) error {
-	if _, _, ok := backends.SplitInstance(name); !ok {
-		if h := s.sess.holder(owner); h != nil && h.name == name {
-			return s.sessionRelease(ctx, h)
-		}
+	if _, _, ok := backends.SplitInstance(name); ok {
+		return s.Core.Release(ctx, name, owner)
 	}
-	return s.Core.Release(ctx, name, owner)
+	if h := s.sess.holder(owner); h != nil && h.name == name {
+		return s.sessionRelease(ctx, h)
+	}
+	return s.leaseRelease(ctx, name, owner)
 }
 
 // Holders lists live holders by slot, lease rows and slot locks alike; an
