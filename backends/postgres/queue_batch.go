@@ -206,12 +206,28 @@ func (s *Store) pushWith(ctx context.Context, queue string, cfg *claimConfig, it
 }
 
 // Ack deletes a finished job while j.Owner still holds it (ErrLost);
-// concurrent acks are batched.
+// concurrent acks are batched, and an ack waits briefly for the rest of
+// its claim (queue_mates.go).
 func (s *Store) Ack(ctx context.Context, j backends.Job) error {
+	s.mates.await(ctx, j.Owner)
 	if err := s.batches.acks.Do(ctx, j, s.ackBatch); err != nil {
 		return sqlstore.JobError("ack", j, err)
 	}
 	return nil
+}
+
+// Retry returns a job to the queue or the dead set (sqlstore's); its
+// claim's other acks no longer wait for it.
+func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error {
+	s.mates.finished(j.Owner)
+	return s.Core.Retry(ctx, j, reason)
+}
+
+// ReturnJob puts a job back as ready (sqlstore's); its claim's other acks
+// no longer wait for it.
+func (s *Store) ReturnJob(ctx context.Context, j backends.Job) error {
+	s.mates.finished(j.Owner)
+	return s.Core.ReturnJob(ctx, j)
 }
 
 // ackBatch deletes a batch of jobs in one statement; a job its owner no

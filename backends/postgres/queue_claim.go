@@ -134,6 +134,7 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
 	}
 	slices.SortFunc(jobs, func(a, b backends.Job) int { return cmp.Compare(a.ID, b.ID) })
+	s.mates.claimed(owner, len(jobs))
 	return jobs, nil
 }
 
