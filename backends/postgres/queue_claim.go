@@ -66,10 +66,12 @@ var (
 	qClaimConfig = sqlstore.Query{SQL: `SELECT partitions, config FROM {p}queues WHERE name = ?`}
 
 	// qClaim is the claim (see above). Columns: jobColumns of each job it
-	// leased; one row of id 0 when the config did not match. Arguments:
-	// queue, config text; queue, max_attempts twice, limit (expired jobs);
-	// queue, max_attempts twice, limit (ready jobs); limit; owner,
-	// visibility; max_attempts twice, queue (the sweep).
+	// leased; one row of id 0 when the config did not match. The expired
+	// jobs are all taken up (found through queue_jobs_expiry, migration
+	// 0006), since those the claim leaves the sweep takes. Arguments:
+	// queue, config text; queue, max_attempts twice (expired jobs); queue,
+	// max_attempts twice, limit (ready jobs); limit; owner, visibility;
+	// max_attempts twice, queue (the sweep).
 	qClaim = sqlstore.Query{SQL: `WITH q AS (
   SELECT name, set_config('synchronous_commit', 'off', true) FROM {p}queues WHERE name = ? AND config = ?
 ), expired AS (
@@ -78,7 +80,7 @@ var (
     AND NOT (?::bigint > 0 AND j.attempt >= ?::bigint)
     AND NOT EXISTS (SELECT 1 FROM {p}queue_jobs k
       WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'ready' AND k.id < j.id)
-  ORDER BY j.id LIMIT ? FOR UPDATE SKIP LOCKED
+  FOR UPDATE SKIP LOCKED
 ), ready AS (
   SELECT j.id FROM {p}queue_jobs j
   WHERE j.queue = ? AND EXISTS (SELECT 1 FROM q) AND j.state = 'ready' AND j.available_at <= {now} AND ` + claimKeyFree + `
@@ -177,7 +179,7 @@ func (s *Store) claimOnce(ctx context.Context, queue, owner string, max int, c *
 	err = s.pool.Retry(ctx, s.pool.Attempts, func() error {
 		jobs, matched = jobs[:0], true
 		rows, err := s.pool.On(nil).Query(ctx, q, queue, c.text,
-			queue, c.maxAttempts, c.maxAttempts, max,
+			queue, c.maxAttempts, c.maxAttempts,
 			queue, c.maxAttempts, c.maxAttempts, max,
 			max, owner, c.vis, c.maxAttempts, c.maxAttempts, queue)
 		if err != nil {
