@@ -32,9 +32,24 @@
 // # Claims
 //
 // Cron occurrences are claimed by a conditional update of next_exec, so two
-// hosts never start the same scheduled time; queue jobs are claimed in one
-// statement that locks the jobs it takes (FOR UPDATE), with the per-key
-// and partition rules of every store.
+// hosts never start the same scheduled time (a batch of on-time claims in
+// one call of a server function, cron_claim.go); queue jobs are claimed in
+// one statement that locks the jobs it takes (FOR UPDATE SKIP LOCKED), with
+// the per-key and partition rules of every store (queue_claim.go). A
+// lease-mode acquire and release are one call each of a server function
+// (semaphore_lease.go): what must read after a row lock cannot be one
+// statement, whose snapshot predates the lock.
+//
+// # Commits that do not wait for the WAL flush
+//
+// A commit waits for the WAL flush (the default synchronous_commit) unless
+// a crash losing it can only take back something the crash ends anyway or
+// that comes back by itself: a queue claim (the job is delivered again), a
+// lease-mode release (the slot stays held until its lease ends), a
+// session-mode grant and release (the crash ends the session that holds
+// the lock). Pushes, acks, acquires and cron claims wait. The WAL is
+// flushed in order, so a commit that waits makes every earlier one
+// durable: an ack, the claim it follows.
 //
 // # Migrations
 //

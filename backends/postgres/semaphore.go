@@ -99,7 +99,7 @@ func (s *Store) DeleteSemaphore(ctx context.Context, name string) error {
 }
 
 // TryAcquire takes a slot of a session-mode semaphore (sessionAcquire) or
-// of a lease-mode one (sqlstore's). The mode is cached per name (see
+// of a lease-mode one (leaseAcquire; an instance's, sqlstore's). The mode is cached per name (see
 // modeEntry); each path checks the stored mode.
 func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backends.AcquireRequest) (backends.Grant, error) {
 	if ref.IsInstance() {
@@ -112,7 +112,7 @@ func (s *Store) TryAcquire(ctx context.Context, ref backends.SemRef, req backend
 	if session {
 		return s.sessionAcquire(ctx, ref.Name, req)
 	}
-	return s.Core.TryAcquire(ctx, ref, req)
+	return s.leaseAcquire(ctx, ref.Name, req)
 }
 
 // Extend renews owner's lease; a session-mode holder's slot has no expiry,
@@ -127,14 +127,15 @@ func (s *Store) Extend(ctx context.Context, ref backends.SemRef, owner string, l
 }
 
 // Release frees owner's slot: the lock of a session-mode holder, else its
-// slot row.
+// slot row (leaseRelease; an instance's, sqlstore's).
 func (s *Store) Release(ctx context.Context, ref backends.SemRef, owner string) error {
-	if !ref.IsInstance() {
-		if h := s.sess.holder(owner); h != nil && h.name == ref.Name {
-			return s.sessionRelease(ctx, h)
-		}
+	if ref.IsInstance() {
+		return s.Core.Release(ctx, ref, owner)
 	}
-	return s.Core.Release(ctx, ref, owner)
+	if h := s.sess.holder(owner); h != nil && h.name == ref.Name {
+		return s.sessionRelease(ctx, h)
+	}
+	return s.leaseRelease(ctx, ref.Name, owner)
 }
 
 // Holders lists live holders by slot, lease rows and slot locks alike; an

@@ -58,6 +58,11 @@ type Store struct {
 	pollWake bool
 	// batches gathers keyless pushes and acks (queue_batch.go).
 	batches queueBatches
+	// claimCfg caches the queues' configs for the claim (queue_claim.go).
+	claimCfg claimConfigs
+	// mates tracks the claims whose jobs are not all finished
+	// (queue_mates.go).
+	mates claimMates
 	// database is the database's name, part of the advisory lock keys of
 	// mode session; sess the connections and holders of that mode
 	// (session.go).

@@ -1,0 +1,11 @@
+-- 0006_queue_jobs_expiry: find the running jobs whose visibility ended.
+-- min_binary: 0.1.0
+--
+-- A claim looks for the running jobs of its queue whose visibility ended
+-- (to take them again or sweep them: queue_claim.go), and an idle worker
+-- for the earliest end of a running job's visibility (NextWake). Without
+-- this index both read every running job of the queue, on every claim.
+-- Partial: only running jobs are in it. Built inside the migration's
+-- transaction, which holds off writes to queue_jobs while it reads the
+-- table once. Additive: an older binary only maintains it.
+CREATE INDEX {i}queue_jobs_expiry ON {p}queue_jobs (queue, expires_at) WHERE state = 'running';
