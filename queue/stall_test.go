@@ -28,7 +28,9 @@ func TestHandlerAfterHungClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := queueConfig("q")
-	cfg.VisibilityTimeout = time.Second // trusted 0.9 s from the claim's send
+	// Trusted 1.8 s from the claim's send: long enough that a loaded
+	// machine's delays stay small beside the 1.6 s stall.
+	cfg.VisibilityTimeout = 2 * time.Second
 	if _, err := st.PutQueue(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +41,11 @@ func TestHandlerAfterHungClaim(t *testing.T) {
 
 	stall := &testenv.SQLiteStall{Path: path}
 	stall.Kill()
-	released := stall.ReleaseAfter(t, 800*time.Millisecond)
+	released := stall.ReleaseAfter(t, 1600*time.Millisecond)
 	var stats queue.Stats
 	wait := work(ctx, c, "q", queue.WorkerOptions{Drain: true, Stats: &stats}, func(ctx context.Context, j backends.Job) error {
 		select {
-		case <-time.After(600 * time.Millisecond):
+		case <-time.After(1200 * time.Millisecond):
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
