@@ -615,7 +615,9 @@ cron:
 	var runs []struct {
 		Status, Output string
 	}
-	if err := json.Unmarshal([]byte(js), &runs); err != nil || len(runs) != 1 || runs[0].Status != "failed" || runs[0].Output != "building\ncannot reach db\x1b[2J\n" {
+	// stdout and stderr are two pipes: their lines may come in either order.
+	if err := json.Unmarshal([]byte(js), &runs); err != nil || len(runs) != 1 || runs[0].Status != "failed" || len(runs[0].Output) != 29 ||
+		!strings.Contains(runs[0].Output, "building\n") || !strings.Contains(runs[0].Output, "cannot reach db\x1b[2J\n") {
 		t.Fatalf("history --json (%v): %+v\n%s", err, runs, js)
 	}
 	_, text, _ := runSplit(t, env.Command("cron", "history", "report", "-f", p))
@@ -623,7 +625,7 @@ cron:
 		t.Errorf("history without --output prints the output:\n%s", text)
 	}
 	_, text, _ = runSplit(t, env.Command("cron", "history", "report", "-f", p, "--output"))
-	for _, want := range []string{"attempt 1, failed, 29 bytes of output ---\nbuilding\n\"cannot reach db\\x1b[2J\"\n"} {
+	for _, want := range []string{"attempt 1, failed, 29 bytes of output ---\n", "\nbuilding\n", "\n\"cannot reach db\\x1b[2J\"\n"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("history --output lacks %q:\n%s", want, text)
 		}
