@@ -267,8 +267,8 @@ func withURLPassword(t *testing.T, raw, pw string) string {
 }
 
 // TestReloadWarnsOnPasswordChange: a reload whose only change is a
-// backend's password (in a MySQL DSN, then in a redis URL) warns that a
-// restart is needed, as other connection changes do, and names the backend
+// backend's password (in a MySQL DSN, then in a redis URL, then in a
+// PostgreSQL URL) warns that a restart is needed, as other connection changes do, and names the backend
 // without printing the password. A password is not part of the spec hash,
 // so such a reload used to say nothing.
 func TestReloadWarnsOnPasswordChange(t *testing.T) {
@@ -278,18 +278,21 @@ func TestReloadWarnsOnPasswordChange(t *testing.T) {
 	dsn := withDSNPassword(testenv.MySQLDSN(t), "")
 	redisURL, prefix := testenv.RedisURL(t)
 	redisURL = withURLPassword(t, redisURL, "")
+	pgURL := withURLPassword(t, testenv.PostgresDSN(t), "")
 	specPath := filepath.Join(t.TempDir(), "coordd.yaml")
-	write := func(dsn, redisURL string) {
+	write := func(dsn, redisURL, pgURL string) {
 		writeFile(t, specPath, fmt.Sprintf(`backends:
   local: {type: sqlite}
   db: {type: mysql, dsn: %q, table_prefix: "pw_"}
   cache: {type: redis, url: %q, key_prefix: %q}
+  pg: {type: postgres, dsn: %q, schema: coordd, table_prefix: "pw_"}
 cluster: {backend: local}
 semaphores:
   s: {backend: db, limit: 1}
-`, dsn, redisURL, prefix))
+  p: {backend: pg, limit: 1}
+`, dsn, redisURL, prefix, pgURL))
 	}
-	write(dsn, redisURL)
+	write(dsn, redisURL, pgURL)
 	logs, done := startInProcess(t, specPath, nil)
 	defer func() {
 		signalSelf(t, syscall.SIGTERM)
@@ -299,24 +302,27 @@ semaphores:
 	}()
 
 	const warning = "backend connections changed; restart coordd to use them"
-	const dbPW, cachePW = "rot4ted-db-pw", "rot4ted-cache-pw"
-	newDSN, newURL := withDSNPassword(dsn, dbPW), withURLPassword(t, redisURL, cachePW)
-	if spec.RedactDSN(newDSN) != spec.RedactDSN(dsn) || spec.RedactURL(newURL) != spec.RedactURL(redisURL) {
-		t.Fatalf("not a password-only change: %s, %s", spec.RedactDSN(newDSN), spec.RedactURL(newURL))
+	const dbPW, cachePW, pgPW = "rot4ted-db-pw", "rot4ted-cache-pw", "rot4ted-pg-pw"
+	newDSN, newURL, newPG := withDSNPassword(dsn, dbPW), withURLPassword(t, redisURL, cachePW), withURLPassword(t, pgURL, pgPW)
+	if spec.RedactDSN(newDSN) != spec.RedactDSN(dsn) || spec.RedactURL(newURL) != spec.RedactURL(redisURL) || spec.RedactURL(newPG) != spec.RedactURL(pgURL) {
+		t.Fatalf("not a password-only change: %s, %s, %s", spec.RedactDSN(newDSN), spec.RedactURL(newURL), spec.RedactURL(newPG))
 	}
-	write(newDSN, redisURL)
+	write(newDSN, redisURL, pgURL)
 	signalSelf(t, syscall.SIGHUP)
 	proctest.Eventually(t, 20*time.Second, "the warning for db", func() bool {
 		return strings.Contains(logs.String(), warning) && strings.Contains(logs.String(), "backends=db")
 	})
-	write(newDSN, newURL)
+	write(newDSN, newURL, pgURL)
 	signalSelf(t, syscall.SIGHUP)
 	proctest.Eventually(t, 20*time.Second, "the warning for cache", func() bool { return strings.Contains(logs.String(), "backends=cache") })
+	write(newDSN, newURL, newPG)
+	signalSelf(t, syscall.SIGHUP)
+	proctest.Eventually(t, 20*time.Second, "the warning for pg", func() bool { return strings.Contains(logs.String(), "backends=pg") })
 	out := logs.String()
-	if n := strings.Count(out, warning); n != 2 {
-		t.Errorf("%d warnings, want 2:\n%s", n, out)
+	if n := strings.Count(out, warning); n != 3 {
+		t.Errorf("%d warnings, want 3:\n%s", n, out)
 	}
-	if strings.Contains(out, dbPW) || strings.Contains(out, cachePW) {
+	if strings.Contains(out, dbPW) || strings.Contains(out, cachePW) || strings.Contains(out, pgPW) {
 		t.Errorf("the log shows a password:\n%s", out)
 	}
 }

@@ -117,7 +117,8 @@ func TestUnmigratedReadsEmptyWritesFail(t *testing.T) {
 }
 
 // TestSchemaTooNewRefused: a store migrated by a newer binary that raised
-// min_binary is refused by older ones.
+// min_binary is refused by older ones; a binary as new or newer, or
+// without a version (counted as newest), migrates it.
 func TestSchemaTooNewRefused(t *testing.T) {
 	ctx := t.Context()
 	dsn := testenv.PostgresDSN(t)
@@ -128,13 +129,15 @@ func TestSchemaTooNewRefused(t *testing.T) {
 	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.Table("schema_migrations")+` SET min_binary = '0.3.0'`); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"0.1.0", "0.2.99-rc1"} {
+	for _, v := range []string{"0.1.0", "v0.2.9", "0.2.99-rc1"} {
 		if err := openStore(t, dsn, "coordd", backends.Options{Version: v}).Migrate(ctx); !errors.Is(err, backends.ErrSchemaTooNew) {
 			t.Errorf("migrate as %s = %v, want ErrSchemaTooNew", v, err)
 		}
 	}
-	if err := openStore(t, dsn, "coordd", backends.Options{Version: "0.3.0"}).Migrate(ctx); err != nil {
-		t.Errorf("migrate as 0.3.0 = %v", err)
+	for _, v := range []string{"", "0.3.0", "1.0.0", "dev"} {
+		if err := openStore(t, dsn, "coordd", backends.Options{Version: v}).Migrate(ctx); err != nil {
+			t.Errorf("migrate as %q = %v, want success", v, err)
+		}
 	}
 }
 

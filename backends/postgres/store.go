@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"time"
@@ -122,9 +124,20 @@ func Open(ctx context.Context, name, dsn, schema, tablePrefix string, opts backe
 	s.pool.CountTrip()
 	if err := db.QueryRowContext(ctx, qVersion).Scan(&version, &s.database); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("postgres %q at %s/%s: %w", name, cfg.Host, cfg.Database, err)
+		return nil, fmt.Errorf("postgres %q at %s/%s: %w", name, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database, connectCause(err))
 	}
 	return s, nil
+}
+
+// connectCause is the dial error alone when the server could not be
+// reached: pgx's error around it names the user, the database and the
+// address again, which the caller's message already says once.
+func connectCause(err error) error {
+	var dial *net.OpError
+	if errors.As(err, &dial) {
+		return dial
+	}
+	return err
 }
 
 // maxOpenConns bounds the connections of the statement pool unless the

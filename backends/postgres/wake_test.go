@@ -99,3 +99,50 @@ func TestPollWakeNeedsNoNotifications(t *testing.T) {
 		t.Fatal("not woken")
 	}
 }
+
+// TestQueueWaitKeyBlocked: a worker idle while the next job of a key waits
+// behind a job running on another host is woken by that job's ack (the
+// NOTIFY of the job table's trigger), well before its fallback claim, and
+// then claims the next job of the key.
+func TestQueueWaitKeyBlocked(t *testing.T) {
+	waiter, worker := twoHosts(t, backends.Options{})
+	ctx := t.Context()
+	for _, payload := range []string{"k1", "k2"} {
+		if _, err := worker.Push(ctx, "q", backends.PushRequest{Payload: []byte(payload), Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := worker.Claim(ctx, "q", "worker", 1)
+	if err != nil || len(held) != 1 || string(held[0].Payload) != "k1" {
+		t.Fatalf("worker's claim = %+v, %v; want k1", held, err)
+	}
+	if jobs, err := waiter.Claim(ctx, "q", "waiter", 5); err != nil || len(jobs) != 0 {
+		t.Fatalf("waiter's claim = %+v, %v; want nothing while k1 runs", jobs, err)
+	}
+	done := waitReturns(t, waiter, time.Minute)
+	select {
+	case err := <-done:
+		t.Fatalf("the wait returned (%v) while k2 waits behind k1", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	acked := time.Now()
+	if err := worker.Ack(ctx, held[0]); err != nil {
+		t.Fatalf("ack k1: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the ack of k1 through another handle did not wake the waiter")
+	}
+	// The fallback claim comes notifyFallback (2 s) after the wait began,
+	// about 1.8 s after the ack: a wake-up later than 1 s is not the ack's.
+	if took := time.Since(acked); took > time.Second {
+		t.Errorf("woken %v after the ack, want the ack's notification", took)
+	}
+	if jobs, err := waiter.Claim(ctx, "q", "waiter", 5); err != nil || len(jobs) != 1 || string(jobs[0].Payload) != "k2" {
+		t.Fatalf("claim after the ack = %+v, %v; want k2", jobs, err)
+	}
+}

@@ -583,16 +583,22 @@ func TestErrorChainsReadOnceAtStart(t *testing.T) {
 			t.Errorf("coordd %s: stderr\n%s\nwant\n%s", strings.Join(args, " "), errs, want)
 		}
 	}
-	unreachable := writeSpec(t, "backends:\n  db: {type: mysql, dsn: \"root@tcp(127.0.0.1:1)/x\"}\nsemaphores:\n  s: {limit: 1, backend: db}\n")
-	code, _, errs := runSplit(t, env.Command("sem", "run", "s", "-f", unreachable, "--", "true"))
-	if want := "coordd sem run: open mysql \"db\" at 127.0.0.1:1/x: dial tcp 127.0.0.1:1: connect: connection refused\n"; code != 125 || errs != want {
-		t.Errorf("sem run on an unreachable backend: exit %d, stderr\n%s\nwant\n%s", code, errs, want)
-	}
-	if _, _, errs := runSplit(t, env.Command("status", "-f", unreachable)); errs != "coordd: open mysql \"db\" at 127.0.0.1:1/x: dial tcp 127.0.0.1:1: connect: connection refused\n" {
-		t.Errorf("status on an unreachable backend: %s", errs)
+	for typ, decl := range map[string]string{
+		"mysql":    `{type: mysql, dsn: "root@tcp(127.0.0.1:1)/x"}`,
+		"postgres": `{type: postgres, dsn: "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}`,
+	} {
+		unreachable := writeSpec(t, "backends:\n  db: "+decl+"\nsemaphores:\n  s: {limit: 1, backend: db}\n")
+		opened := "open " + typ + " \"db\" at 127.0.0.1:1/x: dial tcp 127.0.0.1:1: connect: connection refused\n"
+		code, _, errs := runSplit(t, env.Command("sem", "run", "s", "-f", unreachable, "--", "true"))
+		if want := "coordd sem run: " + opened; code != 125 || errs != want {
+			t.Errorf("sem run on an unreachable %s backend: exit %d, stderr\n%s\nwant\n%s", typ, code, errs, want)
+		}
+		if _, _, errs := runSplit(t, env.Command("status", "-f", unreachable)); errs != "coordd: "+opened {
+			t.Errorf("status on an unreachable %s backend: %s", typ, errs)
+		}
 	}
 	unapplied := writeSpec(t, "cron:\n  c: {schedule: \"@daily\", command: \"true\"}\n")
-	code, _, errs = runSplit(t, env.Command("cron", "run", "c", "-f", unapplied))
+	code, _, errs := runSplit(t, env.Command("cron", "run", "c", "-f", unapplied))
 	if want := "coordd cron run: cron task \"c\" is not applied on backend \"embedded\"; run coordd apply\n"; code != 125 || errs != want {
 		t.Errorf("cron run of a task not applied: exit %d, stderr\n%s\nwant\n%s", code, errs, want)
 	}

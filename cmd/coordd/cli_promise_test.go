@@ -33,9 +33,14 @@ func TestPromisePlanDetailedExitcodeError(t *testing.T) {
 	if code, _, errs := c.run("", false, "plan", "-f", invalid, "--detailed-exitcode"); code != 1 {
 		t.Errorf("invalid spec: exit %d, want 1\n%s", code, errs)
 	}
-	unreachable := writeSpec(t, "backends:\n  db: {type: mysql, dsn: \"root@tcp(127.0.0.1:1)/coordd?timeout=2s\"}\nsemaphores:\n  s: {limit: 1}\n")
-	if code, _, errs := c.run("", false, "plan", "-f", unreachable, "--detailed-exitcode"); code != 1 {
-		t.Errorf("unreachable backend: exit %d, want 1\n%s", code, errs)
+	for typ, decl := range map[string]string{
+		"mysql":    `{type: mysql, dsn: "root@tcp(127.0.0.1:1)/coordd?timeout=2s"}`,
+		"postgres": `{type: postgres, dsn: "postgres://postgres@127.0.0.1:1/coordd?sslmode=disable&connect_timeout=2"}`,
+	} {
+		unreachable := writeSpec(t, "backends:\n  db: "+decl+"\nsemaphores:\n  s: {limit: 1}\n")
+		if code, _, errs := c.run("", false, "plan", "-f", unreachable, "--detailed-exitcode"); code != 1 || !strings.Contains(errs, "connection refused") {
+			t.Errorf("unreachable %s backend: exit %d, want 1 for the refused connection\n%s", typ, code, errs)
+		}
 	}
 	p := writeSpec(t, good)
 	if code, _, errs := c.run("", false, "apply", "-f", p, "--auto-approve"); code != 0 {
