@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,26 +32,8 @@ func scrape(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// metricValue returns the value of the first sample of name whose labels
-// include every one of labels (`k="v"`), and false if there is none.
-func metricValue(body, name string, labels ...string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
-}
+// metricValue is testenv.MetricValue.
+var metricValue = testenv.MetricValue
 
 var listenAddr = regexp.MustCompile(`serving /metrics and /healthz: addr=(\S+)`)
 

@@ -3,12 +3,12 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/internal/testenv"
 	"github.com/coordd/coordd/metrics"
 )
 
@@ -97,23 +97,5 @@ func TestMetricsCronNextRunAndLastSuccess(t *testing.T) {
 	}
 }
 
-// metricValue returns the value of the first sample of name whose labels
-// include every one of labels (`k="v"`), and false if there is none.
-func metricValue(body, name string, labels ...string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
-}
+// metricValue is testenv.MetricValue.
+var metricValue = testenv.MetricValue
