@@ -62,15 +62,7 @@ func (s *Store) slotLocksConn(ctx context.Context, c sqlstore.Conn, name string)
 		return nil, err
 	}
 	defer rows.Close()
-	var out []slotLock
-	for rows.Next() {
-		var l slotLock
-		if err := rows.Scan(&l.slot, &l.pid); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return scanSlotLocks(rows)
 }
 
 // slotLocksTx lists name's held slot locks in tx.
@@ -81,6 +73,16 @@ func (s *Store) slotLocksTx(ctx context.Context, tx pgx.Tx, name string) ([]slot
 		return nil, err
 	}
 	defer rows.Close()
+	return scanSlotLocks(rows)
+}
+
+// scanSlotLocks reads qSessLocks's rows, from a pooled connection or a
+// transaction alike.
+func scanSlotLocks(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+}) ([]slotLock, error) {
 	var out []slotLock
 	for rows.Next() {
 		var l slotLock
