@@ -77,7 +77,7 @@ fuzz: ## Fuzz spec.Load (file contents, directories, ${...} references) and the 
 
 .PHONY: screenshots
 screenshots: ## Regenerate docs/dashboard/*.png: the dashboard's pages in headless Chromium over a filled SQLite store
-	COORDD_DASHBOARD_SCREENSHOTS=docs/dashboard $(GO) test -count=1 -run 'TestDashboardPages/sqlite|TestDashboardActions/sqlite' ./dashboard/
+	COORDD_DASHBOARD_SCREENSHOTS=docs/dashboard $(GO) test -count=1 -run 'TestDashboardPages/sqlite|TestDashboardActions/sqlite|TestDashboardQueueBrowser/sqlite' ./dashboard/
 
 quickstart: build ## Build, copy examples/quickstart to ./quickstart-spec (once, yours to edit), run the daemon on the copy (state in COORDD_DATA_DIR, default ./.coordd-data); Ctrl-C stops it
 	[ -e quickstart-spec ] || cp -R examples/quickstart quickstart-spec

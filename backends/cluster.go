@@ -126,6 +126,8 @@ type Cluster interface {
 
 	// Leader is the leader lease.
 	Leader
+	// Notices records which failure events were notified.
+	Notices
 }
 
 // Term is one holder's tenure of the leader lease.

@@ -29,16 +29,19 @@ type CronState struct {
 // applied definition.
 func (c *CronState) IsPaused() bool { return c.Paused != nil || DefPaused(c.Def) }
 
-// CronPause is an operator's pause of one cron task. It is stored beside
-// the task's definition, not in it: an apply rewrites the definition and
-// keeps the pause; deleting the task drops it.
-type CronPause struct {
-	// Host is the host id of whoever paused the task.
+// Pause is an operator's pause of one cron task or queue. It is stored
+// beside the object's definition, not in it: an apply rewrites the
+// definition and keeps the pause; deleting the object drops it.
+type Pause struct {
+	// Host is the host id of whoever paused it.
 	Host string `json:"host"`
 	// At is the backend's time of the pause.
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason"`
 }
+
+// CronPause is a cron task's Pause.
+type CronPause = Pause
 
 // MaxPauseReason bounds a pause's reason, in bytes.
 const MaxPauseReason = 1024
@@ -56,7 +59,7 @@ func DefPaused(def json.RawMessage) bool {
 // (spec.CheckHostID) and a reason of at most MaxPauseReason bytes.
 func CheckPause(name, host, reason string) error {
 	if name == "" {
-		return errors.New("empty task name")
+		return errors.New("empty name")
 	}
 	if err := spec.CheckHostID(host); err != nil {
 		return err

@@ -25,3 +25,26 @@ type PartialJob struct {
 
 // Truncated reports whether the payload was cut.
 func (j PartialJob) Truncated() bool { return int64(len(j.Payload)) < j.PayloadSize }
+
+// JobOutcome is what CancelJob or RunJobNow returns once its write changed
+// n jobs (verb: cancel or run now; what: "ready or delayed", "delayed"):
+// err with context, ErrNotFound when n is 0, else nil.
+func JobOutcome(verb, what, queue string, id, n int64, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s job %d of queue %q: %w", verb, id, queue, err)
+	case n == 0:
+		return fmt.Errorf("queue %q has no %s job %d: %w", queue, what, id, ErrNotFound)
+	}
+	return nil
+}
+
+// CheckJobState reports an unknown JobPage state.
+func CheckJobState(state string) error {
+	for _, s := range JobStates {
+		if s == state {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown job state %q: one of ready, delayed, running, dead", state)
+}

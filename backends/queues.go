@@ -37,6 +37,8 @@ type QueueState struct {
 	NextDelayed time.Time `json:"next_delayed,omitempty"`
 	// Stranded counts jobs in partitions at or above Config.Partitions.
 	Stranded int64 `json:"stranded"`
+	// Paused is the operator's pause (coordd queue pause), nil when none.
+	Paused *Pause `json:"paused,omitempty"`
 }
 
 // Jobs is the number of jobs a queue holds in any state.
@@ -163,4 +165,62 @@ type Queues interface {
 	// payload and of its last error. ErrNotFound when the queue has no dead
 	// job with that id (as RequeueDeadJob).
 	DeadJob(ctx context.Context, queue string, id int64, cut int) (PartialJob, error)
+
+	// JobsPage lists one page of queue's jobs in p.State (the queue
+	// browser), each with at most p.Cut bytes of its payload and of its
+	// last error, cut by the server: ready jobs in push order (id), delayed
+	// ones by the time they become available then id, running ones by
+	// lease deadline then id, dead ones in Dead's order. With p.Key, only
+	// that key's jobs. No queue: no job. An unknown state is an error. A
+	// delayed job whose time has come is ready on the SQL stores; Redis
+	// lists it as delayed until a claim moves it to its ready set.
+	JobsPage(ctx context.Context, queue string, p JobPage) ([]PartialJob, error)
+	// JobByID reads job id of queue in whatever state it is, with its
+	// payload and last error cut at cut bytes. ErrNotFound when the queue
+	// holds no job with that id (never pushed, acked, purged, canceled).
+	JobByID(ctx context.Context, queue string, id int64, cut int) (PartialJob, string, error)
+	// CancelJob deletes ready or delayed job id of queue: an operator's
+	// decision that it must not run. ErrNotFound when the queue has no
+	// ready or delayed job with that id (in flight, dead, absent): nothing
+	// changes then. The next job of its key becomes claimable.
+	CancelJob(ctx context.Context, queue string, id int64) error
+	// PauseQueue records an operator's pause of queue name by host (a
+	// host id) for reason, at backend now: workers stop claiming its jobs
+	// (see QueuePaused). A queue already paused keeps that first pause,
+	// returned with changed false. An absent queue is ErrNotFound. An
+	// apply keeps the pause; deleting the queue drops it.
+	PauseQueue(ctx context.Context, name, host, reason string) (p Pause, changed bool, err error)
+	// ResumeQueue removes the pause of queue name and returns it (nil:
+	// there was none). An absent queue is ErrNotFound.
+	ResumeQueue(ctx context.Context, name string) (*Pause, error)
+	// QueuePaused reads queue name's pause (nil: none) in one cheap read,
+	// which workers make before they claim. An absent queue is
+	// ErrNotFound.
+	QueuePaused(ctx context.Context, name string) (*Pause, error)
+	// RunJobNow makes delayed job id of queue (a delayed push, a retry in
+	// its backoff) available now, keeping its attempts and its place in
+	// its key's order, and wakes an idle worker. ErrNotFound when the
+	// queue has no delayed job with that id.
+	RunJobNow(ctx context.Context, queue string, id int64) error
+}
+
+// Job states, as the queue browser lists them (Queues.JobsPage).
+const (
+	JobReady   = "ready"   // available now (or waiting behind an earlier job of its key)
+	JobDelayed = "delayed" // available later: a delayed push, a retry in its backoff
+	JobRunning = "running" // claimed by a worker
+	JobDead    = "dead"    // attempts used up
+)
+
+// JobStates lists the states in the order the browser shows them.
+var JobStates = []string{JobReady, JobDelayed, JobRunning, JobDead}
+
+// JobPage asks for one page of a queue's jobs (Queues.JobsPage).
+type JobPage struct {
+	State string
+	// Key, when not empty, keeps only that key's jobs.
+	Key           string
+	Offset, Limit int
+	// Cut bounds the bytes of each job's payload and last error.
+	Cut int
 }

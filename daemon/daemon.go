@@ -36,6 +36,7 @@ import (
 	"github.com/coordd/coordd/dashboard"
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
+	"github.com/coordd/coordd/notify"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/scheduler"
 	"github.com/coordd/coordd/semaphore"
@@ -71,6 +72,9 @@ type Config struct {
 	// for backends.HostRetention, after doing so at start (hosts.go);
 	// default 1h. Tests shorten it.
 	PruneEvery time.Duration
+	// NotifyEvery is how often the leader looks for failure events to
+	// deliver to on_failure hooks; default 5s.
+	NotifyEvery time.Duration
 	// Signals, when not nil, is a channel the caller registered for
 	// SIGHUP, SIGTERM and SIGINT (signal.Notify) before starting up, so
 	// that a signal that comes during startup is not lost; nil: Run
@@ -104,7 +108,9 @@ type Daemon struct {
 	elector *leadership.Elector
 	changes <-chan bool // leadership changes, subscribed before the elector runs
 	sched   *scheduler.Scheduler
-	kick    chan struct{} // leader work: apply check, resync
+	// notifier delivers failure events to on_failure hooks (notify.go).
+	notifier *notify.Notifier
+	kick     chan struct{} // leader work: apply check, resync
 	// resyncKick asks the leader for a resync now (a data-loss hold ended).
 	resyncKick chan struct{}
 	// lossLogged is the end of the last data-loss hold logged per backend
@@ -213,6 +219,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		// The spec of the moment: a reload may change child_env.
 		ChildEnvUnset: func() []string { return d.Spec().ChildEnvUnset() },
 	})
+	d.notifier = d.newNotifier()
 	return d, nil
 }
 

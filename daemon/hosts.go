@@ -185,7 +185,8 @@ func (d *Daemon) engineState() backends.Cluster {
 }
 
 // pruneHosts deletes the records of hosts not seen for
-// backends.HostRetention.
+// backends.HostRetention, and the records of events notified more than
+// backends.NoticeRetention ago.
 func (d *Daemon) pruneHosts(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, d.heartbeatTimeout())
 	defer cancel()
@@ -195,6 +196,9 @@ func (d *Daemon) pruneHosts(ctx context.Context) {
 		d.log.Debug("pruning old host records", "error", err)
 	case n > 0:
 		d.log.Info("forgot hosts not seen for a day", "hosts", n, "retention", backends.HostRetention)
+	}
+	if _, err := d.hosts.PruneNotices(pctx, backends.NoticeRetention); err != nil && ctx.Err() == nil {
+		d.log.Debug("pruning old records of notified events", "error", err)
 	}
 }
 

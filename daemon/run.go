@@ -90,6 +90,8 @@ func (d *Daemon) start(ctx context.Context) *running {
 	go func() { defer r.wg.Done(); d.markerLoop(runCtx) }()
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); d.hostLoop(runCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.notifier.Run(runCtx) }()
 	// The listener outlives runCtx: /healthz reports 503 while running
 	// commands finish, and it closes when Run returns.
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
@@ -172,6 +174,7 @@ func (d *Daemon) shutdown(ctx context.Context, sigs <-chan os.Signal, r *running
 		d.log.Warn("shutdown", "error", err)
 	}
 	d.waitManualRuns(graceCtx)
+	d.notifier.Wait(graceCtx)
 	cancelGrace()
 	r.stopElector()
 	r.stopServer()

@@ -34,10 +34,13 @@ type Action struct {
 	Confirm string
 	// Reason: the form has a reason field, passed to Do and logged.
 	Reason bool
-	// Job: the action acts on one dead job of a queue (Kind queue). Its
+	// Job: the action acts on one job of a queue (Kind queue). Its
 	// button is on the job's page, and Do gets the job's id in
 	// ActionRequest.Job.
 	Job bool
+	// JobStates are the states of the jobs whose page offers it
+	// (backends.JobReady, ...); none: dead jobs only.
+	JobStates []string
 	// Do performs the action on the object named name. Its text is shown
 	// to the operator and logged.
 	Do func(ctx context.Context, name string, req ActionRequest) (string, error)
@@ -47,7 +50,7 @@ type Action struct {
 type ActionRequest struct {
 	Actor  Actor
 	Reason string
-	// Job is the dead job's id, for an action with Job set.
+	// Job is the job's id, for an action with Job set.
 	Job int64
 }
 
@@ -118,18 +121,29 @@ func (d *Dashboard) builtinActions() []Action {
 			if err := op(q)(ctx, name, req.Job); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%s dead job %d of queue.%s", verb, req.Job, name), nil
+			return fmt.Sprintf(verb, req.Job, name), nil
 		}
 	}
 	out = append(out,
 		Action{
 			Kind: spec.KindQueue, Name: "requeue-job", Label: "Requeue this job", Job: true,
-			Do: job("requeued", func(q backends.Queues) func(context.Context, string, int64) error { return q.RequeueDeadJob }),
+			Do: job("requeued dead job %d of queue.%s", func(q backends.Queues) func(context.Context, string, int64) error { return q.RequeueDeadJob }),
 		},
 		Action{
 			Kind: spec.KindQueue, Name: "purge-job", Label: "Purge this job", Job: true,
 			Confirm: "delete this dead job for good",
-			Do:      job("purged", func(q backends.Queues) func(context.Context, string, int64) error { return q.PurgeDeadJob }),
+			Do:      job("purged dead job %d of queue.%s", func(q backends.Queues) func(context.Context, string, int64) error { return q.PurgeDeadJob }),
+		},
+		Action{
+			Kind: spec.KindQueue, Name: "cancel-job", Label: "Cancel this job", Job: true,
+			JobStates: []string{backends.JobReady, backends.JobDelayed},
+			Confirm:   "delete this job before it runs",
+			Do:        job("canceled job %d of queue.%s", func(q backends.Queues) func(context.Context, string, int64) error { return q.CancelJob }),
+		},
+		Action{
+			Kind: spec.KindQueue, Name: "run-job-now", Label: "Run this job now", Job: true,
+			JobStates: []string{backends.JobDelayed},
+			Do:        job("job %d of queue.%s is ready now", func(q backends.Queues) func(context.Context, string, int64) error { return q.RunJobNow }),
 		},
 		Action{
 			Kind: spec.KindQueue, Name: "requeue-dead", Label: "Requeue all dead jobs",
@@ -280,7 +294,7 @@ func (d *Dashboard) handleAction(w http.ResponseWriter, r *http.Request) {
 	if a.Job {
 		id, err := strconv.ParseInt(r.PostForm.Get("job"), 10, 64)
 		if err != nil || id <= 0 {
-			refuse(http.StatusBadRequest, "no dead job id in the form")
+			refuse(http.StatusBadRequest, "no job id in the form")
 			return
 		}
 		req.Job = id

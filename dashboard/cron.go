@@ -207,6 +207,9 @@ type taskData struct {
 	History []*runRow
 	Limit   int
 	Actions []Action
+	// OnFailure is this host's on_failure hook of the task, in one line
+	// (its webhook redacted to scheme and host); "" for none.
+	OnFailure string
 }
 
 // commandShown is how much of a task's command its page shows.
@@ -223,7 +226,8 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 	}
 	p.Title = "cron." + name
 	p.Nav = "cron"
-	td := &taskData{taskRow: d.cronRows(ctx, s, e, []string{name})[0], Limit: min(atoi(r.URL.Query().Get("limit"), historyLimit), 1000), Actions: d.offered(p, spec.KindCron, false)}
+	td := &taskData{taskRow: d.cronRows(ctx, s, e, []string{name})[0], Limit: min(atoi(r.URL.Query().Get("limit"), historyLimit), 1000), Actions: d.offered(p, spec.KindCron, false),
+		OnFailure: s.Cron[name].OnFailure.Summary()}
 	if !td.Applied || td.Err != "" {
 		return td, http.StatusOK
 	}

@@ -142,10 +142,18 @@ func New(src Source, opts Options, log hclog.Logger) (*Dashboard, error) {
 // pageNames are the templates that render a whole page each.
 var pageNames = []string{"cluster", "semaphores", "cron", "task", "queues", "queue", "job", "login", "error"}
 
+// titleWord capitalizes a word of ASCII ("ready" -> "Ready").
+func titleWord(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
 func (d *Dashboard) parse() error {
 	funcs := template.FuncMap{
 		"stamp": stamp, "stampIn": stampIn, "span": span, "rel": rel, "safe": safe, "short": short, "lines": lines,
-		"hash": shortHash,
+		"hash": shortHash, "title": titleWord,
 	}
 	d.pages = map[string]*template.Template{}
 	for _, n := range pageNames {
@@ -167,6 +175,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /queues", d.get("queues", d.queuesPage))
 	m.HandleFunc("GET /queues/{name}", d.get("queue", d.queuePage))
 	m.HandleFunc("GET /queues/{name}/dead/{id}", d.get("job", d.jobPage))
+	m.HandleFunc("GET /queues/{name}/jobs/{id}", d.get("job", d.anyJobPage))
 	m.HandleFunc("GET /login", d.loginPage)
 	m.HandleFunc("POST /login", d.login)
 	m.HandleFunc("POST /logout", d.logout)
@@ -254,7 +263,7 @@ func (p *page) Form(a Action, name string) actionForm {
 	return f
 }
 
-// JobForm is the form of action a on dead job id of queue name.
+// JobForm is the form of action a on job id of queue name.
 func (p *page) JobForm(a Action, name string, id int64) actionForm {
 	f := p.Form(a, name)
 	f.Job = id

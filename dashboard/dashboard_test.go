@@ -51,6 +51,7 @@ cron:
     schedule: "0 4 * * *"
     timezone: Asia/Tokyo
     command: ["/usr/local/bin/report", "--daily"]
+    on_failure: {webhook: "https://hooks.example.com/services/T0/SECRET"}
   cleanup:
     schedule: "*/15 * * * *"
     command: "find /tmp/thumbs -mtime +1 -delete"
@@ -347,7 +348,10 @@ func TestDashboardPages(t *testing.T) {
 			p.Navigate(f.url + "/cron/nightly-report")
 			text = p.Text()
 			contains(t, "task", text, "Asia/Tokyo", "04:00:00 JST", "/usr/local/bin/report --daily", "failed", "web-2", "manual",
-				"<script>alert('out')</script>", "converting 42 images", "skipped")
+				"<script>alert('out')</script>", "converting 42 images", "skipped", "webhook https://hooks.example.com/…")
+			if strings.Contains(text, "SECRET") {
+				t.Error("task: the page shows the webhook's secret path")
+			}
 			var exits []string
 			if err := p.Eval(`[...document.querySelectorAll("#history tr.run td:nth-child(4)")].map(e => e.innerText)`, &exits); err != nil {
 				t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +17,17 @@ import (
 )
 
 // A queue's page (GET /queues/NAME) lists its dead jobs a page at a time,
-// or those of a search, and a dead job's page (GET
-// /queues/NAME/dead/ID) shows its payload; both read the dead set
-// bounded (see deadPage and the constants beside it).
+// or those of a search, or with ?state= its ready, delayed or running
+// jobs; a job's page (GET /queues/NAME/jobs/ID, and /queues/NAME/dead/ID
+// for a dead one) shows its payload. Every read is bounded (see deadPage
+// and the constants beside it).
 
 type jobRow struct {
-	ID         int64
+	ID int64
+	// State is backends.JobReady, ...; ExpiresAt the lease deadline of a
+	// running job.
+	State      string
+	ExpiresAt  time.Time
 	Key        string
 	Partition  int
 	Attempt    int
@@ -41,6 +47,10 @@ type jobRow struct {
 
 type queueData struct {
 	*queueRow
+	// State is the state listed (dead unless ?state= says otherwise),
+	// Tabs the links to each.
+	State string
+	Tabs  []stateTab
 	// Query is the search as used (cut to maxQueryBytes and
 	// maxQueryWords); QueryCut says it was cut.
 	Query    string
@@ -58,6 +68,13 @@ type queueData struct {
 	Scanned bool
 	Actions []Action
 	Limits  deadLimits
+}
+
+// stateTab links the list of one state of a queue's jobs.
+type stateTab struct {
+	State, Link string
+	Count       int64
+	On          bool
 }
 
 // deadLimits are the bounds of the dead set pages, shown on them.
@@ -93,7 +110,7 @@ var limits = deadLimits{Page: deadPage, Scan: deadScan, SearchBytes: searchBytes
 func newJobRow(j backends.PartialJob) jobRow {
 	payload := wholeRunes(j.Payload, j.Truncated())
 	preview, cut := block(payload, previewShown, false)
-	return jobRow{ID: j.ID, Key: j.Key, Partition: j.Partition, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, AvailableAt: j.AvailableAt,
+	return jobRow{ID: j.ID, ExpiresAt: j.ExpiresAt, Key: j.Key, Partition: j.Partition, Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, AvailableAt: j.AvailableAt,
 		LastError: j.LastError, Preview: strings.Join(strings.Fields(preview), " "), Size: j.PayloadSize, Cut: cut || j.Truncated()}
 }
 
@@ -151,10 +168,21 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 	if s.Queues[name] == nil {
 		return nil, http.StatusNotFound
 	}
+	state := r.URL.Query().Get("state")
+	if state == "" {
+		state = backends.JobDead
+	}
+	if backends.CheckJobState(state) != nil {
+		return nil, http.StatusNotFound
+	}
 	p.Title, p.Nav = "queue."+name, "queues"
 	words, cut := searchWords(r.URL.Query().Get("q"))
-	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], Query: strings.Join(words, " "), QueryCut: cut,
+	if state != backends.JobDead {
+		words, cut = nil, false
+	}
+	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], State: state, Query: strings.Join(words, " "), QueryCut: cut,
 		Actions: d.offered(p, spec.KindQueue, false), Limits: limits}
+	qd.tabs(p)
 	if !qd.Applied || qd.Err != "" {
 		return qd, http.StatusOK
 	}
@@ -166,9 +194,12 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 	at := min(atoi(r.URL.Query().Get("at"), 0), math.MaxInt32)
 	var off int
 	var end bool
-	if len(words) == 0 {
+	switch {
+	case state != backends.JobDead:
+		off, end, err = qd.listState(ctx, dr, name, at)
+	case len(words) == 0:
 		off, end, err = qd.listDead(ctx, dr, name, at)
-	} else {
+	default:
 		off, end, err = qd.searchDead(ctx, dr, name, at, words)
 	}
 	if err != nil {
@@ -178,6 +209,53 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 	qd.From, qd.To = at+1, off
 	qd.pageLinks(p, at, off, end, len(words) > 0)
 	return qd, http.StatusOK
+}
+
+// PauseAction reports whether the queue's page offers action name beside
+// its pause: Pause while it runs, Resume while it is paused.
+func (qd *queueData) PauseAction(name string) bool {
+	return (name == "pause-queue" && qd.Pause == nil) || (name == "resume-queue" && qd.Pause != nil)
+}
+
+// DeadAction reports whether action name acts on the dead set (every
+// queue action but pause and resume).
+func (qd *queueData) DeadAction(name string) bool {
+	return name != "pause-queue" && name != "resume-queue"
+}
+
+// tabs links each state's list, with its count as the page read it.
+func (qd *queueData) tabs(p *page) {
+	counts := map[string]int64{backends.JobReady: qd.Ready, backends.JobDelayed: qd.Delayed, backends.JobRunning: qd.InFlight, backends.JobDead: qd.Dead}
+	for _, st := range backends.JobStates {
+		v := url.Values{}
+		if st != backends.JobDead {
+			v.Set("state", st)
+		}
+		if p.Paused {
+			v.Set("pause", "1")
+		}
+		link := p.Path
+		if len(v) > 0 {
+			link += "?" + v.Encode()
+		}
+		qd.Tabs = append(qd.Tabs, stateTab{State: st, Link: link, Count: counts[st], On: st == qd.State})
+	}
+}
+
+// listState lists one page of the queue's jobs in qd.State from offset
+// at. It returns the offset after the page and whether the list ended.
+func (qd *queueData) listState(ctx context.Context, dr backends.Queues, name string, at int) (int, bool, error) {
+	jobs, err := dr.JobsPage(ctx, name, backends.JobPage{State: qd.State, Offset: at, Limit: deadPage, Cut: searchBytes})
+	if err != nil {
+		return at, false, err
+	}
+	for _, j := range jobs {
+		row := newJobRow(j)
+		row.State = qd.State
+		qd.Jobs = append(qd.Jobs, row)
+	}
+	qd.Matched = len(jobs)
+	return at + len(jobs), len(jobs) < deadPage, nil
 }
 
 // listDead lists one page of the dead set from offset at. It returns the
@@ -238,6 +316,9 @@ func (qd *queueData) pageLinks(p *page, at, off int, end, search bool) {
 		if qd.Query != "" {
 			v.Set("q", qd.Query)
 		}
+		if qd.State != backends.JobDead {
+			v.Set("state", qd.State)
+		}
 		if at > 0 {
 			v.Set("at", strconv.Itoa(at))
 		}
@@ -249,7 +330,13 @@ func (qd *queueData) pageLinks(p *page, at, off int, end, search bool) {
 		}
 		return p.Path + "?" + v.Encode()
 	}
-	if !end && off < int(min(qd.Dead, math.MaxInt32)) { // the count read with the page: more may have died since
+	total := qd.Dead // the count read with the page: more may have died since
+	for _, t := range qd.Tabs {
+		if t.On {
+			total = t.Count
+		}
+	}
+	if !end && off < int(min(total, math.MaxInt32)) {
 		qd.Next = link(off)
 	}
 	qd.Scanned = qd.Scanned && qd.Next != ""
@@ -263,6 +350,8 @@ func (qd *queueData) pageLinks(p *page, at, off int, end, search bool) {
 
 type jobData struct {
 	Queue string
+	// State is the job's state as read (backends.JobReady, ...).
+	State string
 	Job   *jobRow
 	Err   string
 	// Actions act on this job, Bulk on every dead job of the queue.
@@ -289,9 +378,50 @@ func (d *Dashboard) jobPage(ctx context.Context, r *http.Request, p *page) (any,
 	case err != nil:
 		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
 	}
+	return d.jobData(p, name, j, backends.JobDead), http.StatusOK
+}
+
+// anyJobPage is the page of a job in any state.
+func (d *Dashboard) anyJobPage(ctx context.Context, r *http.Request, p *page) (any, int) {
+	name := r.PathValue("name")
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	s, _ := d.src.Current()
+	if s.Queues[name] == nil || err != nil {
+		return nil, http.StatusNotFound
+	}
+	p.Title, p.Nav = fmt.Sprintf("queue.%s job %d", name, id), "queues"
+	dr, err := d.queue(name)
+	if err != nil {
+		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
+	}
+	j, state, err := dr.JobByID(ctx, name, id, payloadShown)
+	switch {
+	case isNotFound(err):
+		return nil, http.StatusNotFound
+	case err != nil:
+		return &jobData{Queue: name, Err: err.Error()}, http.StatusOK
+	}
+	p.Title = fmt.Sprintf("queue.%s %s job %d", name, state, id)
+	return d.jobData(p, name, j, state), http.StatusOK
+}
+
+// jobData is a job's page: the job, its payload as shown, and the actions
+// its state allows.
+func (d *Dashboard) jobData(p *page, name string, j backends.PartialJob, state string) *jobData {
 	row := newJobRow(j)
+	row.State = state
 	shown := wholeRunes(j.Payload, j.Truncated())
 	row.Payload, _ = block(shown, payloadShown, false)
 	row.More = j.PayloadSize - int64(len(shown))
-	return &jobData{Queue: name, Job: &row, Actions: d.offered(p, spec.KindQueue, true), Bulk: d.offered(p, spec.KindQueue, false)}, http.StatusOK
+	var acts []Action
+	for _, a := range d.offered(p, spec.KindQueue, true) {
+		if slices.Contains(a.JobStates, state) || (len(a.JobStates) == 0 && state == backends.JobDead) {
+			acts = append(acts, a)
+		}
+	}
+	var bulk []Action
+	if state == backends.JobDead {
+		bulk = d.offered(p, spec.KindQueue, false)
+	}
+	return &jobData{Queue: name, State: state, Job: &row, Actions: acts, Bulk: bulk}
 }

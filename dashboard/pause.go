@@ -10,9 +10,9 @@ import (
 	"github.com/coordd/coordd/spec"
 )
 
-// PauseActions are the Pause and Resume buttons of cron tasks,
-// for Options.Extra: `coordd cron pause` and `coordd cron resume` from the
-// dashboard. A pause is recorded with src's host id, the backend's time and
+// PauseActions are the Pause and Resume buttons of cron tasks and queues,
+// for Options.Extra: `coordd cron pause` and `coordd cron resume`, `coordd
+// queue pause` and `coordd queue resume`, from the dashboard. A pause is recorded with src's host id, the backend's time and
 // the reason typed in the form (required), and names the dashboard and the
 // session's token id; the action log line says who asked, as for every
 // action.
@@ -28,12 +28,7 @@ func PauseActions(src Source) []Action {
 				if err != nil {
 					return "", err
 				}
-				reason := req.Reason + " (dashboard"
-				if req.Actor.TokenID != "" {
-					reason += ", token " + req.Actor.TokenID
-				}
-				reason += ")"
-				p, changed, err := pz.PauseCron(ctx, name, src.HostID(), reason)
+				p, changed, err := pz.PauseCron(ctx, name, src.HostID(), dashboardReason(req))
 				if err != nil {
 					return "", err
 				}
@@ -67,7 +62,69 @@ func PauseActions(src Source) []Action {
 				return fmt.Sprintf("cron.%s resumed (it was paused %s); missed times follow its catch_up", name, pauseText(prev)), nil
 			},
 		},
+		{
+			Kind: spec.KindQueue, Name: "pause-queue", Label: "Pause the queue", Reason: true,
+			Do: func(ctx context.Context, name string, req ActionRequest) (string, error) {
+				if req.Reason == "" {
+					return "", errors.New("a reason is required: say why, for whoever finds the queue paused")
+				}
+				q, err := queueOf(src, name)
+				if err != nil {
+					return "", err
+				}
+				p, changed, err := q.PauseQueue(ctx, name, src.HostID(), dashboardReason(req))
+				if err != nil {
+					return "", err
+				}
+				if !changed {
+					return fmt.Sprintf("queue.%s was already paused %s; that pause is kept", name, pauseText(&p)), nil
+				}
+				return fmt.Sprintf("queue.%s paused %s; workers claim nothing from it until it is resumed", name, pauseText(&p)), nil
+			},
+		},
+		{
+			Kind: spec.KindQueue, Name: "resume-queue", Label: "Resume the queue",
+			Do: func(ctx context.Context, name string, _ ActionRequest) (string, error) {
+				q, err := queueOf(src, name)
+				if err != nil {
+					return "", err
+				}
+				prev, err := q.ResumeQueue(ctx, name)
+				if err != nil {
+					return "", err
+				}
+				if prev == nil {
+					return fmt.Sprintf("queue.%s is not paused; nothing to resume", name), nil
+				}
+				return fmt.Sprintf("queue.%s resumed (it was paused %s); workers claim again within a second", name, pauseText(prev)), nil
+			},
+		},
 	}
+}
+
+// dashboardReason is a pause's reason as recorded: the operator's, then
+// that it came from the dashboard and the session's token id.
+func dashboardReason(req ActionRequest) string {
+	reason := req.Reason + " (dashboard"
+	if req.Actor.TokenID != "" {
+		reason += ", token " + req.Actor.TokenID
+	}
+	return reason + ")"
+}
+
+// queueOf is the queues of queue name's backend, as this host's spec
+// places it.
+func queueOf(src Source, name string) (backends.Queues, error) {
+	s, e := src.Current()
+	q := s.Queues[name]
+	if q == nil {
+		return nil, fmt.Errorf("queue %q is not declared in this host's spec: %w", name, backends.ErrNotFound)
+	}
+	b := e.Backends[q.Backend]
+	if b == nil || b.Queues() == nil {
+		return nil, fmt.Errorf("backend %q is not open on this host, or holds no queues", q.Backend)
+	}
+	return b.Queues(), nil
 }
 
 // cronPauser is the backend of cron task name, as this host's spec places

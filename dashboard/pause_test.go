@@ -98,3 +98,54 @@ func TestDashboardPauseResume(t *testing.T) {
 		t.Errorf("the task page still shows the pause after the resume")
 	}
 }
+
+// TestDashboardQueuePauseResume: the queue's Pause and Resume buttons
+// change the store as `coordd queue pause` and `resume` do, over HTTP on a
+// real SQLite store: a pause needs a reason and records this host and the
+// reason (naming the dashboard and the token); the queue pages show it
+// (a notice, a badge in the list) and offer Resume in place of Pause; a
+// resume lifts it.
+func TestDashboardQueuePauseResume(t *testing.T) {
+	late := &lateSource{}
+	f := newFixture(t, "", dashboard.Options{Actions: true, TokenFile: tokenFile(t, "alice:"+aliceSecret), Extra: dashboard.PauseActions(late)})
+	late.src = f.src
+	q := f.src.e.Backends[f.src.s.Queues["thumbnails"].Backend].Queues()
+	paused := func() *backends.Pause {
+		t.Helper()
+		p, err := q.QueuePaused(f.ctx, "thumbnails")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const pausePath, resumePath = "/actions/queue/thumbnails/pause-queue", "/actions/queue/thumbnails/resume-queue"
+	c := newClient(t, f.url)
+	csrf := c.login(aliceSecret)
+	_, page := c.do(http.MethodGet, "/queues/thumbnails", nil, nil)
+	contains(t, "queue page", page, `data-action="pause-queue"`)
+	if strings.Contains(page, `data-action="resume-queue"`) {
+		t.Errorf("the page of a running queue offers Resume")
+	}
+	if code, _ := c.do(http.MethodPost, pausePath, url.Values{"csrf": {csrf}}, nil); code != http.StatusSeeOther || paused() != nil {
+		t.Fatalf("pause without a reason: %d, pause %+v", code, paused())
+	}
+	if code, _ := c.do(http.MethodPost, pausePath, url.Values{"csrf": {csrf}, "reason": {"INC-7 <b>image</b> service down"}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("pause: %d", code)
+	}
+	p := paused()
+	if p == nil || p.Host != "web-1" || p.Reason != "INC-7 <b>image</b> service down (dashboard, token alice)" {
+		t.Fatalf("pause recorded: %+v", p)
+	}
+	_, page = c.do(http.MethodGet, "/queues/thumbnails", nil, nil)
+	contains(t, "paused queue page", page, `id="queue-paused"`, "Paused by web-1", "INC-7 &lt;b&gt;image&lt;/b&gt; service down", `data-action="resume-queue"`)
+	if strings.Contains(page, `data-action="pause-queue"`) {
+		t.Errorf("the page of a paused queue offers Pause")
+	}
+	_, page = c.do(http.MethodGet, "/queues", nil, nil)
+	contains(t, "queues list", page, ">paused</span>")
+	if code, _ := c.do(http.MethodPost, resumePath, url.Values{"csrf": {csrf}}, nil); code != http.StatusSeeOther || paused() != nil {
+		t.Fatalf("resume: %d, pause %+v", code, paused())
+	}
+	_, page = c.do(http.MethodGet, "/queues/thumbnails", nil, nil)
+	contains(t, "queue page after resume", page, "resumed (it was paused by web-1")
+}

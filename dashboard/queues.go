@@ -29,6 +29,8 @@ type queueRow struct {
 	Trend         trend
 	Err           string
 	Now           time.Time
+	// Pause is an operator's pause of the queue (nil: none).
+	Pause *backends.Pause
 }
 
 func (d *Dashboard) queueRows(ctx context.Context, s *spec.Spec, e *reconcile.Engine, names []string) []*queueRow {
@@ -80,6 +82,7 @@ func (d *Dashboard) readQueues(ctx context.Context, bn string, b backends.Backen
 		}
 		row.Applied, row.Config = true, st.Config
 		row.Ready, row.Delayed, row.InFlight, row.Dead, row.Stranded = st.ReadyNow(), st.Delayed, st.InFlight, st.Dead, st.Stranded
+		row.Pause = st.Paused
 		if !st.OldestReady.IsZero() && st.ReadyNow() > 0 {
 			row.Oldest = span(max(now.Sub(st.OldestReady), 0))
 		}

@@ -106,6 +106,7 @@ type Metrics struct {
 	cronRuns        *prometheus.CounterVec
 	roundTrip       *prometheus.HistogramVec
 	hostIDConflict  prometheus.Gauge
+	hooks           *prometheus.CounterVec
 
 	// lastOK is the latest successful run seen per backend and task
 	// (lastSuccess): a scrape reads only each task's latest run.
@@ -144,11 +145,15 @@ func New(src Source) *Metrics {
 			Name: "coordd_host_id_conflict",
 			Help: "1 while another live daemon rewrites this daemon's host record: two daemons run with one --host-id.",
 		}),
+		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_hook_deliveries_total",
+			Help: "on_failure hooks run by this host (the leader), by object, event kind and result (ok, failed: the command or the webhook failed after its retries).",
+		}, []string{"object", "event", "result"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconcileRuns, m.reconcileErrors, m.cronLateness, m.cronRuns, m.roundTrip, m.hostIDConflict,
+		m.reconcileRuns, m.reconcileErrors, m.cronLateness, m.cronRuns, m.roundTrip, m.hostIDConflict, m.hooks,
 		&collector{m: m},
 	)
 	for _, k := range []string{"apply", "resync"} {
@@ -201,6 +206,15 @@ func (m *Metrics) lastSuccess(ctx context.Context, cr backends.Crons, backend, t
 	return at, found, nil
 }
 
+// HookDelivered counts one on_failure hook run (notify.Observer).
+func (m *Metrics) HookDelivered(object, kind string, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "failed"
+	}
+	m.hooks.WithLabelValues(object, kind, result).Inc()
+}
+
 // CronFinished counts a finished run by its status.
 func (m *Metrics) CronFinished(task, status string) {
 	m.cronRuns.WithLabelValues(task, status).Inc()
@@ -249,6 +263,8 @@ var (
 		"Jobs claimed by a worker and not yet acked.", []string{"queue", "backend"}, nil)
 	descQDead = prometheus.NewDesc("coordd_queue_dead",
 		"Jobs that used up their attempts.", []string{"queue", "backend"}, nil)
+	descQPaused = prometheus.NewDesc("coordd_queue_paused",
+		"1 while the queue is paused (coordd queue pause): its workers claim nothing; else 0.", []string{"queue", "backend"}, nil)
 	descQAge = prometheus.NewDesc("coordd_queue_oldest_ready_age_seconds",
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
@@ -276,7 +292,7 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQAge, descCronPaused, descCronNext, descCronLastSuccess,
+		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQPaused, descQAge, descCronPaused, descCronNext, descCronLastSuccess,
 		descLossHold, descLossHoldLeft, descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
@@ -433,7 +449,12 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			if !q.OldestReady.IsZero() {
 				age = max(now.Sub(q.OldestReady).Seconds(), 0)
 			}
+			paused := 0.0
+			if q.Paused != nil {
+				paused = 1
+			}
 			out = append(out,
+				gauge(descQPaused, paused, n, o.Backend),
 				gauge(descQReady, float64(q.ReadyNow()), n, o.Backend),
 				gauge(descQDelayed, float64(q.Delayed), n, o.Backend),
 				gauge(descQInFlight, float64(q.InFlight), n, o.Backend),

@@ -67,6 +67,10 @@ type worker struct {
 	full         bool
 	backendReady bool
 	streak       int
+	// pauseReadAt is when the queue's pause was last read (monotonic),
+	// paused what it said.
+	pauseReadAt time.Time
+	paused      *backends.Pause
 }
 
 // errStopped ends the claim loop without an error: stop was closed, a
@@ -183,6 +187,9 @@ func (w *worker) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err := w.whilePaused(ctx); err != nil {
+			return err
+		}
 		n, err := w.takeSlots(ctx)
 		if err != nil {
 			return err // the deferred wg.Wait waits for the handlers
@@ -205,6 +212,48 @@ func (w *worker) loop(ctx context.Context) error {
 		}
 		if err := w.nothingClaimable(ctx, wake); err != nil {
 			return err
+		}
+	}
+}
+
+// pauseCheckEvery is how often a worker reads its queue's pause: an
+// operator's pause (coordd queue pause) stops every worker's claims within
+// about this long, and a resume restarts them as fast.
+const pauseCheckEvery = time.Second
+
+// whilePaused returns once the queue is not paused, reading its pause at
+// most every pauseCheckEvery; while it is paused the worker claims
+// nothing and its running jobs go on. It ends with ctx's error,
+// errStopped, or an error for a queue that no longer exists. A failed
+// read lets the claim go on: the claim says what is wrong.
+func (w *worker) whilePaused(ctx context.Context) error {
+	for {
+		if time.Since(w.pauseReadAt) < pauseCheckEvery && w.paused == nil {
+			return nil
+		}
+		p, err := w.c.q.QueuePaused(ctx, w.queue)
+		w.pauseReadAt = time.Now()
+		switch {
+		case errors.Is(err, backends.ErrNotFound):
+			return fmt.Errorf("work queue %q: %w", w.queue, err)
+		case err != nil:
+			return nil
+		case p == nil:
+			if w.paused != nil {
+				w.logf("queue %s: resumed; claiming again", w.queue)
+			}
+			w.paused = nil
+			return nil
+		}
+		if w.paused == nil {
+			w.logf("queue %s: paused by %s at %s (%s); claiming nothing until it is resumed", w.queue, p.Host, p.At.UTC().Format(time.RFC3339), p.Reason)
+		}
+		w.paused = p
+		if !sleep(ctx, w.stop, nil, pauseCheckEvery) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errStopped
 		}
 	}
 }

@@ -274,6 +274,9 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 	if err != nil {
 		return err
 	}
+	if err := e.declareHook(ctx, d); err != nil {
+		return err
+	}
 	switch {
 	case d.sem != nil:
 		adm := b.Semaphores()
@@ -317,6 +320,26 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 		}
 		_, err := adm.PutQueue(ctx, queueConfig(d.queue))
 		return err
+	}
+	return nil
+}
+
+// declareHook records, before d is stored, when its on_failure hook was
+// first applied (backends.HookDeclared): the leader notifies only the
+// failures that come after.
+func (e *Engine) declareHook(ctx context.Context, d *object) error {
+	var h *spec.Hook
+	switch {
+	case d.cron != nil:
+		h = d.cron.OnFailure
+	case d.queue != nil:
+		h = d.queue.OnFailure
+	}
+	if h == nil {
+		return nil
+	}
+	if _, err := e.State.MarkNotice(ctx, backends.HookDeclared(d.addr.String(), h)); err != nil {
+		return fmt.Errorf("recording the on_failure hook: %w", err)
 	}
 	return nil
 }

@@ -201,7 +201,7 @@ func (o *object) attrs() []attr {
 			intAttr("max_attempts", int64(c.MaxAttempts)), durAttr("retry_backoff", c.RetryBackoff),
 			strAttr("on_host_loss", c.OnHostLoss), strAttr("semaphore", c.Semaphore),
 			boolAttr("run_on_create", c.RunOnCreate), boolAttr("paused", c.Paused), intAttr("history_limit", int64(c.HistoryLimit)),
-			durAttr("run_lease", c.RunLease),
+			durAttr("run_lease", c.RunLease), hookAttr(c.OnFailure),
 			boolAttr("prevent_destroy", c.PreventDestroy),
 		}
 	case o.queue != nil:
@@ -211,10 +211,19 @@ func (o *object) attrs() []attr {
 			durAttr("visibility_timeout", q.VisibilityTimeout), intAttr("max_attempts", int64(q.MaxAttempts)),
 			durAttr("retry_backoff", q.RetryBackoff), limitAttr("timeout", q.Timeout),
 			strAttr("unique", q.Unique), intAttr("max_payload", q.MaxPayload),
-			strAttr("claim", q.Claim), boolAttr("prevent_destroy", q.PreventDestroy),
+			strAttr("claim", q.Claim), hookAttr(q.OnFailure), boolAttr("prevent_destroy", q.PreventDestroy),
 		}
 	}
 	return nil
+}
+
+// hookAttr prints an on_failure hook in one line (its webhook redacted to
+// scheme, host and a fingerprint); none is left out of the plan.
+func hookAttr(h *spec.Hook) attr {
+	if h == nil {
+		return attr{"on_failure", "", nil}
+	}
+	return attr{"on_failure", h.Summary(), h}
 }
 
 // jitterAttr prints a task's jitter with the offset its name gives it;

@@ -40,21 +40,10 @@ func parseTask(name string, raw json.RawMessage) (*task, error) {
 }
 
 // retryable reports whether r, the latest attempt of its scheduled time,
-// which ended failed, timed out or lost, gets another attempt.
-//
-// A failed or timed-out attempt is retried while r.Attempt < max_attempts.
-// A lost one (its host vanished or stopped renewing: nothing says the
-// command failed) is retried under on_host_loss retry while r.Attempt <=
-// max_attempts: a host loss earns one attempt beyond max_attempts, so that
-// the default max_attempts 1 survives a kill -9, and a command that kills
-// its host every time still runs at most max_attempts+1 times per
-// scheduled time. The bound needs only r's attempt number, not a count of
-// earlier losses that history_limit might have trimmed.
+// which ended failed, timed out or lost, gets another attempt
+// (spec.CronTask.Retryable).
 func (t *task) retryable(r backends.Run) bool {
-	if r.Status == backends.RunLost {
-		return t.def.OnHostLoss != spec.HostLossFail && r.Attempt <= t.def.MaxAttempts
-	}
-	return r.Attempt < t.def.MaxAttempts
+	return t.def.Retryable(r.Status == backends.RunLost, r.Attempt)
 }
 
 // scheduledAtLayout is the format of COORDD_SCHEDULED_AT: RFC 3339 in UTC

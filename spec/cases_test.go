@@ -40,6 +40,7 @@ var goodSpecs = []string{
 	mcPrefix("app/prod~1:" + strings.Repeat("x", MaxMemcachedKeyPrefix-11)), // printable, at the length limit
 	"backends:\n  db: {type: mysql, dsn: \"u:${PW:-x}@tcp(h:3306)/d\", table_prefix: app_}\nsemaphores:\n  s: {limit: 2, mode: session, wake: kill}\nqueues:\n  q: {claim: skip_locked}\n",
 	pgHeader + "semaphores:\n  s: {limit: 2, mode: session, max_waiting: 3}\n",
+	"cron:\n  r:\n    schedule: \"@hourly\"\n    command: \"true\"\n    on_failure: {command: [\"/usr/local/bin/page\", \"--team\", ops], webhook: \"https://hooks.example.com/T0/B0/x\", missed_after: 10m}\nqueues:\n  q: {on_failure: {webhook: {url: \"https://h.example.com/\", headers: {Authorization: \"Bearer ${COORDD_DB_PASSWORD}\"}, timeout: 5s, retries: 0}}}\n",
 	"backends:\n  r:\n    type: redis\n    sentinel: {master: mymaster, addrs: [\"s1:26379\", \"s2:26379\"], db: 2, username: app, password: \"${PW:-x}\", sentinel_password: \"${SPW:-y}\"}\ncluster: {backend: r}\n",
 }
 
@@ -76,6 +77,20 @@ const redisHeader = `backends:
 `
 
 var badCases = []badCase{
+	{name: "on_failure without a hook", files: one("cron:\n  x:\n    schedule: \"@daily\"\n    command: \"true\"\n    on_failure: {missed_after: 1h}\n"),
+		pos: "a.yaml:5:5", msg: "cron.x.on_failure: needs a command, a webhook, or both"},
+	{name: "webhook not http", files: one("cron:\n  x:\n    schedule: \"@daily\"\n    command: \"true\"\n    on_failure: {webhook: \"ftp://secret-host/T0KEN\"}\n"),
+		pos: "a.yaml:5:27", msg: "cron.x.on_failure.webhook: must be an http:// or https:// URL (the value is not shown"},
+	{name: "webhook url unset variable", files: one("queues:\n  q:\n    on_failure:\n      webhook: {url: \"${SLACK_URL}\"}\n"),
+		pos: "a.yaml:4:22", msg: "queue.q.on_failure.webhook.url: environment variable SLACK_URL is not set"},
+	{name: "missed_after on a queue", files: one("queues:\n  q:\n    on_failure: {command: \"true\", missed_after: 1h}\n"),
+		pos: "a.yaml:3:35", msg: "queue.q.on_failure: missed_after belongs to a cron task's on_failure"},
+	{name: "webhook retries out of range", files: one("queues:\n  q:\n    on_failure: {webhook: {url: \"http://h/\", retries: 11}}\n"),
+		pos: "a.yaml:3:55", msg: "queue.q.on_failure.webhook.retries: must be at most 10"},
+	{name: "webhook bad header name", files: one("queues:\n  q:\n    on_failure: {webhook: {url: \"http://h/\", headers: {\"X Bad\": v}}}\n"),
+		pos: "a.yaml:3:56", msg: "queue.q.on_failure.webhook.headers: a header name holds only"},
+	{name: "on_failure with no history", files: one("cron:\n  x:\n    schedule: \"@daily\"\n    command: \"true\"\n    history_limit: 0\n    on_failure: {command: \"true\"}\n"),
+		pos: "a.yaml:5:20", msg: "cron.x.history_limit: must be at least 1 with on_failure"},
 	{name: "unknown field", files: one("semaphores:\n  x: {limt: 5, limit: 1}\n"),
 		pos: "a.yaml:2:7", msg: `semaphore.x: unknown field "limt" (did you mean "limit"?)`},
 	{name: "wrong type", files: one("semaphores:\n  x: {limit: five}\n"),

@@ -227,7 +227,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 var cronFields = []string{
 	"backend", "schedule", "timezone", "jitter", "command", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "starting_deadline", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
-	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused",
+	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused", "on_failure",
 }
 
 func (l *loader) decodeCron(s *Spec) {
@@ -313,6 +313,10 @@ func (l *loader) decodeCron(s *Spec) {
 		o.Paused = fs.boolean("paused")
 		o.HistoryLimit, _ = fs.intRange("history_limit", defaultHistoryLimit, 0, 0)
 		o.RunLease, _ = fs.duration("run_lease", defaultRunLease, minRunLease)
+		o.OnFailure = l.hook(fs, true)
+		if o.OnFailure != nil && o.HistoryLimit == 0 && fs.has("history_limit") {
+			fs.errf("history_limit", "must be at least 1 with on_failure: the hook finds failed runs in the history")
+		}
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Cron[name] = o
 	}
@@ -407,7 +411,7 @@ func (l *loader) env(fs *fieldSet) map[string]string {
 
 var queueFields = []string{
 	"backend", "partitions", "visibility_timeout", "max_attempts", "retry_backoff", "timeout",
-	"unique", "max_payload", "claim", "prevent_destroy",
+	"unique", "max_payload", "claim", "prevent_destroy", "on_failure",
 }
 
 func (l *loader) decodeQueues(s *Spec) {
@@ -433,6 +437,7 @@ func (l *loader) decodeQueues(s *Spec) {
 		if ok && o.Claim == ClaimSkipLocked && typ != "" && typ != TypeMySQL {
 			fs.errf("claim", "claim skip_locked needs a mysql backend; backend %s is %s", quote(o.Backend), typ)
 		}
+		o.OnFailure = l.hook(fs, false)
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Queues[name] = o
 	}

@@ -199,9 +199,12 @@ type CronTask struct {
 	// RunLease is the run lease of an occurrence: the host running it
 	// renews it every RunLease/3; when it stops, the occurrence is lost
 	// after RunLease.
-	RunLease       time.Duration `json:"run_lease"`
-	PreventDestroy bool          `json:"prevent_destroy,omitempty"`
-	Pos            Pos           `json:"-"`
+	RunLease time.Duration `json:"run_lease"`
+	// OnFailure runs once per failed, timed-out, lost or missed run; nil:
+	// none.
+	OnFailure      *Hook `json:"on_failure,omitempty"`
+	PreventDestroy bool  `json:"prevent_destroy,omitempty"`
+	Pos            Pos   `json:"-"`
 
 	// Sched is the parsed schedule; never nil after a successful load.
 	Sched Schedule `json:"-"`
@@ -219,8 +222,10 @@ type Queue struct {
 	Unique            string        `json:"unique"`
 	MaxPayload        int64         `json:"max_payload"`
 	Claim             string        `json:"claim"`
-	PreventDestroy    bool          `json:"prevent_destroy,omitempty"`
-	Pos               Pos           `json:"-"`
+	// OnFailure runs once per job moved to the dead set; nil: none.
+	OnFailure      *Hook `json:"on_failure,omitempty"`
+	PreventDestroy bool  `json:"prevent_destroy,omitempty"`
+	Pos            Pos   `json:"-"`
 }
 
 // Spec is a loaded, validated and normalized spec.
@@ -260,4 +265,24 @@ type RedisSentinel struct {
 	Username         string `json:"username,omitempty"`
 	Password         string `json:"-"`
 	SentinelPassword string `json:"-"`
+}
+
+// Retryable reports whether an attempt of a scheduled time of t that
+// ended failed or timed out (lost false), or lost (its host vanished or
+// stopped renewing), gets another attempt.
+//
+// A failed or timed-out attempt is retried while attempt < max_attempts.
+// A lost one (nothing says the command failed) is retried under
+// on_host_loss retry while attempt <= max_attempts: a host loss earns one
+// attempt beyond max_attempts, so that the default max_attempts 1
+// survives a kill -9, and a command that kills its host every time still
+// runs at most max_attempts+1 times per scheduled time. The bound needs
+// only the attempt number, not a count of earlier losses that
+// history_limit might have trimmed.
+func (t *CronTask) Retryable(lost bool, attempt int) bool {
+	attempts := max(t.MaxAttempts, 1)
+	if lost {
+		return t.OnHostLoss != HostLossFail && attempt <= attempts
+	}
+	return attempt < attempts
 }

@@ -106,7 +106,10 @@ var capabilities = []capability{
 	{"QueueDeadJob", hasQueues, testQueueDeadJob},   // every queue backend must act on one dead job
 	{"QueueDeadRead", hasQueues, testQueueDeadRead}, // and read one page of the dead set, bounded
 	{"QueueDiedAt", hasQueues, testQueueDiedAt},     // a dead job's AvailableAt is its time of death
+	{"QueueBrowse", hasQueues, testQueueBrowse},     // the queue browser: pages by state, one job, cancel, run now
+	{"QueuePause", hasQueues, testQueuePause},       // an operator's pause of a queue
 	{"HostRegistry", hasCluster, testHostRegistry},
+	{"Notices", hasCluster, testNotices},
 }
 
 func is[T any](b backends.Backend) bool {

@@ -57,6 +57,26 @@ func (s *Store) RequeueDead(ctx context.Context, queue string) (int64, error) {
 	return n, err
 }
 
+// RunJobNow is the shared store's (backends.Queues), and wakes one parked
+// worker: the job is claimable now.
+func (s *Store) RunJobNow(ctx context.Context, queue string, id int64) error {
+	if err := s.Core.RunJobNow(ctx, queue, id); err != nil {
+		return err
+	}
+	s.wakeQueue(ctx, queue, 1)
+	return nil
+}
+
+// CancelJob is the shared store's (backends.Queues), and wakes one parked
+// worker: the next job of the canceled one's key may be claimable now.
+func (s *Store) CancelJob(ctx context.Context, queue string, id int64) error {
+	if err := s.Core.CancelJob(ctx, queue, id); err != nil {
+		return err
+	}
+	s.wakeQueue(ctx, queue, 1)
+	return nil
+}
+
 // RequeueDeadJob is the shared store's (backends.Queues), and wakes one
 // parked worker.
 func (s *Store) RequeueDeadJob(ctx context.Context, queue string, id int64) error {

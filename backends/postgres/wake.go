@@ -204,3 +204,36 @@ func (s *Store) WaitQueue(ctx context.Context, queue string, maxWait time.Durati
 	}
 	return nil
 }
+
+// qNotifyQueue wakes the idle workers of a queue on every host, as the
+// trigger does: for the writes no trigger sees (a delayed job run now, a
+// ready job canceled ahead of the next of its key). Arguments: channel,
+// queue.
+const qNotifyQueue = `SELECT pg_notify($1, $2)`
+
+// notifyQueue sends qNotifyQueue; a failure only delays the workers to
+// their next fallback claim.
+func (s *Store) notifyQueue(ctx context.Context, queue string) {
+	_, _ = s.Core.DB.WriteOne(ctx, qNotifyQueue, s.listen.channel, queue)
+}
+
+// RunJobNow is the shared store's (backends.Queues), and wakes the
+// queue's idle workers: the job is claimable now.
+func (s *Store) RunJobNow(ctx context.Context, queue string, id int64) error {
+	if err := s.Core.RunJobNow(ctx, queue, id); err != nil {
+		return err
+	}
+	s.notifyQueue(ctx, queue)
+	return nil
+}
+
+// CancelJob is the shared store's (backends.Queues), and wakes the
+// queue's idle workers: the next job of the canceled one's key may be
+// claimable now.
+func (s *Store) CancelJob(ctx context.Context, queue string, id int64) error {
+	if err := s.Core.CancelJob(ctx, queue, id); err != nil {
+		return err
+	}
+	s.notifyQueue(ctx, queue)
+	return nil
+}

@@ -24,7 +24,8 @@ import (
 //	           partitions, span, vis (µs), max_attempts, backoff (µs),
 //	           unique, max_payload, cursor (where claims of older
 //	           coordd versions started their round robin over the
-//	           partitions; no longer read or written)
+//	           partitions; no longer read or written), pause (an
+//	           operator's pause, JSON as a cron task's; absent: none)
 //	ids        the id counter (INCR; recreated at TIME µs when missing)
 //	jobs       hash: id -> the job's record (cmsgpack of partition,
 //	           attempt, enqueued_at, available_at, owner, key, last_error)
@@ -154,13 +155,23 @@ const queueMaxRefresh = 4
 // again with n. args builds the arguments for a number of ready sets. It
 // returns the script's reply, a non-empty array.
 func (s *Store) runQueueScript(ctx context.Context, sc *goredis.Script, name string, args func(sets int) []any) ([]any, error) {
+	return s.withQueueKeys(name, func(ks []string) ([]any, error) {
+		return s.queueEval(ctx, sc, ks, args(len(ks)-queueFixedKeys)...)
+	})
+}
+
+// withQueueKeys runs call with queue name's keys, the ready sets as this
+// Store last knew them, and again with the sets a reply {-1, n} names
+// (the span changed under it), up to queueMaxRefresh times. It returns the
+// reply, a non-empty array.
+func (s *Store) withQueueKeys(name string, call func(ks []string) ([]any, error)) ([]any, error) {
 	qi := s.queueInfo(name)
 	ks := qi.fixed
 	if cur := qi.withReady.Load(); cur != nil {
 		ks = *cur
 	}
 	for range queueMaxRefresh {
-		res, err := s.queueEval(ctx, sc, ks, args(len(ks)-queueFixedKeys)...)
+		res, err := call(ks)
 		if err != nil {
 			return nil, err
 		}
@@ -393,6 +404,13 @@ func queueStateOf(name string, res []any) (*backends.QueueState, error) {
 		if next := queueInt(res[9]); next >= 0 {
 			st.NextDelayed = queueTime(next)
 		}
+	}
+	if len(res) > 10 {
+		p, err := queuePauseOf(queueStr(res[10]))
+		if err != nil {
+			return nil, err
+		}
+		st.Paused = p
 	}
 	return &st, nil
 }

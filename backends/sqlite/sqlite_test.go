@@ -349,6 +349,10 @@ func TestMigrateAllOrNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "coordd.db")
 	s := migrated(t, path)
 	execSQL(t, s, `DELETE FROM schema_migrations WHERE version > 4`)
+	execSQL(t, s, `DROP TABLE notices`)
+	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
+		execSQL(t, s, `ALTER TABLE queues DROP COLUMN `+col)
+	}
 	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
 		execSQL(t, s, `ALTER TABLE cron_tasks DROP COLUMN `+col)
 	}

@@ -60,6 +60,41 @@ func pauseFailed(env *cliEnv, what string, b backends.Backend, name string, err 
 	return 1
 }
 
+// pauseArgs are the arguments of cron pause and queue pause.
+type pauseArgs struct {
+	path, name, host, reason string
+	json                     bool
+}
+
+// parsePauseArgs reads `coordd WHAT NAME --reason TEXT [--host-id ID]
+// [--json]` (what: "cron pause" or "queue pause", naming a kind's object);
+// nil and the exit code when they are wrong.
+func parsePauseArgs(c *command, env *cliEnv, args []string, what, kind string) (*pauseArgs, int) {
+	fs := newFlags(c, env)
+	path := specFlag(fs, env)
+	reason := fs.String("reason", "", "why the "+kind+" is paused, shown to everyone (required)")
+	host := fs.String("host-id", "", "host id recorded with the pause (default: the hostname)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, flagExit(err)
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(env.stderr, "coordd %s: want exactly one %s NAME\n", what, kind)
+		return nil, 1
+	}
+	if *reason == "" {
+		fmt.Fprintf(env.stderr, "coordd %s: --reason is required: say why, for whoever finds the %s paused\n", what, kind)
+		return nil, 1
+	}
+	h, err := hostID(env, *host)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "coordd %s: %v\n", what, err)
+		return nil, 1
+	}
+	return &pauseArgs{path: *path, name: pos[0], host: h, reason: *reason, json: *asJSON}, 0
+}
+
 // describePause is one pause as a sentence's end: by whom, when, why.
 // Host and reason were written by another host: they go through esc.
 func describePause(p *backends.CronPause) string {
@@ -67,41 +102,23 @@ func describePause(p *backends.CronPause) string {
 }
 
 func cronPause(ctx context.Context, c *command, env *cliEnv, args []string) int {
-	fs := newFlags(c, env)
-	path := specFlag(fs, env)
-	reason := fs.String("reason", "", "why the task is paused, shown to everyone (required)")
-	host := fs.String("host-id", "", "host id recorded with the pause (default: the hostname)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parseArgs(fs, args)
-	if err != nil {
-		return flagExit(err)
+	a, code := parsePauseArgs(c, env, args, "cron pause", "task")
+	if a == nil {
+		return code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintln(env.stderr, "coordd cron pause: want exactly one task NAME")
-		return 1
-	}
-	if *reason == "" {
-		fmt.Fprintln(env.stderr, "coordd cron pause: --reason is required: say why, for whoever finds the task paused")
-		return 1
-	}
-	h, err := hostID(env, *host)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "coordd cron pause: %v\n", err)
-		return 1
-	}
-	name := pos[0]
-	b, pz, _, ok := openPauser(ctx, env, "cron pause", *path, name)
+	name, h := a.name, a.host
+	b, pz, _, ok := openPauser(ctx, env, "cron pause", a.path, name)
 	if !ok {
 		return 1
 	}
 	defer b.Close()
-	p, changed, err := pz.PauseCron(ctx, name, h, *reason)
+	p, changed, err := pz.PauseCron(ctx, name, h, a.reason)
 	if err != nil {
 		return pauseFailed(env, "cron pause", b.Backend, name, err)
 	}
 	m, err := b.ObserveCrons(ctx, []string{name})
 	inSpec := err == nil && m[name] != nil && backends.DefPaused(m[name].Def)
-	if *asJSON {
+	if a.json {
 		_ = writeJSON(env.stdout, cronPauseJSON{Task: name, Paused: true, Pause: &p, Changed: changed, PausedInSpec: inSpec})
 		return 0
 	}

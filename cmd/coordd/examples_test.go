@@ -258,6 +258,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	m.CronFinished("t", "failed")
 	m.Reconciled("apply", errors.New("refused"))
 	m.RoundTrip("local", "renew_leader", time.Millisecond)
+	m.HookDelivered("cron.t", "cron.failed", false)
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +333,7 @@ func TestExamplesAlertRules(t *testing.T) {
 		}
 	}
 	// What docs/operations.md says to alert on.
-	for _, a := range []string{"CoorddNoLeader", "CoorddReloadFailed", "CoorddCronLate", "CoorddCronRunsFailed", "CoorddCronOverdue",
+	for _, a := range []string{"CoorddNoLeader", "CoorddReloadFailed", "CoorddCronLate", "CoorddCronRunsFailed", "CoorddCronOverdue", "CoorddHookFailed",
 		"CoorddSemaphoreStuck", "CoorddQueueBacklogOld", "CoorddQueueDeadJobs", "CoorddBackendUnreadable",
 		"CoorddSpecNotApplied", "CoorddHostsDisagree"} {
 		if !alerts[a] {

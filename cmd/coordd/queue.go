@@ -25,6 +25,12 @@ var queueCmd = &command{
   coordd queue work NAME [-f PATH] [--concurrency N] [--drain [--ready-only]] [--host-id ID] -- CMD ARGS...
   coordd queue stats [NAME...] [-f PATH] [--json]
   coordd queue dead NAME [-f PATH] [--requeue | --purge] [--json]
+  coordd queue jobs NAME [-f PATH] [--state S] [--key K] [--limit N] [--offset N] [--json]
+  coordd queue job NAME ID [-f PATH] [--json]
+  coordd queue cancel NAME ID [-f PATH]
+  coordd queue run-now NAME ID [-f PATH]
+  coordd queue pause NAME --reason TEXT [-f PATH] [--host-id ID] [--json]
+  coordd queue resume NAME [-f PATH] [--json]
 
 queue push enqueues one job and prints its id. The payload is PAYLOAD, or
 stdin when it is "-" or absent. Jobs are claimed oldest first; the jobs of
@@ -62,15 +68,37 @@ retry in its backoff) and dead jobs and the age of the oldest ready job;
 coordd status and /metrics count them the same way. queue dead lists dead jobs, or with --requeue makes them
 ready again (attempts reset), or with --purge deletes them, printing how many.
 
+queue jobs lists one state of a queue's jobs, a page at a time (--limit 50
+by default): ready (now; push order), delayed (a delayed push, a retry in
+its backoff; by due time), running (claimed; by lease deadline) or dead,
+optionally only those of one --key. queue job shows one job in any state:
+its payload, attempts, times and last error with the stderr tail of its
+last failed attempt. queue cancel deletes a ready or delayed job that must
+not run; queue run-now makes a delayed job ready now, attempts kept. A job
+in flight or dead is refused (exit 1): queue dead acts on dead jobs.
+
+queue pause stops every worker of the queue, on every host, from claiming
+(each reads the pause about once a second; --drain waits while paused);
+jobs in flight finish and pushes are still taken. The pause records who
+(--host-id, default the hostname), when (the backend's clock) and why
+(--reason, required), shows in status, queue stats, /metrics and the
+dashboard, and survives an apply. queue resume removes it.
+
 Exit status: 0 ok, 1 error; queue work also 126 (CMD not executable) and
 127 (CMD not found).
 `,
 	run: func(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		return dispatch(ctx, c, env, args, map[string]runFunc{
-			"push":  queuePush,
-			"work":  queueWork,
-			"stats": queueStats,
-			"dead":  queueDead,
+			"push":    queuePush,
+			"work":    queueWork,
+			"stats":   queueStats,
+			"dead":    queueDead,
+			"jobs":    queueJobs,
+			"job":     queueJob,
+			"cancel":  queueCancel,
+			"run-now": queueRunNow,
+			"pause":   queuePause,
+			"resume":  queueResume,
 		})
 	},
 }
@@ -213,6 +241,8 @@ type queueStatsJSON struct {
 	Dead     int64  `json:"dead"`
 	// OldestAge is the age in seconds of the oldest job ready now (0: none).
 	OldestAge float64 `json:"oldest_age_seconds"`
+	// Pause is an operator's pause (coordd queue pause); absent: none.
+	Pause *backends.Pause `json:"pause,omitempty"`
 }
 
 func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int {
@@ -270,7 +300,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		row := queueStatsJSON{Name: n, Backend: bn}
 		if st := states[n]; st != nil {
 			row.Applied = true
-			row.Ready, row.InFlight, row.Delayed, row.Dead = st.ReadyNow(), st.InFlight, st.Delayed, st.Dead
+			row.Ready, row.InFlight, row.Delayed, row.Dead, row.Pause = st.ReadyNow(), st.InFlight, st.Delayed, st.Dead, st.Paused
 			if !st.OldestReady.IsZero() {
 				row.OldestAge = max(nows[bn].Sub(st.OldestReady), 0).Seconds()
 			}
@@ -291,8 +321,12 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		if r.Ready > 0 {
 			oldest = (time.Duration(r.OldestAge * float64(time.Second))).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "queue.%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s\n",
-			r.Name, r.Backend, r.Ready, r.InFlight, r.Delayed, r.Dead, oldest)
+		paused := ""
+		if r.Pause != nil {
+			paused = "\tpaused " + describePause(r.Pause)
+		}
+		fmt.Fprintf(tw, "queue.%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s%s\n",
+			r.Name, r.Backend, r.Ready, r.InFlight, r.Delayed, r.Dead, oldest, paused)
 	}
 	tw.Flush()
 	return 0

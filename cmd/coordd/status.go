@@ -157,7 +157,8 @@ type objectStatus struct {
 	Running    *int       `json:"running,omitempty"`
 	LastResult string     `json:"last_result,omitempty"`
 	// Paused is set for a cron task: whether it is paused (Pause: by an
-	// operator; PausedInSpec: by paused: true).
+	// operator; PausedInSpec: by paused: true). A queue has Pause alone,
+	// an operator's (coordd queue pause).
 	Paused       *bool               `json:"paused,omitempty"`
 	Pause        *backends.CronPause `json:"pause,omitempty"`
 	PausedInSpec bool                `json:"paused_in_spec,omitempty"`
@@ -256,6 +257,7 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 				if st := m[a.Name]; st != nil {
 					ob.Applied = true
 					ob.Ready, ob.InFlight, ob.Delayed, ob.Dead = ptr(st.ReadyNow()), ptr(st.InFlight), ptr(st.Delayed), ptr(st.Dead)
+					ob.Pause = st.Paused
 					if !st.OldestReady.IsZero() {
 						ob.Oldest = ptr(st.OldestReady)
 					}
@@ -414,7 +416,11 @@ func (r *statusReport) writeText(env *cliEnv) {
 			if o.Oldest != nil {
 				oldest = time.Since(*o.Oldest).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tin flight %d\tdelayed %d\tdead %d\toldest %s\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("ready %d", *o.Ready)), *o.InFlight, *o.Delayed, *o.Dead, oldest)
+			paused := ""
+			if o.Pause != nil {
+				paused = "\t" + env.paint(stateColour("paused"), "paused "+describePause(o.Pause))
+			}
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tin flight %d\tdelayed %d\tdead %d\toldest %s%s\n", o.Address, o.Backend, env.paint(colourPlain, fmt.Sprintf("ready %d", *o.Ready)), *o.InFlight, *o.Delayed, *o.Dead, oldest, paused)
 		}
 	}
 	tw.Flush()

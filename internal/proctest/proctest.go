@@ -240,11 +240,17 @@ func NewWitness(t testing.TB) *Witness {
 }
 
 // Script returns shell that enters the witness, runs body, and leaves.
+// A command stopped with SIGTERM (coordd stops one whose lease is lost)
+// leaves when it is stopped, which is when it ends; one killed with
+// SIGKILL never leaves (see Leave). The trap is set once inside: a TERM
+// before it leaves the count high, which can only raise the peak.
 func (w *Witness) Script(body string) string {
 	lock, cur, peaks := filepath.Join(w.dir, "lock"), filepath.Join(w.dir, "cur"), filepath.Join(w.dir, "peaks")
 	return fmt.Sprintf(`flock %[1]s sh -c 'n=$(($(cat %[2]s)+1)); echo $n > %[2]s; echo $n >> %[3]s'
+trap 'flock %[1]s sh -c "echo \$((\$(cat %[2]s)-1)) > %[2]s"; exit 143' TERM
 %[4]s
 rc=$?
+trap - TERM
 flock %[1]s sh -c 'echo $(($(cat %[2]s)-1)) > %[2]s'
 exit $rc`, lock, cur, peaks, body)
 }

@@ -78,11 +78,7 @@ func (s *Core) ObserveCrons(ctx context.Context, names []string) (map[string]*ba
 	_, err := s.readLists(ctx, len(lists), func(c Conn) error {
 		clear(out)
 		for _, l := range lists {
-			q, args, err := In(d, d.Pick(qCronObserve), l, nil)
-			if err != nil {
-				return err
-			}
-			rows, err := c.Query(ctx, q, args...)
+			rows, err := QueryIn(ctx, c, d, qCronObserve, l)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"regexp"
 	"strconv"
 	"strings"
@@ -309,6 +311,16 @@ func In[T any](d *Dialect, t string, vals []T, pre []any, post ...any) (string, 
 		}
 	}
 	return d.Render(strings.Replace(t, "{in}", in, 1)), append(args, post...), nil
+}
+
+// QueryIn runs q, whose text holds one {in}, for the values vals (In),
+// with no other argument.
+func QueryIn[T any](ctx context.Context, c Conn, d *Dialect, q Query, vals []T) (*sql.Rows, error) {
+	text, args, err := In(d, d.Pick(q), vals, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Query(ctx, text, args...)
 }
 
 // ListChunks splits vals into the lists one {in} takes: all at once with

@@ -37,11 +37,7 @@ func ObserveInstances(ctx context.Context, c Conn, d *Dialect, names []string, o
 		}
 		return inst[k]
 	}
-	q, args, err := In(d, d.Pick(qInstObserveHolders), names, nil)
-	if err != nil {
-		return err
-	}
-	rows, err := c.Query(ctx, q, args...)
+	rows, err := QueryIn(ctx, c, d, qInstObserveHolders, names)
 	if err != nil {
 		return err
 	}
@@ -61,10 +57,7 @@ func ObserveInstances(ctx context.Context, c Conn, d *Dialect, names []string, o
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if q, args, err = In(d, d.Pick(qInstObserveWaiters), names, nil); err != nil {
-		return err
-	}
-	if rows, err = c.Query(ctx, q, args...); err != nil {
+	if rows, err = QueryIn(ctx, c, d, qInstObserveWaiters, names); err != nil {
 		return err
 	}
 	for rows.Next() {

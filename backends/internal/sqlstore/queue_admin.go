@@ -59,7 +59,8 @@ ON DUPLICATE KEY UPDATE partitions = VALUES(partitions), config = VALUES(config)
 	// qQueueObserve reads many queues with the number of lock rows of
 	// partitions that exist.
 	qQueueObserve = Query{SQL: "SELECT q.name, q.partitions, q.config,\n" +
-		"  (SELECT count(*) FROM {p}queue_partitions p WHERE p.queue = q.name AND p.`partition` < q.partitions)\n" +
+		"  (SELECT count(*) FROM {p}queue_partitions p WHERE p.queue = q.name AND p.`partition` < q.partitions),\n" +
+		"  q.paused_at, q.paused_by, q.paused_reason\n" +
 		"FROM {p}queues q WHERE q.name {in}"}
 
 	// qQueueObserveJobs counts jobs by queue, state and whether they are
@@ -184,11 +185,7 @@ func (s *Core) ObserveQueues(ctx context.Context, names []string) (map[string]*b
 // observeQueues reads the configs and job counts of one list of names.
 func (s *Core) observeQueues(ctx context.Context, c Conn, names []string, out map[string]*backends.QueueState) error {
 	d := s.DB.Dialect()
-	q, args, err := In(d, d.Pick(qQueueObserve), names, nil)
-	if err != nil {
-		return err
-	}
-	rows, err := c.Query(ctx, q, args...)
+	rows, err := QueryIn(ctx, c, d, qQueueObserve, names)
 	if err != nil {
 		return err
 	}
@@ -196,9 +193,15 @@ func (s *Core) observeQueues(ctx context.Context, c Conn, names []string, out ma
 		var st backends.QueueState
 		var name, conf string
 		var partitions int
-		if err := rows.Scan(&name, &partitions, &conf, &st.PartitionsPresent); err != nil {
+		var pausedAt sql.NullInt64
+		var p backends.Pause
+		if err := rows.Scan(&name, &partitions, &conf, &st.PartitionsPresent, &pausedAt, &p.Host, &p.Reason); err != nil {
 			rows.Close()
 			return err
+		}
+		if pausedAt.Valid {
+			p.At = FromMicros(pausedAt.Int64)
+			st.Paused = &p
 		}
 		if err := json.Unmarshal([]byte(conf), &st.Config); err != nil {
 			rows.Close()
@@ -211,10 +214,7 @@ func (s *Core) observeQueues(ctx context.Context, c Conn, names []string, out ma
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if q, args, err = In(d, d.Pick(qQueueObserveJobs), names, nil); err != nil {
-		return err
-	}
-	if rows, err = c.Query(ctx, q, args...); err != nil {
+	if rows, err = QueryIn(ctx, c, d, qQueueObserveJobs, names); err != nil {
 		return err
 	}
 	defer rows.Close()

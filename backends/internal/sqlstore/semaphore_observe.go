@@ -61,11 +61,7 @@ func (s *Core) ObserveSemaphores(ctx context.Context, names []string) (map[strin
 // the session_slots of those that have named-lock slots (MySQL's mode
 // session, or holders left from it), which the store adds itself.
 func ObserveSemaphoreRows(ctx context.Context, c Conn, d *Dialect, names []string, out map[string]*backends.SemaphoreState) (map[string]int, error) {
-	q, args, err := In(d, d.Pick(qSemObserveConfigs), names, nil)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := c.Query(ctx, q, args...)
+	rows, err := QueryIn(ctx, c, d, qSemObserveConfigs, names)
 	if err != nil {
 		return nil, err
 	}
@@ -94,10 +90,7 @@ func ObserveSemaphoreRows(ctx context.Context, c Conn, d *Dialect, names []strin
 	if err := observeSlotRows(ctx, c, d, names, out); err != nil {
 		return nil, err
 	}
-	if q, args, err = In(d, d.Pick(qSemObserveWaiters), names, nil); err != nil {
-		return nil, err
-	}
-	if rows, err = c.Query(ctx, q, args...); err != nil {
+	if rows, err = QueryIn(ctx, c, d, qSemObserveWaiters, names); err != nil {
 		return nil, err
 	}
 	defer rows.Close()
@@ -118,11 +111,7 @@ func ObserveSemaphoreRows(ctx context.Context, c Conn, d *Dialect, names []strin
 // states: each to Slots, the live ones to Holders, the expired ones to
 // Expired.
 func observeSlotRows(ctx context.Context, c Conn, d *Dialect, names []string, out map[string]*backends.SemaphoreState) error {
-	q, args, err := In(d, d.Pick(qSemObserveSlots), names, nil)
-	if err != nil {
-		return err
-	}
-	rows, err := c.Query(ctx, q, args...)
+	rows, err := QueryIn(ctx, c, d, qSemObserveSlots, names)
 	if err != nil {
 		return err
 	}

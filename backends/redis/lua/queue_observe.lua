@@ -5,13 +5,14 @@
 -- ARGV: none.
 -- It returns {1, config JSON, partitions, ready, in flight, dead, delayed,
 -- oldest ready enqueued_at µs or -1, stranded, the first delayed job's
--- available_at µs or -1}; {0} when absent; {-1, n}
+-- available_at µs or -1, the operator's pause JSON (meta's field pause,
+-- see queue_pause.lua) or ""}; {0} when absent; {-1, n}
 -- when it got too few ready sets. Ready counts the ready sets and the
 -- delayed set (a delayed job is ready, not yet available); delayed counts
 -- the delayed jobs not yet due; in flight includes expired leases no claim
 -- has swept yet, as the SQL stores count them.
 --#include lib/queue.lua
-local m = redis.call('HMGET', K_META, 'span', 'partitions', 'config')
+local m = redis.call('HMGET', K_META, 'span', 'partitions', 'config', 'pause')
 if not m[2] then return {0} end
 local need = span_of({span = m[1], partitions = m[2]})
 if NLISTS < need then return {-1, need} end
@@ -45,4 +46,4 @@ if #due > 0 then
 end
 local first = redis.call('ZRANGEBYSCORE', K_DELAYED, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 return {1, m[3], P, ready + ndelayed, redis.call('ZCARD', K_INFLIGHT), redis.call('LLEN', K_DEAD),
-  future, oldest or -1, stranded, first[2] and tonumber(first[2]) or -1}
+  future, oldest or -1, stranded, first[2] and tonumber(first[2]) or -1, m[4] or ''}
