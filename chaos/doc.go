@@ -36,9 +36,12 @@
 //     and every second attempt followed the loss of the first one's host (a
 //     kill or stop of that daemon, or a backend restart, while it ran);
 //   - the witness never counted more living holders than the limit;
-//   - every pushed job was done, and every second delivery is explained by
-//     a lease that ran out: its worker killed, a backend restart while it
-//     ran, or a push that failed and was retried.
+//   - every pushed job was done, no (job, attempt) started twice, and every
+//     second delivery is explained by a lease that ran out: its worker
+//     killed, a backend restart while it ran, or a push that failed and was
+//     retried. Lost writes are allowed for what they are: a stale Redis
+//     failover's, and on PostgreSQL a claim that a crash lost before its
+//     WAL was flushed (the attempt then starts again).
 //
 // A fault "hits mid-operation" when its target had a command running; a run
 // where none did proves nothing and fails.

@@ -321,9 +321,9 @@ type CronReport struct {
 	Starts      int
 	// DuplicateStarts counts (scheduled time, attempt) pairs that started
 	// more than once: a violation, unless the first start's claim was lost
-	// with a failover to a replica that missed it (RerunAfterFailover).
-	DuplicateStarts    int
-	RerunAfterFailover int
+	// with a failover to a replica that missed it (RerunAfterLostWrite).
+	DuplicateStarts     int
+	RerunAfterLostWrite int
 	// Misses counts scheduled times in the checked window with no attempt
 	// started at all: a violation under catch_up: all, unless overlap
 	// forbid skipped the time for a run known to overlap it (Skips). (A
@@ -356,7 +356,7 @@ func (r CronReport) Add(o CronReport) CronReport {
 	r.Occurrences += o.Occurrences
 	r.Starts += o.Starts
 	r.DuplicateStarts += o.DuplicateStarts
-	r.RerunAfterFailover += o.RerunAfterFailover
+	r.RerunAfterLostWrite += o.RerunAfterLostWrite
 	r.Misses += o.Misses
 	r.Skips += o.Skips
 	r.Retries += o.Retries
@@ -379,6 +379,30 @@ const replicationLag = time.Second
 func lostWrite(faults []Fault, from, to time.Time) bool {
 	for _, f := range faults {
 		if f.Kind == RedisFailover && !f.End.Before(from) && !f.At.Add(-replicationLag).After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// asyncClaimLoss is how long before a PostgreSQL crash a job's claim may
+// have committed and still be lost, its start line written meanwhile: the
+// store's claims commit without waiting for the WAL flush
+// (backends/postgres, queue_claim.go), which the WAL writer makes within
+// three wal_writer_delay (200 ms) at worst.
+const asyncClaimLoss = 2 * time.Second
+
+// lostClaim reports whether a job attempt that started at start may have
+// been claimed by a write that a PostgreSQL crash lost: a restart of the
+// postgres server began at most asyncClaimLoss before the start (the
+// start line can come after the crash began) or within a second after it
+// (the WAL writer may not have flushed the claim yet). The job is then
+// delivered again with the same attempt (design.md: its attempt is not
+// counted). Cron claims and every other store's claims wait for the
+// flush, and get no such allowance.
+func lostClaim(faults []Fault, start time.Time) bool {
+	for _, f := range faults {
+		if f.Kind == BackendRestart && f.Target == "postgres" && !f.At.After(start.Add(time.Second)) && !f.At.Before(start.Add(-asyncClaimLoss)) {
 			return true
 		}
 	}
@@ -434,7 +458,7 @@ func CheckCron(events []CronEvent, c CronCheck, faults []Fault) CronReport {
 		k := cronKey{e.ScheduledAt.UnixNano(), e.Attempt}
 		if p, dup := starts[k]; dup && lostWrite(faults, p.At.Add(-time.Second), p.At) {
 			// The claim was a write the promoted replica never had.
-			r.RerunAfterFailover++
+			r.RerunAfterLostWrite++
 			continue
 		} else if dup {
 			r.DuplicateStarts++
@@ -584,9 +608,10 @@ type QueueReport struct {
 	Lost   int // pushed, never done
 	// LostToFailover counts jobs pushed, never done, whose push was
 	// acknowledged by a primary whose replica, promoted, missed it;
-	// RerunAfterFailover (job, attempt) pairs started again because the
-	// claim that counted the attempt was lost so.
-	LostToFailover, RerunAfterFailover int
+	// RerunAfterLostWrite (job, attempt) pairs started again because the
+	// claim that counted the attempt was lost: so, or in a PostgreSQL
+	// crash before its WAL was flushed (lostClaim).
+	LostToFailover, RerunAfterLostWrite int
 	// Redeliveries counts starts of a payload after its first; each must be
 	// explained by the previous delivery's lease running out: its worker
 	// killed or cut off its backend by a network fault, a backend restart
@@ -615,10 +640,11 @@ func CheckQueue(events []JobEvent, pushed []Pushed, ambiguous map[string]bool, f
 			done[e.Payload] = true
 		case "start":
 			k := e.JobID + "#" + strconv.Itoa(e.Attempt)
-			if first, dup := seen[k]; dup && lostWrite(faults, first.Add(-time.Second), first) {
+			if first, dup := seen[k]; dup && (lostWrite(faults, first.Add(-time.Second), first) || lostClaim(faults, first)) {
 				// The claim that counted this attempt was a write the
-				// promoted replica never had.
-				r.RerunAfterFailover++
+				// promoted replica never had, or one a PostgreSQL crash
+				// lost.
+				r.RerunAfterLostWrite++
 			} else if dup {
 				r.DuplicateAttempts++
 				r.Problems = append(r.Problems, fmt.Sprintf("job %s attempt %d started twice", e.JobID, e.Attempt))

@@ -130,6 +130,14 @@ func TestCheckQueue(t *testing.T) {
 			func(r QueueReport) bool { return r.UnexplainedRedeliveries == 1 }},
 		{"one attempt started twice", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("start", "j1", "1", 1, "w2-1", 0.5), ev("done", "j1", "1", 1, "w1-1", 1)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, At: at(0.2), End: at(0.4)}},
 			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
+		{"a postgres crash lost the claim: the attempt runs again", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0.2), ev("start", "j1", "1", 1, "w2-1", 2.5), ev("done", "j1", "1", 1, "w2-1", 3)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, Target: "postgres", At: at(0), End: at(1.5)}},
+			func(r QueueReport) bool {
+				return r.DuplicateAttempts == 0 && r.RerunAfterLostWrite == 1 && len(r.Problems) == 0
+			}},
+		{"a mysql crash explains no repeated attempt", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0.2), ev("start", "j1", "1", 1, "w2-1", 2.5), ev("done", "j1", "1", 1, "w2-1", 3)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, Target: "mysql", At: at(0), End: at(1.5)}},
+			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
+		{"a postgres crash long after the claim explains nothing", []JobEvent{ev("start", "j1", "1", 1, "w1-1", 0), ev("start", "j1", "1", 1, "w2-1", 5), ev("done", "j1", "1", 1, "w2-1", 6)}, []string{"j1"}, nil, []Fault{{Kind: BackendRestart, Target: "postgres", At: at(3), End: at(4)}},
+			func(r QueueReport) bool { return r.DuplicateAttempts == 1 }},
 	}
 	for _, c := range cases {
 		var pushed []Pushed
@@ -275,7 +283,7 @@ func TestLostWritesOfAFailoverToAStaleReplica(t *testing.T) {
 		{Kind: "start", Payload: "j1", JobID: "1", Attempt: 2, Worker: "w2-1", At: at(12.5)},
 		{Kind: "done", Payload: "j1", JobID: "1", Attempt: 2, Worker: "w2-1", At: at(13)},
 	}
-	if q := CheckQueue(twice, []Pushed{{"j1", at(1), at(1.1)}}, nil, failover, 3*time.Second); q.RerunAfterFailover != 1 || len(q.Problems) != 0 {
+	if q := CheckQueue(twice, []Pushed{{"j1", at(1), at(1.1)}}, nil, failover, 3*time.Second); q.RerunAfterLostWrite != 1 || len(q.Problems) != 0 {
 		t.Errorf("queue: %+v, want the attempt claimed in the window started again, no problem", q)
 	}
 	if q := CheckQueue(twice, []Pushed{{"j1", at(1), at(1.1)}}, nil, nil, 3*time.Second); q.DuplicateAttempts != 1 {
@@ -283,7 +291,7 @@ func TestLostWritesOfAFailoverToAStaleReplica(t *testing.T) {
 	}
 	rerun := []CronEvent{start(10, 1, "h1", 1, 10.1), start(10, 1, "h2", 2, 12.5), start(12, 1, "h2", 3, 12.6)}
 	c := CheckCron(rerun, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(12), Lease: 3 * time.Second, LostWithin: 20 * time.Second}, failover)
-	if c.RerunAfterFailover != 1 || len(c.Problems) != 0 {
+	if c.RerunAfterLostWrite != 1 || len(c.Problems) != 0 {
 		t.Errorf("cron: %+v, want one rerun after the failover and no problem", c)
 	}
 	c = CheckCron(rerun, CronCheck{Task: "tick", Step: 2 * time.Second, Until: at(12), Lease: 3 * time.Second, LostWithin: 20 * time.Second}, nil)

@@ -12,7 +12,7 @@ import (
 func Table(results []Result) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "backend\tscenario\tfaults\tmid-op\tdaemon kills\tstops\tclient/worker kills\tbackend restarts/failovers\tnet: partition/latency/slow/reset/one-way\toccurrences\tretries\tduplicate starts\tmisses\tmax holders\tstale fencing\tjobs pushed\tredeliveries\tjobs lost\tstale failover: reruns/jobs lost\tverdict\t")
+	fmt.Fprintln(tw, "backend\tscenario\tfaults\tmid-op\tdaemon kills\tstops\tclient/worker kills\tbackend restarts/failovers\tnet: partition/latency/slow/reset/one-way\toccurrences\tretries\tduplicate starts\tmisses\tmax holders\tstale fencing\tjobs pushed\tredeliveries\tjobs lost\tlost writes: reruns/jobs lost\tverdict\t")
 	for _, r := range results {
 		n, mid := r.Count("")
 		dk, _ := r.Count(DaemonKill)
@@ -41,7 +41,7 @@ func Table(results []Result) string {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d/%d\t%d\t%d\t%d\t%d\t%d/%d\t%s\t\n",
 			r.Backend, r.Scenario, n, mid, dk, ds, ck, wk, br, net,
 			cr.Occurrences, cr.Retries, cr.DuplicateStarts, cr.Misses,
-			r.MaxHolders, r.Limit, r.StaleFencing, r.Queue.Pushed, r.Queue.Redeliveries, r.Queue.Lost, cr.RerunAfterFailover+r.Queue.RerunAfterFailover, r.Queue.LostToFailover, verdict)
+			r.MaxHolders, r.Limit, r.StaleFencing, r.Queue.Pushed, r.Queue.Redeliveries, r.Queue.Lost, cr.RerunAfterLostWrite+r.Queue.RerunAfterLostWrite, r.Queue.LostToFailover, verdict)
 	}
 	_ = tw.Flush()
 	return b.String()

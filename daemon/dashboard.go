@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/dashboard"
@@ -24,6 +25,9 @@ var ErrShuttingDown = errors.New("the daemon is shutting down")
 // within the grace period, then stops them.
 type dashState struct {
 	h http.Handler // nil: no dashboard
+	// sample reads every queue for the throughput column (nil: no
+	// dashboard); sampleLoop calls it.
+	sample func(context.Context)
 
 	runs      sync.WaitGroup // Add only under Daemon.mu while !stopping
 	runCtx    context.Context
@@ -46,13 +50,34 @@ func (d *Daemon) openDashboard() error {
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	d.dash.h = h
+	d.dash.h, d.dash.sample = h, h.Sample
 	d.dash.runCtx, d.dash.cancelRun = context.WithCancel(context.Background())
 	if !isLoopback(d.ln.Addr()) {
 		d.log.Warn("the dashboard shows job payloads, command output and host names to anyone who can reach this address; bind --listen to loopback, put an authenticating proxy in front, or run with --dashboard=false",
 			"addr", d.ln.Addr().String())
 	}
 	return nil
+}
+
+// sampleLoop reads every queue every dashboard.SampleEvery while the
+// daemon runs, so that the dashboard's throughput is known before a page
+// is opened. Without a dashboard it returns at once.
+func (d *Daemon) sampleLoop(ctx context.Context) {
+	if d.dash.sample == nil {
+		return
+	}
+	t := time.NewTicker(dashboard.SampleEvery)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		d.dash.sample(sctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // isLoopback reports whether a listener's address takes connections only

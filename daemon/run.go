@@ -92,6 +92,8 @@ func (d *Daemon) start(ctx context.Context) *running {
 	go func() { defer r.wg.Done(); d.hostLoop(runCtx) }()
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); d.notifier.Run(runCtx) }()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); d.sampleLoop(runCtx) }()
 	// The listener outlives runCtx: /healthz reports 503 while running
 	// commands finish, and it closes when Run returns.
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))

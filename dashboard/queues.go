@@ -90,6 +90,18 @@ func (d *Dashboard) readQueues(ctx context.Context, bn string, b backends.Backen
 	}
 }
 
+// SampleEvery is how often the daemon reads every queue for the
+// dashboard's throughput (Sample), whether or not a page is open.
+const SampleEvery = 30 * time.Second
+
+// Sample reads every queue of the spec of the moment once, as the queues
+// page does, so that the backlog trend has readings before anyone opens a
+// page (the daemon calls it every SampleEvery).
+func (d *Dashboard) Sample(ctx context.Context) {
+	s, e := d.src.Current()
+	d.queueRows(ctx, s, e, sortedKeys(s.Queues))
+}
+
 func (d *Dashboard) queuesPage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	s, e := d.src.Current()
 	return d.queueRows(ctx, s, e, sortedKeys(s.Queues)), http.StatusOK

@@ -10,9 +10,10 @@ import (
 const sampleWindow = 15 * time.Minute
 
 // sampler keeps, per queue, the backlog (ready, delayed and in-flight
-// jobs) and the dead count each time a page read them. coordd stores no
-// per-job completion counter (workers are other processes), so the
-// dashboard shows what its own readings give: the backlog's trend, by
+// jobs) and the dead count each time they were read: by a page, and by
+// the daemon every SampleEvery. coordd stores no per-job completion
+// counter (workers are other processes), so the dashboard shows what its
+// own readings give: the backlog's trend and the jobs that died, by
 // backend time, over up to the last 15 minutes.
 type sampler struct {
 	mu sync.Mutex

@@ -155,7 +155,7 @@ func (n *Notifier) Wait(ctx context.Context) {
 // events and starts the delivery of those not yet notified.
 func (n *Notifier) Look(ctx context.Context) {
 	n.markDelivered(ctx)
-	n.forget(time.Now().Add(-backends.NoticeRetention))
+	n.forget(time.Now().Add(-forgetAfter))
 	for _, o := range n.cfg.Objects() {
 		if ctx.Err() != nil || !n.cfg.Leading() {
 			return
@@ -339,8 +339,14 @@ func (n *Notifier) declaredSince(ctx context.Context, o Object) (time.Time, erro
 	return at, nil
 }
 
-// forget drops the memory of events older than horizon (host time, far
-// beyond the look's horizon): they are never looked for again.
+// forgetAfter bounds the memory of marked events: one older than this is
+// forgotten, and if a look finds it again (it is still among its object's
+// newest), its mark is read again from the store. A task failing every
+// second keeps 3,600 ids in memory, not a week's.
+const forgetAfter = time.Hour
+
+// forget drops the memory of events older than horizon (host time
+// against the events' backend times: a bound on memory, not a rule).
 func (n *Notifier) forget(horizon time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
