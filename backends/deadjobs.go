@@ -21,6 +21,10 @@ func DeadJobOutcome(verb, queue string, id, n int64, err error) error {
 type PartialJob struct {
 	Job
 	PayloadSize int64
+	// Errors are the job's failed attempts, oldest first, the newest
+	// MaxAttemptErrors of them: filled by the reads of one job (JobByID,
+	// DeadJob), not by pages.
+	Errors []AttemptError
 }
 
 // Truncated reports whether the payload was cut.

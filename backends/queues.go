@@ -129,7 +129,9 @@ type Queues interface {
 	Ack(ctx context.Context, j Job) error
 	// Retry returns a failed job to the queue after the queue's
 	// retry_backoff, or moves it to the dead set when its attempts are used
-	// up, if j.Owner still holds it (ErrLost).
+	// up, if j.Owner still holds it (ErrLost). The reason is added to the
+	// job's attempt errors (AttemptError, the newest MaxAttemptErrors)
+	// with the backend's time and the worker named by j.Owner.
 	Retry(ctx context.Context, j Job, reason string) error
 	// ExtendJob renews j.Owner's visibility lease (ErrLost).
 	ExtendJob(ctx context.Context, j Job) (time.Time, error)
@@ -202,6 +204,9 @@ type Queues interface {
 	// its key's order, and wakes an idle worker. ErrNotFound when the
 	// queue has no delayed job with that id.
 	RunJobNow(ctx context.Context, queue string, id int64) error
+
+	// QueueCounters: processed and failed counts per minute.
+	QueueCounters
 }
 
 // Job states, as the queue browser lists them (Queues.JobsPage).

@@ -70,7 +70,7 @@ func (d *Daemon) hostLoop(ctx context.Context) {
 		}
 		if pruned.IsZero() || time.Since(pruned) >= d.cfg.PruneEvery {
 			pruned = time.Now()
-			d.pruneHosts(ctx)
+			d.pruneRecords(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -184,10 +184,11 @@ func (d *Daemon) engineState() backends.Cluster {
 	return e.State
 }
 
-// pruneHosts deletes the records of hosts not seen for
-// backends.HostRetention, and the records of events notified more than
-// backends.NoticeRetention ago.
-func (d *Daemon) pruneHosts(ctx context.Context) {
+// pruneRecords deletes the records of hosts not seen for
+// backends.HostRetention, the records of events notified more than
+// backends.NoticeRetention ago, and the queue counts older than
+// backends.QueueCountRetention on every backend that holds queues.
+func (d *Daemon) pruneRecords(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, d.heartbeatTimeout())
 	defer cancel()
 	n, err := d.hosts.PruneHosts(pctx, backends.HostRetention)
@@ -199,6 +200,16 @@ func (d *Daemon) pruneHosts(ctx context.Context) {
 	}
 	if _, err := d.hosts.PruneNotices(pctx, backends.NoticeRetention); err != nil && ctx.Err() == nil {
 		d.log.Debug("pruning old records of notified events", "error", err)
+	}
+	_, e := d.current()
+	for name, b := range e.Backends {
+		if b == nil || b.Queues() == nil {
+			continue
+		}
+		q := b.Queues()
+		if _, err := q.PruneQueueCounts(pctx, backends.QueueCountRetention); err != nil && ctx.Err() == nil {
+			d.log.Debug("pruning old queue counts", "backend", name, "error", err)
+		}
 	}
 }
 

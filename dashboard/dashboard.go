@@ -153,7 +153,7 @@ func titleWord(s string) string {
 func (d *Dashboard) parse() error {
 	funcs := template.FuncMap{
 		"stamp": stamp, "stampIn": stampIn, "span": span, "rel": rel, "safe": safe, "short": short, "lines": lines,
-		"hash": shortHash, "title": titleWord,
+		"hash": shortHash, "title": titleWord, "maxAttemptErrors": func() int { return backends.MaxAttemptErrors },
 	}
 	d.pages = map[string]*template.Template{}
 	for _, n := range pageNames {

@@ -43,6 +43,9 @@ type jobRow struct {
 	// payloadShown bytes), More how many bytes it leaves out.
 	Payload string
 	More    int64
+	// Errors are the job's failed attempts, oldest first (the job page
+	// only).
+	Errors []backends.AttemptError
 }
 
 type queueData struct {
@@ -183,6 +186,7 @@ func (d *Dashboard) queuePage(ctx context.Context, r *http.Request, p *page) (an
 	qd := &queueData{queueRow: d.queueRows(ctx, s, e, []string{name})[0], State: state, Query: strings.Join(words, " "), QueryCut: cut,
 		Actions: d.offered(p, spec.KindQueue, false), Limits: limits}
 	qd.tabs(p)
+	readCounts(ctx, e, []*queueRow{qd.queueRow})
 	if !qd.Applied || qd.Err != "" {
 		return qd, http.StatusOK
 	}
@@ -409,7 +413,7 @@ func (d *Dashboard) anyJobPage(ctx context.Context, r *http.Request, p *page) (a
 // its state allows.
 func (d *Dashboard) jobData(p *page, name string, j backends.PartialJob, state string) *jobData {
 	row := newJobRow(j)
-	row.State = state
+	row.State, row.Errors = state, j.Errors
 	shown := wholeRunes(j.Payload, j.Truncated())
 	row.Payload, _ = block(shown, payloadShown, false)
 	row.More = j.PayloadSize - int64(len(shown))

@@ -31,6 +31,40 @@ type queueRow struct {
 	Now           time.Time
 	// Pause is an operator's pause of the queue (nil: none).
 	Pause *backends.Pause
+	// Counts are what the workers of every host did with the queue's jobs
+	// over the last day, minute by minute (read for a page, not by
+	// Sample); CountsErr says why they are missing.
+	Counts    backends.QueueCounts
+	CountsErr string
+}
+
+// LastHour and LastDay sum the row's counts.
+func (r *queueRow) LastHour() backends.QueueCount { return r.Counts.Since(time.Hour) }
+
+// LastDay sums the row's counts over the last day.
+func (r *queueRow) LastDay() backends.QueueCount { return r.Counts.Since(24 * time.Hour) }
+
+// readCounts fills each applied row's counts of the last day.
+func readCounts(ctx context.Context, e *reconcile.Engine, rows []*queueRow) {
+	for _, row := range rows {
+		if !row.Applied {
+			continue
+		}
+		b := e.Backends[row.Backend]
+		var q backends.Queues
+		if b != nil {
+			q = b.Queues()
+		}
+		if q == nil {
+			continue
+		}
+		c, err := q.ReadQueueCounts(ctx, row.Name, 24*time.Hour)
+		if err != nil {
+			row.CountsErr = err.Error()
+			continue
+		}
+		row.Counts = c
+	}
 }
 
 func (d *Dashboard) queueRows(ctx context.Context, s *spec.Spec, e *reconcile.Engine, names []string) []*queueRow {
@@ -104,5 +138,7 @@ func (d *Dashboard) Sample(ctx context.Context) {
 
 func (d *Dashboard) queuesPage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	s, e := d.src.Current()
-	return d.queueRows(ctx, s, e, sortedKeys(s.Queues)), http.StatusOK
+	rows := d.queueRows(ctx, s, e, sortedKeys(s.Queues))
+	readCounts(ctx, e, rows)
+	return rows, http.StatusOK
 }

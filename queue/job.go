@@ -109,6 +109,7 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 		switch {
 		case ferr == nil:
 			w.stats.Acked.Add(1)
+			w.tally.processed.Add(1)
 			if j.Key != "" {
 				w.c.wake(w.queue) // the next job of its key may start
 			}
@@ -133,6 +134,7 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 	switch {
 	case ferr == nil:
 		w.stats.Retried.Add(1)
+		w.tally.failed.Add(1)
 		w.logf("queue %s: job %d attempt %d failed: %s", w.queue, j.ID, j.Attempt, reason)
 		w.c.wake(w.queue) // with no retry_backoff the job is ready at once
 	case errors.Is(ferr, backends.ErrLost):

@@ -39,6 +39,7 @@ type worker struct {
 	h      Handler
 	logf   func(string, ...any)
 	stats  *Stats
+	tally  *tally
 	finish chan struct{} // a handler finished; buffered 1
 
 	// batch is the most jobs one claim takes. slots holds a token per
@@ -112,6 +113,7 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 	if err != nil {
 		return err
 	}
+	defer w.tally.start()() // after the handlers, their acks and retries
 	defer w.watchStop()()
 	defer func() {
 		w.wg.Wait()
@@ -155,6 +157,7 @@ func (c *Client) newWorker(ctx context.Context, queue string, opts WorkerOptions
 	if w.stats == nil {
 		w.stats = &Stats{}
 	}
+	w.tally = &tally{q: c.q, queue: queue, logf: w.logf}
 	return w, nil
 }
 

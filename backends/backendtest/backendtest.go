@@ -103,11 +103,13 @@ var capabilities = []capability{
 	{"QueueOrder", hasQueues, testQueueOrder},
 	{"QueueKeys", hasQueues, testQueueKeys},
 	{"QueueComeBack", hasQueues, testQueueComeBack},
-	{"QueueDeadJob", hasQueues, testQueueDeadJob},   // every queue backend must act on one dead job
-	{"QueueDeadRead", hasQueues, testQueueDeadRead}, // and read one page of the dead set, bounded
-	{"QueueDiedAt", hasQueues, testQueueDiedAt},     // a dead job's AvailableAt is its time of death
-	{"QueueBrowse", hasQueues, testQueueBrowse},     // the queue browser: pages by state, one job, cancel, run now
-	{"QueuePause", hasQueues, testQueuePause},       // an operator's pause of a queue
+	{"QueueDeadJob", hasQueues, testQueueDeadJob},             // every queue backend must act on one dead job
+	{"QueueDeadRead", hasQueues, testQueueDeadRead},           // and read one page of the dead set, bounded
+	{"QueueDiedAt", hasQueues, testQueueDiedAt},               // a dead job's AvailableAt is its time of death
+	{"QueueBrowse", hasQueues, testQueueBrowse},               // the queue browser: pages by state, one job, cancel, run now
+	{"QueuePause", hasQueues, testQueuePause},                 // an operator's pause of a queue
+	{"QueueAttemptErrors", hasQueues, testQueueAttemptErrors}, // every failed attempt's error, time and worker
+	{"QueueCounts", hasQueues, testQueueCounts},               // processed and failed counts per minute
 	{"HostRegistry", hasCluster, testHostRegistry},
 	{"Notices", hasCluster, testNotices},
 }

@@ -297,6 +297,11 @@ func (s *Store) DeleteQueue(ctx context.Context, name string, force bool) error 
 	if err == nil && queueInt(res[0]) == -2 {
 		err = fmt.Errorf("%d jobs: %w", queueInt(res[1]), backends.ErrHasJobs)
 	}
+	if err == nil {
+		// The counts are a record, not the queue: a second call mends a
+		// failure here (the queue is already gone then).
+		err = s.rdb.Del(ctx, s.keys.queueCounts(name)...).Err()
+	}
 	if err != nil {
 		return fmt.Errorf("delete queue %q: %w", name, err)
 	}

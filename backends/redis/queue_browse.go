@@ -72,7 +72,11 @@ func (s *Store) JobByID(ctx context.Context, queue string, id int64, cut int) (b
 	case queueInt(res[0]) != 1 || len(res) < 2+queueBrowseFields:
 		return backends.PartialJob{}, "", fmt.Errorf("queue %q has no job %d: %w", queue, id, backends.ErrNotFound)
 	}
-	return queueBrowseJobAt(queue, res, 2), queueStr(res[1]), nil
+	j := queueBrowseJobAt(queue, res, 2)
+	if j.Errors, err = s.attemptErrors(ctx, queue, id); err != nil {
+		return backends.PartialJob{}, "", err
+	}
+	return j, queueStr(res[1]), nil
 }
 
 // CancelJob deletes ready or delayed job id of queue (backends.Queues).

@@ -80,5 +80,9 @@ func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (b
 	case len(res) < queuePartialFields:
 		return backends.PartialJob{}, fmt.Errorf("queue %q has no dead job %d: %w", queue, id, backends.ErrNotFound)
 	}
-	return backends.PartialJob{Job: queueJobAt(queue, res, 0), PayloadSize: queueInt(res[queueJobFields])}, nil
+	j := backends.PartialJob{Job: queueJobAt(queue, res, 0), PayloadSize: queueInt(res[queueJobFields])}
+	if j.Errors, err = s.attemptErrors(ctx, queue, id); err != nil {
+		return backends.PartialJob{}, err
+	}
+	return j, nil
 }

@@ -328,7 +328,7 @@ func (s *Store) Retry(ctx context.Context, j backends.Job, reason string) error 
 	if err := s.writable(); err != nil {
 		return err
 	}
-	res, err := s.runQueueScript(ctx, queueRetryScript, j.Queue, queueArgs(strconv.FormatInt(j.ID, 10), j.Owner, reason))
+	res, err := s.runQueueScript(ctx, queueRetryScript, j.Queue, queueArgs(strconv.FormatInt(j.ID, 10), j.Owner, reason, backends.OwnerWorker(j.Owner), backends.MaxAttemptErrors))
 	if err == nil {
 		switch queueInt(res[0]) {
 		case 1, 2:

@@ -243,6 +243,10 @@ type queueStatsJSON struct {
 	OldestAge float64 `json:"oldest_age_seconds"`
 	// Pause is an operator's pause (coordd queue pause); absent: none.
 	Pause *backends.Pause `json:"pause,omitempty"`
+	// LastHour and LastDay are what the workers of every host did in the
+	// last hour and day (backends.QueueCounters).
+	LastHour backends.QueueCount `json:"last_hour"`
+	LastDay  backends.QueueCount `json:"last_day"`
 }
 
 func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int {
@@ -274,6 +278,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		byBackend[q.Backend] = append(byBackend[q.Backend], n)
 	}
 	states := map[string]*backends.QueueState{}
+	counts := map[string]backends.QueueCounts{}
 	nows := map[string]time.Time{}
 	for bn, ns := range byBackend {
 		adm, b, err := openAs(ctx, s, bn, "queues", true, backends.Backend.Queues)
@@ -284,6 +289,11 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		m, err := adm.ObserveQueues(ctx, ns)
 		if err == nil {
 			nows[bn], err = b.Now(ctx)
+		}
+		for _, n := range ns {
+			if err == nil && m[n] != nil {
+				counts[n], err = adm.ReadQueueCounts(ctx, n, 24*time.Hour)
+			}
 		}
 		b.Close()
 		if err != nil {
@@ -304,6 +314,7 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 			if !st.OldestReady.IsZero() {
 				row.OldestAge = max(nows[bn].Sub(st.OldestReady), 0).Seconds()
 			}
+			row.LastHour, row.LastDay = counts[n].Since(time.Hour), counts[n].Since(24*time.Hour)
 		}
 		out = append(out, row)
 	}
@@ -325,8 +336,8 @@ func queueStats(ctx context.Context, c *command, env *cliEnv, args []string) int
 		if r.Pause != nil {
 			paused = "\tpaused " + describePause(r.Pause)
 		}
-		fmt.Fprintf(tw, "queue.%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s%s\n",
-			r.Name, r.Backend, r.Ready, r.InFlight, r.Delayed, r.Dead, oldest, paused)
+		fmt.Fprintf(tw, "queue.%s\tbackend %s\tready %d\tin flight %d\tdelayed %d\tdead %d\toldest %s\tlast hour %d done, %d failed\tlast day %d done, %d failed%s\n",
+			r.Name, r.Backend, r.Ready, r.InFlight, r.Delayed, r.Dead, oldest, r.LastHour.Processed, r.LastHour.Failed, r.LastDay.Processed, r.LastDay.Failed, paused)
 	}
 	tw.Flush()
 	return 0

@@ -42,11 +42,15 @@ type browsedJobJSON struct {
 	PayloadBase64 []byte  `json:"payload_base64,omitempty"`
 	PayloadSize   int64   `json:"payload_size"`
 	Truncated     bool    `json:"payload_truncated,omitempty"`
+	// Errors are the failed attempts, oldest first (the newest
+	// backends.MaxAttemptErrors are kept); queue job only.
+	Errors []backends.AttemptError `json:"errors,omitempty"`
 }
 
 func browsedJob(j backends.PartialJob, state string) browsedJobJSON {
 	out := browsedJobJSON{ID: j.ID, State: state, Key: j.Key, Partition: j.Partition, Attempt: j.Attempt,
-		EnqueuedAt: j.EnqueuedAt, Available: j.AvailableAt, LastError: j.LastError, PayloadSize: j.PayloadSize, Truncated: j.Truncated()}
+		EnqueuedAt: j.EnqueuedAt, Available: j.AvailableAt, LastError: j.LastError, PayloadSize: j.PayloadSize, Truncated: j.Truncated(),
+		Errors: j.Errors}
 	if !j.ExpiresAt.IsZero() {
 		e := j.ExpiresAt
 		out.ExpiresAt = &e
@@ -225,10 +229,25 @@ func queueJob(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	} else {
 		fmt.Fprintln(env.stdout, "\n(binary: --json has it in payload_base64)")
 	}
-	if out.LastError != "" {
+	switch {
+	case len(out.Errors) > 0:
+		printAttemptErrors(env, out.Errors)
+	case out.LastError != "":
 		fmt.Fprintf(env.stdout, "\nLast error:\n%s\n", textBlock(out.LastError))
 	}
 	return 0
+}
+
+// printAttemptErrors prints each failed attempt with its time, worker and
+// error, indented under it.
+func printAttemptErrors(env *cliEnv, errs []backends.AttemptError) {
+	fmt.Fprintf(env.stdout, "\nFailed attempts (the newest %d are kept):\n", backends.MaxAttemptErrors)
+	for _, e := range errs {
+		fmt.Fprintf(env.stdout, "  attempt %d at %s on %s:\n", e.Attempt, e.At.UTC().Format(time.RFC3339Nano), esc(orDash(e.Worker)))
+		for _, l := range strings.Split(textBlock(e.Error), "\n") {
+			fmt.Fprintf(env.stdout, "    %s\n", l)
+		}
+	}
 }
 
 // queueCancel deletes a ready or delayed job.

@@ -55,6 +55,7 @@ ON DUPLICATE KEY UPDATE partitions = VALUES(partitions), config = VALUES(config)
 	qQueueDeleteJobs       = Query{SQL: `DELETE FROM {p}queue_jobs WHERE queue = ?`}
 	qQueueDeletePartitions = Query{SQL: `DELETE FROM {p}queue_partitions WHERE queue = ?`}
 	qQueueDelete           = Query{SQL: `DELETE FROM {p}queues WHERE name = ?`}
+	qQueueDeleteCounts     = Query{SQL: `DELETE FROM {p}queue_counts WHERE queue = ?`}
 
 	// qQueueObserve reads many queues with the number of lock rows of
 	// partitions that exist.
@@ -143,7 +144,7 @@ func (s *Core) DeleteQueue(ctx context.Context, name string, force bool) error {
 		if jobs > 0 && !force {
 			return nil
 		}
-		for _, q := range []Query{qQueueDeleteJobs, qQueueDeletePartitions, qQueueDelete} {
+		for _, q := range []Query{qQueueDeleteJobs, qQueueDeletePartitions, qQueueDelete, qQueueDeleteCounts} {
 			if _, err := c.Exec(ctx, d.Text(q), name); err != nil {
 				return err
 			}

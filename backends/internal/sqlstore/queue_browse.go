@@ -120,7 +120,10 @@ func (s *Core) JobByID(ctx context.Context, queue string, id int64, cut int) (ba
 	found, err := s.DB.Read(ctx, func(c Conn) error {
 		var err error
 		j, state, err = scanBrowsedJob(c.QueryRow(ctx, d.Text(qJobBrowseOne), cut, cut, id, queue), queue, cut)
-		return err
+		if err != nil {
+			return err
+		}
+		return readAttemptErrors(ctx, c, d, &j)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows) || (err == nil && !found):

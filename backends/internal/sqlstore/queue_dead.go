@@ -48,7 +48,20 @@ ORDER BY j.id`}
 
 	// qJobDeadOne: cut, cut, id, queue.
 	qJobDeadOne = Query{SQL: "SELECT " + partialJobColumns + ` FROM {p}queue_jobs j WHERE j.id = ? AND j.queue = ? AND j.state = 'dead'`}
+
+	// qJobErrors reads one job's attempt errors: id, queue.
+	qJobErrors = Query{SQL: `SELECT COALESCE(attempt_errors, '') FROM {p}queue_jobs WHERE id = ? AND queue = ?`}
 )
+
+// readAttemptErrors fills j.Errors in the read that found j.
+func readAttemptErrors(ctx context.Context, c Conn, d *Dialect, j *backends.PartialJob) error {
+	var hist string
+	if err := c.QueryRow(ctx, d.Text(qJobErrors), j.ID, j.Queue).Scan(&hist); err != nil {
+		return err
+	}
+	j.Errors = backends.ParseAttemptErrors(hist)
+	return nil
+}
 
 // Dead lists up to limit dead jobs (limit <= 0: all), oldest first.
 func (s *Core) Dead(ctx context.Context, queue string, limit int) ([]backends.Job, error) {
@@ -144,7 +157,10 @@ func (s *Core) DeadJob(ctx context.Context, queue string, id int64, cut int) (ba
 	found, err := s.DB.Read(ctx, func(c Conn) error {
 		var err error
 		j, err = scanPartialJob(c.QueryRow(ctx, d.Text(qJobDeadOne), cut, cut, id, queue), queue, cut)
-		return err
+		if err != nil {
+			return err
+		}
+		return readAttemptErrors(ctx, c, d, &j)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows) || (err == nil && !found):

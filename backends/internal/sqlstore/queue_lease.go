@@ -20,12 +20,20 @@ var (
 	// qJobRetry returns a job to the queue, available after the backoff in
 	// microseconds, or moves it to the dead set once it used max_attempts
 	// attempts (<= 0: unlimited), with available_at the time of death,
-	// recording the reason. Arguments: max_attempts four times, backoff,
-	// reason, id, queue, owner.
+	// recording the reason and the attempt errors. Arguments:
+	// max_attempts four times, backoff, reason, attempt errors, id, queue,
+	// owner.
 	qJobRetry = Query{SQL: `UPDATE {p}queue_jobs
 SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,
   owner = NULL, expires_at = 0,
-  available_at = CASE WHEN ? > 0 AND attempt >= ? THEN {now} ELSE {now} + ? END, last_error = ?
+  available_at = CASE WHEN ? > 0 AND attempt >= ? THEN {now} ELSE {now} + ? END, last_error = ?,
+  attempt_errors = ?
+WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
+
+	// qJobAttemptErrors reads a held job's attempt errors and the store's
+	// clock, for the retry to add one (no row: the owner lost the job).
+	// Arguments: id, queue, owner.
+	qJobAttemptErrors = Query{SQL: `SELECT COALESCE(attempt_errors, ''), {now} FROM {p}queue_jobs
 WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
 
 	// qJobExtend renews a job's visibility deadline to now + the
@@ -75,7 +83,10 @@ func (s *Core) Retry(ctx context.Context, j backends.Job, reason string) error {
 }
 
 // RetryJob is Retry, and reports whether the job went back to the queue
-// rather than to the dead set.
+// rather than to the dead set. It reads the job's attempt errors first and
+// writes them back with this one added: a read of the row the owner holds,
+// which no other writer changes while it holds it (the update checks the
+// owner again).
 func (s *Core) RetryJob(ctx context.Context, j backends.Job, reason string) (ready bool, err error) {
 	d := s.DB.Dialect()
 	err = s.DB.Write(ctx, func(c Conn) error {
@@ -84,7 +95,17 @@ func (s *Core) RetryJob(ctx context.Context, j backends.Job, reason string) (rea
 			return err
 		}
 		ready = cfg.MaxAttempts <= 0 || j.Attempt < cfg.MaxAttempts
-		return Owned(c.Exec(ctx, d.Text(qJobRetry), cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, NonNegMicros(cfg.RetryBackoff), reason, j.ID, j.Queue, j.Owner))
+		var hist string
+		var now int64
+		err = c.QueryRow(ctx, d.Text(qJobAttemptErrors), j.ID, j.Queue, j.Owner).Scan(&hist, &now)
+		if errors.Is(err, sql.ErrNoRows) {
+			return backends.ErrLost
+		}
+		if err != nil {
+			return err
+		}
+		hist = backends.AppendAttemptError(hist, backends.AttemptError{Attempt: j.Attempt, At: FromMicros(now), Worker: backends.OwnerWorker(j.Owner), Error: reason})
+		return Owned(c.Exec(ctx, d.Text(qJobRetry), cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, cfg.MaxAttempts, NonNegMicros(cfg.RetryBackoff), reason, hist, j.ID, j.Queue, j.Owner))
 	})
 	if err != nil {
 		return false, JobError("retry", j, err)

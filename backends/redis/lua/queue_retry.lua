@@ -2,9 +2,12 @@
 -- (Retry).
 --
 -- KEYS: the fixed keys, then the ready sets of all partitions.
--- ARGV: id, owner, reason.
--- When owner holds the job (ErrLost otherwise) it records the reason and
--- clears the owner; with max_attempts > 0 used up the job goes to the dead
+-- ARGV: id, owner, reason, the owner's worker, how many attempt errors a
+-- job keeps.
+-- When owner holds the job (ErrLost otherwise) it records the reason,
+-- adds it to the job's attempt errors (attempt, at_us as a decimal string,
+-- worker, error: backends.AppendAttemptError's layout, the newest kept)
+-- and clears the owner; with max_attempts > 0 used up the job goes to the dead
 -- list, otherwise it is ready again at now + retry_backoff: in the delayed
 -- set with a backoff, in its ready set (its id keeps its place) without,
 -- and a wake element is pushed (also when a job with a key dies and its
@@ -21,17 +24,24 @@ if not rec then return {3} end
 local j = decode(rec)
 if j.owner == '' or j.owner ~= owner then return {3} end
 redis.call('ZREM', K_INFLIGHT, id)
-j.owner, j.err = '', ARGV[3]
+local now = now_us()
+local hist = {}
+if j.hist and j.hist ~= '' then
+  local ok, h = pcall(cjson.decode, j.hist)
+  if ok and type(h) == 'table' then hist = h end
+end
+hist[#hist + 1] = {attempt = j.attempt, at_us = string.format('%d', now), worker = ARGV[4], error = ARGV[3]}
+while #hist > tonumber(ARGV[5]) do table.remove(hist, 1) end
+j.owner, j.err, j.hist = '', ARGV[3], cjson.encode(hist)
 local maxatt, backoff = tonumber(m[2]), tonumber(m[3])
 if j.key ~= '' then redis.call('ZREM', K_KRUNNING, kmember(j.key, id)) end
 if maxatt > 0 and j.attempt >= maxatt then
-  j.avail = now_us() -- a dead job's available_at is its time of death
+  j.avail = now -- a dead job's available_at is its time of death
   redis.call('RPUSH', K_DEAD, id)
   redis.call('HSET', K_JOBS, id, encode(j))
   if j.key ~= '' and oldest_keyed(K_KREADY, j.key) then wake(1) end
   return {2}
 end
-local now = now_us()
 j.avail = now + backoff
 j.part = j.part % P
 if backoff > 0 then

@@ -28,7 +28,9 @@
 --   ready_key(p)      the ready set of partition p
 --   decode, encode    a job record (the jobs hash value): cmsgpack of
 --                     partition, attempt, enqueued_at, available_at, owner
---                     ('' unless in flight), key ('' for none), last_error
+--                     ('' unless in flight), key ('' for none), last_error,
+--                     and once an attempt failed its attempt errors (the
+--                     JSON array backends.AppendAttemptError writes)
 --   kprefix, kmember  members of the keyed indexes kready and krunning:
 --                     the key's length (8 hex digits), the key, then the
 --                     id (16 hex digits), so that ZRANGEBYLEX over the
@@ -57,11 +59,12 @@ end
 local function ready_key(p) return KEYS[11 + p] end
 
 local function decode(m)
-  local part, attempt, enq, avail, owner, key, err = cmsgpack.unpack(m)
-  return {part = part, attempt = attempt, enq = enq, avail = avail, owner = owner, key = key, err = err}
+  local part, attempt, enq, avail, owner, key, err, hist = cmsgpack.unpack(m)
+  return {part = part, attempt = attempt, enq = enq, avail = avail, owner = owner, key = key, err = err, hist = hist}
 end
 
 local function encode(j)
+  if j.hist then return cmsgpack.pack(j.part, j.attempt, j.enq, j.avail, j.owner, j.key, j.err, j.hist) end
   return cmsgpack.pack(j.part, j.attempt, j.enq, j.avail, j.owner, j.key, j.err)
 end
 
