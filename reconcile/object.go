@@ -76,6 +76,10 @@ func desiredObjects(s *spec.Spec) ([]*object, error) {
 		case spec.KindQueue:
 			o.queue = s.Queues[a.Name]
 			v = o.queue
+		case spec.KindRateLimit:
+			// The spec declares rate limits; no backend holds them yet,
+			// so a plan refuses them rather than ignore them.
+			return nil, fmt.Errorf("%s: rate limits are not applied by this coordd yet: %w", a, backends.ErrUnsupported)
 		}
 		raw, err := json.Marshal(v)
 		if err != nil {

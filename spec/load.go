@@ -51,7 +51,7 @@ const (
 	MaxFileSize = 8 << 20
 	// MaxTotalSize bounds all the files of a spec together.
 	MaxTotalSize = 16 << 20
-	// MaxObjects bounds the semaphores, cron tasks and queues of a spec.
+	// MaxObjects bounds the semaphores, cron tasks, queues and rate limits of a spec.
 	MaxObjects = 50000
 	// MaxErrors is how many errors a failed load returns; the rest are
 	// counted in a closing "... and N more errors" entry.
@@ -251,13 +251,14 @@ type decl struct {
 }
 
 // Top-level sections and the prefix their entries use in addresses.
-var sections = []string{"backends", "cluster", "semaphores", "cron", "queues"}
+var sections = []string{"backends", "cluster", "semaphores", "cron", "queues", "rate_limits"}
 
 var sectionPrefix = map[string]string{
-	"backends":   "backends",
-	"semaphores": string(KindSemaphore),
-	"cron":       string(KindCron),
-	"queues":     string(KindQueue),
+	"backends":    "backends",
+	"semaphores":  string(KindSemaphore),
+	"cron":        string(KindCron),
+	"queues":      string(KindQueue),
+	"rate_limits": string(KindRateLimit),
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
@@ -324,6 +325,7 @@ func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, err
 		Semaphores: map[string]*Semaphore{},
 		Cron:       map[string]*CronTask{},
 		Queues:     map[string]*Queue{},
+		RateLimits: map[string]*RateLimit{},
 	}
 	for _, e := range readErrs {
 		l.errs.add(e)
@@ -354,6 +356,7 @@ func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, err
 	l.decodeSemaphores(s)
 	l.decodeCron(s)
 	l.decodeQueues(s)
+	l.decodeRateLimits(s)
 	s.backendEnv = l.sortedEnv()
 	if errs := l.errs.result(); errs != nil {
 		return nil, errs
@@ -576,7 +579,7 @@ func (l *loader) collect(f *srcFile, root *yaml.Node) {
 				continue
 			}
 			l.cluster = &decl{file: f, key: k, val: v}
-		case "backends", "semaphores", "cron", "queues":
+		case "backends", "semaphores", "cron", "queues", "rate_limits":
 			if k.Value == "backends" && l.firstBackends == nil {
 				l.firstBackends = &decl{file: f, key: k, val: v}
 			}
@@ -619,7 +622,7 @@ func (l *loader) collectNamed(f *srcFile, section string, n *yaml.Node) {
 			if l.objects >= MaxObjects {
 				if l.objects == MaxObjects {
 					l.errs.add(&Error{Pos: f.posOf(k), Address: prefix + "." + name, Err: ErrTooManyObjects,
-						Msg: fmt.Sprintf("too many objects: a spec holds at most %d semaphores, cron tasks and queues together; this one and those after it are ignored", MaxObjects)})
+						Msg: fmt.Sprintf("too many objects: a spec holds at most %d semaphores, cron tasks, queues and rate limits together; this one and those after it are ignored", MaxObjects)})
 					l.objects++
 				}
 				continue

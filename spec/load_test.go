@@ -238,7 +238,12 @@ cron:
   c: {schedule: "@hourly", command: "echo hi"}
 queues:
   q: {}
+rate_limits:
+  r: {rate: 100/1m}
 `), LoadOptions{})
+	if r := s.RateLimits["r"]; r.Count != 100 || r.Per != time.Minute || r.Burst != 1 || r.Keyed || r.Backend != DefaultBackendName || r.Interval() != 600*time.Millisecond {
+		t.Errorf("rate limit defaults = %+v", r)
+	}
 	sem := s.Semaphores["s"]
 	if sem.Lease != 60*time.Second || sem.Mode != ModeLease || sem.Wake != "" || sem.MaxWaiting != nil || sem.MaxHold != 0 {
 		t.Errorf("semaphore defaults = %+v", sem)
@@ -644,7 +649,7 @@ func TestGoodSpecsLoad(t *testing.T) {
 // checkInvariants verifies what every successfully loaded spec promises.
 func checkInvariants(t *testing.T, s *Spec) {
 	t.Helper()
-	if s.Backends == nil || s.Semaphores == nil || s.Cron == nil || s.Queues == nil {
+	if s.Backends == nil || s.Semaphores == nil || s.Cron == nil || s.Queues == nil || s.RateLimits == nil {
 		t.Fatalf("nil maps in %+v", s)
 	}
 	if s.Backends[s.Cluster.Backend] == nil {
@@ -663,7 +668,7 @@ func checkInvariants(t *testing.T, s *Spec) {
 		if b == nil {
 			t.Fatalf("%s has no backend", a)
 		}
-		if a.Kind != KindSemaphore && b.Type == TypeMemcached {
+		if a.Kind != KindSemaphore && a.Kind != KindRateLimit && b.Type == TypeMemcached {
 			t.Fatalf("%s on memcached", a)
 		}
 	}
@@ -680,6 +685,11 @@ func checkInvariants(t *testing.T, s *Spec) {
 	for n, o := range s.Queues {
 		if o.Name != n || o.Partitions < 1 || o.MaxPayload < 1 {
 			t.Fatalf("queue %q = %+v", n, o)
+		}
+	}
+	for n, o := range s.RateLimits {
+		if o.Name != n || o.Count < 1 || o.Burst < 1 || o.Interval() < time.Microsecond {
+			t.Fatalf("rate limit %q = %+v", n, o)
 		}
 	}
 	_ = s.Hash()
@@ -725,5 +735,25 @@ func TestSessionModeOnPostgres(t *testing.T) {
 	m := mustLoad(t, one("backends:\n  db: {type: mysql, dsn: \"u:p@tcp(h:3306)/d\"}\nsemaphores:\n  s: {limit: 2, mode: session}\n"), LoadOptions{})
 	if got := m.Semaphores["s"].Wake; got != WakePoll {
 		t.Errorf("mysql session semaphore: wake %q, want %q", got, WakePoll)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]struct {
+		count int
+		per   time.Duration
+	}{
+		"100/1m": {100, time.Minute}, "10/s": {10, time.Second}, "5/1h": {5, time.Hour},
+		"3/90s": {3, 90 * time.Second}, " 7 / 250ms ": {7, 250 * time.Millisecond}, "1000000/s": {1000000, time.Second},
+	} {
+		c, p, err := ParseRate(in)
+		if err != nil || c != want.count || p != want.per {
+			t.Errorf("ParseRate(%q) = %d, %s, %v; want %d, %s", in, c, p, err, want.count, want.per)
+		}
+	}
+	for _, in := range []string{"", "100", "/1m", "x/1m", "-1/1m", "1/0s", "1/-1s", "1/1d", "1/25h", "2/1us", "1/"} {
+		if c, p, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) = %d, %s; want an error", in, c, p)
+		}
 	}
 }

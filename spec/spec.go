@@ -37,7 +37,10 @@ func (s *Spec) Hash() string {
 		Semaphores map[string]*Semaphore  `json:"semaphores"`
 		Cron       map[string]*CronTask   `json:"cron"`
 		Queues     map[string]*Queue      `json:"queues"`
-	}{bs, s.Cluster, s.Semaphores, s.Cron, s.Queues}
+		// omitempty: a spec without rate limits hashes as it did before
+		// the kind existed.
+		RateLimits map[string]*RateLimit `json:"rate_limits,omitempty"`
+	}{bs, s.Cluster, s.Semaphores, s.Cron, s.Queues, s.RateLimits}
 	// encoding/json sorts map keys, which makes the encoding canonical.
 	raw, err := json.Marshal(doc)
 	if err != nil {
@@ -50,7 +53,7 @@ func (s *Spec) Hash() string {
 
 // ObjectCount is the number of managed objects of all kinds.
 func (s *Spec) ObjectCount() int {
-	return len(s.Semaphores) + len(s.Cron) + len(s.Queues)
+	return len(s.Semaphores) + len(s.Cron) + len(s.Queues) + len(s.RateLimits)
 }
 
 // Addresses lists every managed object, kinds in Kinds order, then by name,
@@ -70,6 +73,10 @@ func (s *Spec) Addresses() []Address {
 			}
 		case KindQueue:
 			for n := range s.Queues {
+				out = append(out, Address{k, n})
+			}
+		case KindRateLimit:
+			for n := range s.RateLimits {
 				out = append(out, Address{k, n})
 			}
 		}
@@ -94,6 +101,10 @@ func (s *Spec) BackendOf(a Address) *Backend {
 		}
 	case KindQueue:
 		if o := s.Queues[a.Name]; o != nil {
+			name = o.Backend
+		}
+	case KindRateLimit:
+		if o := s.RateLimits[a.Name]; o != nil {
 			name = o.Backend
 		}
 	}

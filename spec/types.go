@@ -14,17 +14,18 @@ import (
 	"github.com/coordd/coordd/internal/safetext"
 )
 
-// Kind is one of the three kinds of managed object.
+// Kind is one of the four kinds of managed object.
 type Kind string
 
 const (
 	KindSemaphore Kind = "semaphore"
 	KindCron      Kind = "cron"
 	KindQueue     Kind = "queue"
+	KindRateLimit Kind = "rate_limit"
 )
 
 // Kinds lists the kinds in the order plans print them.
-var Kinds = []Kind{KindSemaphore, KindCron, KindQueue}
+var Kinds = []Kind{KindSemaphore, KindCron, KindQueue, KindRateLimit}
 
 // Address names one managed object, e.g. "semaphore.reindex".
 type Address struct {
@@ -228,6 +229,28 @@ type Queue struct {
 	Pos            Pos   `json:"-"`
 }
 
+// RateLimit grants at most Burst permits at once and, on average, Count
+// permits per Per across all servers: the generic cell rate algorithm
+// (GCRA), one permit every Interval() with a tolerance of Burst-1
+// intervals.
+type RateLimit struct {
+	Name    string `json:"-"`
+	Backend string `json:"backend"`
+	// Count permits per Per: rate "100/1m" is Count 100, Per 1m.
+	Count int           `json:"count"`
+	Per   time.Duration `json:"per"`
+	// Burst is how many permits an idle limit grants at once (>= 1).
+	Burst int `json:"burst"`
+	// Keyed: each key given at run time (rate run --key) has a limit of
+	// its own with this rate and burst.
+	Keyed          bool `json:"keyed,omitempty"`
+	PreventDestroy bool `json:"prevent_destroy,omitempty"`
+	Pos            Pos  `json:"-"`
+}
+
+// Interval is the emission interval: the time one permit stands for.
+func (r *RateLimit) Interval() time.Duration { return r.Per / time.Duration(r.Count) }
+
 // Spec is a loaded, validated and normalized spec.
 type Spec struct {
 	Backends   map[string]*Backend   `json:"backends"`
@@ -235,6 +258,7 @@ type Spec struct {
 	Semaphores map[string]*Semaphore `json:"semaphores"`
 	Cron       map[string]*CronTask  `json:"cron"`
 	Queues     map[string]*Queue     `json:"queues"`
+	RateLimits map[string]*RateLimit `json:"rate_limits"`
 
 	// Files are the files that were read, in merge order.
 	Files []string `json:"-"`
