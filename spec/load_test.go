@@ -668,7 +668,7 @@ func checkInvariants(t *testing.T, s *Spec) {
 		if b == nil {
 			t.Fatalf("%s has no backend", a)
 		}
-		if a.Kind != KindSemaphore && a.Kind != KindRateLimit && b.Type == TypeMemcached {
+		if a.Kind != KindSemaphore && b.Type == TypeMemcached {
 			t.Fatalf("%s on memcached", a)
 		}
 	}

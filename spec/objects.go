@@ -150,7 +150,7 @@ func (l *loader) objectBackend(fs *fieldSet) (name, typ string) {
 // notOnMemcached reports an object of a kind memcached cannot hold.
 func notOnMemcached(fs *fieldSet, name, typ, what string) {
 	if typ == TypeMemcached {
-		fs.errf("backend", "backend %s is memcached, which holds semaphores and rate limits only; put %s on a sqlite, mysql, postgres or redis backend", quote(name), what)
+		fs.errf("backend", "backend %s is memcached, which holds semaphores only; put %s on a sqlite, mysql, postgres or redis backend", quote(name), what)
 	}
 }
 

@@ -35,7 +35,11 @@ func (l *loader) decodeRateLimits(s *Spec) {
 			continue
 		}
 		o := &RateLimit{Name: name, Pos: d.file.posOf(d.key)}
-		o.Backend, _ = l.objectBackend(fs)
+		var typ string
+		o.Backend, typ = l.objectBackend(fs)
+		// memcached's clock ticks in whole seconds: hosts reading it
+		// would let a second's worth of permits through at each tick.
+		notOnMemcached(fs, o.Backend, typ, "rate limits (its clock ticks in whole seconds, too coarse to space permits)")
 		if !fs.has("rate") {
 			fs.missing("rate", " (permits per period, like 100/1m)")
 		} else if v, ok := fs.str("rate", false); ok {

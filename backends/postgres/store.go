@@ -202,5 +202,8 @@ func (s *Store) Semaphores() backends.Semaphores { return s }
 func (s *Store) Crons() backends.Crons           { return s }
 func (s *Store) Queues() backends.Queues         { return s }
 
+// RateLimits is the store's rate limits (backends.RateLimitHolder).
+func (s *Store) RateLimits() backends.RateLimits { return s }
+
 // Waiters is the store's lines of waiters (backends.Semaphores).
 func (s *Store) Waiters() backends.Waiters { return s }

@@ -351,6 +351,8 @@ func TestMigrateAllOrNothing(t *testing.T) {
 	execSQL(t, s, `DELETE FROM schema_migrations WHERE version > 4`)
 	execSQL(t, s, `DROP TABLE notices`)
 	execSQL(t, s, `DROP TABLE queue_counts`)
+	execSQL(t, s, `DROP TABLE rate_limits`)
+	execSQL(t, s, `DROP TABLE rate_tats`)
 	execSQL(t, s, `ALTER TABLE queue_jobs DROP COLUMN attempt_errors`)
 	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
 		execSQL(t, s, `ALTER TABLE queues DROP COLUMN `+col)
