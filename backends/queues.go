@@ -16,6 +16,9 @@ type QueueConfig struct {
 	Unique            string        `json:"unique"`
 	MaxPayload        int64         `json:"max_payload"`
 	Claim             string        `json:"claim"`
+	// RateLimit names the rate limit (on the same backend) whose permits
+	// the queue's workers take before they claim; empty: none.
+	RateLimit string `json:"rate_limit,omitempty"`
 }
 
 // QueueState is what a backend observes of one queue.

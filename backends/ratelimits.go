@@ -55,10 +55,13 @@ func CheckRateKey(c RateLimitConfig, key string) error {
 	return spec.CheckKey(key)
 }
 
-// Permit is the answer to one request for a permit.
+// Permit is the answer to one request for permits.
 type Permit struct {
-	// Allowed: the permit was granted (and counted).
+	// Allowed: at least one permit was granted (and counted).
 	Allowed bool
+	// Granted is how many permits were granted: up to the number asked
+	// for, as many as were due at once (0 when not Allowed).
+	Granted int
 	// RetryAfter is, when not allowed, how long from the store's now
 	// until a request would be granted; 0 when allowed.
 	RetryAfter time.Duration
@@ -92,15 +95,17 @@ type RateLimits interface {
 	// DeleteRateLimit removes the limit and its keys' records. Absent is
 	// not an error.
 	DeleteRateLimit(ctx context.Context, name string) error
-	// TakePermit grants one permit of limit name (for key, when keyed)
-	// when one is due, by the GCRA: with the store's clock now and the
-	// record's TAT, base = max(TAT, now); the permit is granted when
-	// base - now <= (Burst-1) x Interval, and TAT becomes base + Interval.
-	// A refusal changes nothing and says when to ask again. It returns
-	// ErrNotFound for an absent limit, ErrRateKeyRequired or
-	// ErrRateNotKeyed for a key that does not match the limit, and
-	// spec.ErrInvalidKey for a bad key, before anything is written.
-	TakePermit(ctx context.Context, name, key string) (Permit, error)
+	// TakePermit grants up to n permits (n >= 1) of limit name (for key,
+	// when keyed) that are due now, by the GCRA: with the store's clock
+	// now and the record's TAT, base = max(TAT, now); permits are due when
+	// base - now <= (Burst-1) x Interval, as many as
+	// 1 + ((Burst-1) x Interval - (base - now)) / Interval, and TAT moves
+	// by Interval for each one granted. A refusal changes nothing and says
+	// when to ask again. It returns ErrNotFound for an absent limit,
+	// ErrRateKeyRequired or ErrRateNotKeyed for a key that does not match
+	// the limit, and spec.ErrInvalidKey for a bad key, before anything is
+	// written.
+	TakePermit(ctx context.Context, name, key string, n int) (Permit, error)
 	// PruneRateKeys deletes the records of keys that are idle (TAT in the
 	// past: such a record grants what an absent one does) and returns how
 	// many it deleted; a store whose records expire by themselves (Redis)
@@ -124,31 +129,24 @@ func RateLimitsOf(b Backend) RateLimits {
 	return nil
 }
 
-// GCRA is the decision of TakePermit in Go, for stores that compute it on
-// the host from the store's clock (and for tests): given the TAT and now
-// in µs of the store's clock, it returns the permit and the new TAT (tat
-// itself when refused).
-func GCRA(tat, now int64, c RateLimitConfig) (Permit, int64) {
-	iv := c.Interval().Microseconds()
-	base := max(tat, now)
-	tol := int64(c.Burst-1) * iv
-	if base-now > tol {
-		return Permit{RetryAfter: time.Duration(base-now-tol) * time.Microsecond}, tat
-	}
-	next := base + iv
-	return Permit{Allowed: true, Remaining: int((tol - (next - now) + iv) / iv)}, next
-}
-
 // PermitFrom is the permit a store's conditional write gave: the TAT
 // before (prev) and after (tat) at the store's clock now, with the
 // interval iv and tolerance tol it decided by, all in µs. The TAT moves
-// only when the permit is granted.
+// only when permits are granted, from max(prev, now) by iv for each.
 func PermitFrom(prev, tat, now, iv, tol int64) Permit {
 	if tat != prev {
-		return Permit{Allowed: true, Remaining: int(max(0, (tol-(tat-now)+iv)/iv))}
+		return Permit{Allowed: true, Granted: int((tat - max(prev, now)) / iv), Remaining: int(max(0, (tol-(tat-now)+iv)/iv))}
 	}
 	base := max(tat, now)
 	return Permit{RetryAfter: time.Duration(max(1, base-now-tol)) * time.Microsecond}
+}
+
+// CheckPermits checks the number of permits asked for.
+func CheckPermits(n int) error {
+	if n < 1 {
+		return fmt.Errorf("permits asked for: %d: must be at least 1", n)
+	}
+	return nil
 }
 
 // Available is how many permits a record with TAT tat grants at once at

@@ -187,7 +187,8 @@ func (d *Daemon) engineState() backends.Cluster {
 // pruneRecords deletes the records of hosts not seen for
 // backends.HostRetention, the records of events notified more than
 // backends.NoticeRetention ago, and the queue counts older than
-// backends.QueueCountRetention on every backend that holds queues.
+// backends.QueueCountRetention on every backend that holds queues, and
+// the idle records of rate limits (backends.RateLimits.PruneRateKeys).
 func (d *Daemon) pruneRecords(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, d.heartbeatTimeout())
 	defer cancel()
@@ -209,6 +210,15 @@ func (d *Daemon) pruneRecords(ctx context.Context) {
 		q := b.Queues()
 		if _, err := q.PruneQueueCounts(pctx, backends.QueueCountRetention); err != nil && ctx.Err() == nil {
 			d.log.Debug("pruning old queue counts", "backend", name, "error", err)
+		}
+	}
+	for name, b := range e.Backends {
+		rl := backends.RateLimitsOf(b)
+		if b == nil || rl == nil {
+			continue
+		}
+		if _, err := rl.PruneRateKeys(pctx); err != nil && ctx.Err() == nil {
+			d.log.Debug("pruning idle rate limit records", "backend", name, "error", err)
 		}
 	}
 }

@@ -117,7 +117,7 @@ func probeBackend(ctx context.Context, b backends.Backend) error {
 	return backends.SchemaCurrent(info.Version, info.Latest)
 }
 
-// Objects groups the last good spec's semaphores and queues by backend.
+// Objects groups the last good spec's objects by backend.
 func (s source) Objects() []metrics.Objects {
 	sp, e := s.d.current()
 	by := map[string]*metrics.Objects{}
@@ -139,6 +139,10 @@ func (s source) Objects() []metrics.Objects {
 		o := get(c.Backend)
 		o.Crons = append(o.Crons, n)
 	}
+	for n, r := range sp.RateLimits {
+		o := get(r.Backend)
+		o.RateLimits = append(o.RateLimits, n)
+	}
 	out := make([]metrics.Objects, 0, len(by))
 	for _, o := range by {
 		if o.B == nil { // a backend added by a reload is not open until a restart
@@ -147,6 +151,7 @@ func (s source) Objects() []metrics.Objects {
 		sort.Strings(o.Semaphores)
 		sort.Strings(o.Queues)
 		sort.Strings(o.Crons)
+		sort.Strings(o.RateLimits)
 		out = append(out, *o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Backend < out[j].Backend })

@@ -92,6 +92,8 @@ type Objects struct {
 	Queues     []string
 	// Crons are the cron tasks, for coordd_cron_paused.
 	Crons []string
+	// RateLimits are the rate limits, for coordd_rate_limit_*.
+	RateLimits []string
 }
 
 // Metrics holds coordd's registry and its event metrics. Its methods are
@@ -267,6 +269,10 @@ var (
 		"1 while the queue is paused (coordd queue pause): its workers claim nothing; else 0.", []string{"queue", "backend"}, nil)
 	descQAge = prometheus.NewDesc("coordd_queue_oldest_ready_age_seconds",
 		"Age of the oldest ready job by this host's clock; 0 when none is ready.", []string{"queue", "backend"}, nil)
+	descRateAvailable = prometheus.NewDesc("coordd_rate_limit_available",
+		"Permits an unkeyed rate limit would grant at once now (its burst when idle, 0 when callers wait); absent for a keyed one.", []string{"rate_limit", "backend"}, nil)
+	descRateBusyKeys = prometheus.NewDesc("coordd_rate_limit_busy_keys",
+		"Keys of a keyed rate limit that are not idle (granted a permit within their burst's time); absent for an unkeyed one.", []string{"rate_limit", "backend"}, nil)
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
 		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
 	descCronNext = prometheus.NewDesc("coordd_cron_next_run_timestamp_seconds",
@@ -292,7 +298,7 @@ type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descReloadOK, descReloadAt, descReloading, descObserveOK,
-		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQPaused, descQAge, descCronPaused, descCronNext, descCronLastSuccess,
+		descSemLimit, descSemHolders, descSemWaiters, descSemInstances, descQReady, descQDelayed, descQInFlight, descQDead, descQPaused, descQAge, descRateAvailable, descRateBusyKeys, descCronPaused, descCronNext, descCronLastSuccess,
 		descLossHold, descLossHoldLeft, descHashMatches, descSpecInfo, descHosts, descHostHashes} {
 		ch <- d
 	}
@@ -460,6 +466,24 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 				gauge(descQInFlight, float64(q.InFlight), n, o.Backend),
 				gauge(descQDead, float64(q.Dead), n, o.Backend),
 				gauge(descQAge, age, n, o.Backend))
+		}
+	}
+	if ra := backends.RateLimitsOf(o.B); ra != nil && len(o.RateLimits) > 0 {
+		start := time.Now()
+		states, err := ra.ObserveRateLimits(ctx, o.RateLimits)
+		c.m.RoundTrip(o.Backend, "observe_rate_limits", time.Since(start))
+		if err != nil {
+			ok = false
+		}
+		for _, n := range o.RateLimits {
+			r := states[n]
+			switch {
+			case r == nil:
+			case r.Config.Keyed:
+				out = append(out, gauge(descRateBusyKeys, float64(r.Keys), n, o.Backend))
+			default:
+				out = append(out, gauge(descRateAvailable, float64(r.Available), n, o.Backend))
+			}
 		}
 	}
 	if ca := o.B.Crons(); ca != nil && len(o.Crons) > 0 {

@@ -289,3 +289,48 @@ func TestMetricsKeyedInstances(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsRateLimits: an unkeyed limit reports the permits it would
+// grant at once (its burst when idle, fewer after permits), a keyed one
+// its busy keys, read from a real store at scrape time.
+func TestMetricsRateLimits(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	t.Cleanup(func() { st.Close() })
+	for _, c := range []backends.RateLimitConfig{
+		{Name: "api", Count: 10, Per: time.Hour, Burst: 5},
+		{Name: "per-user", Count: 10, Per: time.Hour, Burst: 1, Keyed: true},
+	} {
+		if err := st.PutRateLimit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, RateLimits: []string{"api", "per-user"}}}}
+	base := serve(t, metrics.New(src))
+	_, body := get(t, base+"/metrics")
+	for _, l := range []string{
+		`coordd_rate_limit_available{backend="local",rate_limit="api"} 5`,
+		`coordd_rate_limit_busy_keys{backend="local",rate_limit="per-user"} 0`,
+	} {
+		if !hasLine(body, l) {
+			t.Errorf("idle: no line %q in /metrics:\n%s", l, body)
+		}
+	}
+	for range 2 {
+		if p, err := st.TakePermit(ctx, "api", "", 1); err != nil || !p.Allowed {
+			t.Fatalf("take: %+v, %v", p, err)
+		}
+	}
+	if p, err := st.TakePermit(ctx, "per-user", "u1", 1); err != nil || !p.Allowed {
+		t.Fatalf("take: %+v, %v", p, err)
+	}
+	_, body = get(t, base+"/metrics")
+	for _, l := range []string{
+		`coordd_rate_limit_available{backend="local",rate_limit="api"} 3`,
+		`coordd_rate_limit_busy_keys{backend="local",rate_limit="per-user"} 1`,
+	} {
+		if !hasLine(body, l) {
+			t.Errorf("after permits: no line %q in /metrics:\n%s", l, body)
+		}
+	}
+}

@@ -32,6 +32,9 @@ var ErrCannotStart = errors.New("the handler cannot start")
 // Client pushes to and works the queues held by one backend.
 type Client struct {
 	q backends.Queues
+	// rl is the backend's rate limits (nil: it holds none), for a queue
+	// whose config names one.
+	rl backends.RateLimits
 
 	mu    sync.Mutex
 	wakes map[string]chan struct{}
@@ -43,7 +46,7 @@ func New(b backends.Backend) (*Client, error) {
 	if q == nil {
 		return nil, fmt.Errorf("backend %q (%s) cannot hold queues: %w", b.Name(), b.Type(), backends.ErrUnsupported)
 	}
-	c := &Client{q: q, wakes: map[string]chan struct{}{}}
+	c := &Client{q: q, rl: backends.RateLimitsOf(b), wakes: map[string]chan struct{}{}}
 	return c, nil
 }
 

@@ -72,6 +72,13 @@ type worker struct {
 	// paused what it said.
 	pauseReadAt time.Time
 	paused      *backends.Pause
+	// rate is the rate limit the queue's config names (empty: none),
+	// read again every configCheckEvery (configReadAt); peek says that
+	// the last idle wait ended with no sign of a job, so that the next
+	// claim first looks whether one is ready before it spends permits.
+	rate         string
+	configReadAt time.Time
+	peek         bool
 }
 
 // errStopped ends the claim loop without an error: stop was closed, a
@@ -158,6 +165,8 @@ func (c *Client) newWorker(ctx context.Context, queue string, opts WorkerOptions
 		w.stats = &Stats{}
 	}
 	w.tally = &tally{q: c.q, queue: queue, logf: w.logf}
+	// The first claim of a limited queue looks before it spends a permit.
+	w.rate, w.configReadAt, w.peek = cfg.RateLimit, time.Now(), true
 	return w, nil
 }
 
@@ -199,6 +208,14 @@ func (w *worker) loop(ctx context.Context) error {
 		}
 		if w.halted() != nil {
 			return errStopped // a handler could not start; Work says so
+		}
+		if w.rateLimit(ctx) != "" {
+			if n, err = w.permits(ctx, n); err != nil || n == 0 {
+				if err != nil {
+					return err
+				}
+				continue // the loop head sees ctx and stop
+			}
 		}
 		wake := w.c.wakeChan(w.queue) // before the claim: a push after it closes this channel
 		jobs, sentAt, err := w.claim(ctx, n)
@@ -351,7 +368,78 @@ func (w *worker) nothingClaimable(ctx context.Context, wake <-chan struct{}) err
 		maxWait = drainWait
 	}
 	w.backendReady = w.idle(ctx, w.stop, wake, maxWait)
+	w.peek = !w.backendReady
 	return nil
+}
+
+// configCheckEvery is how often a worker reads its queue's config for its
+// rate_limit: one that apply adds or removes reaches running workers
+// within about this long.
+const configCheckEvery = 5 * time.Second
+
+// rateLimit is the rate limit the queue's config names, read again every
+// configCheckEvery (a failed read keeps the last one).
+func (w *worker) rateLimit(ctx context.Context) string {
+	if time.Since(w.configReadAt) >= configCheckEvery {
+		w.configReadAt = time.Now()
+		if cfg, err := w.c.Config(ctx, w.queue); err == nil {
+			if cfg.RateLimit != w.rate {
+				w.logf("queue %s: rate limit %q (was %q)", w.queue, cfg.RateLimit, w.rate)
+			}
+			w.rate = cfg.RateLimit
+		}
+	}
+	return w.rate
+}
+
+// permits takes up to n permits of the queue's rate limit for the n
+// handler slots taken, before the claim: a job is never claimed before it
+// may start, so no lease runs while it waits for a permit. It gives back
+// the slots it got no permit for and returns how many are left (0: none
+// was due, after waiting until the next one is, or no job is ready). A
+// permit whose claim then finds no job is spent: a limited queue runs at
+// most at its rate. After an idle wait that saw no job, it first reads the
+// queue and spends nothing when no job is ready.
+func (w *worker) permits(ctx context.Context, n int) (int, error) {
+	giveBack := func(k int) {
+		for range k {
+			<-w.slots
+		}
+	}
+	if w.c.rl == nil {
+		giveBack(n)
+		return 0, fmt.Errorf("work queue %q: its rate limit %q: %w", w.queue, w.rate, backends.ErrUnsupported)
+	}
+	if w.peek {
+		wake := w.c.wakeChan(w.queue)
+		m, err := w.c.q.ObserveQueues(ctx, []string{w.queue})
+		if st := m[w.queue]; err == nil && st != nil && st.ReadyNow() == 0 {
+			giveBack(n)
+			return 0, w.nothingClaimable(ctx, wake)
+		}
+		w.peek = false
+	}
+	p, err := w.c.rl.TakePermit(ctx, w.rate, "", n)
+	switch {
+	case err != nil:
+		giveBack(n)
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		// A limit not yet applied (apply creates it before the queue's
+		// new config, so only for a moment) or a backend that failed:
+		// try again after the claim's backoff.
+		w.errWait = min(max(2*w.errWait, 100*time.Millisecond), errorWaitMax)
+		w.logf("queue %s: taking a permit of rate limit %s failed (retrying in %v): %v", w.queue, w.rate, w.errWait, err)
+		sleep(ctx, w.stop, nil, w.errWait)
+		return 0, nil
+	case !p.Allowed:
+		giveBack(n)
+		sleep(ctx, w.stop, nil, p.RetryAfter)
+		return 0, nil
+	}
+	giveBack(n - p.Granted)
+	return p.Granted, nil
 }
 
 // drained reports whether the queue holds no job a drain waits for: none

@@ -320,6 +320,12 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 		}
 		_, err := adm.PutQueue(ctx, queueConfig(d.queue))
 		return err
+	case d.rate != nil:
+		adm := backends.RateLimitsOf(b)
+		if adm == nil {
+			return fmt.Errorf("backend %q: rate limits: %w", d.backend, backends.ErrUnsupported)
+		}
+		return adm.PutRateLimit(ctx, rateConfig(d.rate))
 	}
 	return nil
 }
@@ -415,6 +421,12 @@ func (e *Engine) remove(ctx context.Context, o *object, opts Options) (held bool
 			return false, fmt.Errorf("backend %q: queues: %w", o.backend, backends.ErrUnsupported)
 		}
 		return false, adm.DeleteQueue(ctx, o.addr.Name, opts.AllowDestroyJobs)
+	case o.rate != nil:
+		adm := backends.RateLimitsOf(b)
+		if adm == nil {
+			return false, fmt.Errorf("backend %q: rate limits: %w", o.backend, backends.ErrUnsupported)
+		}
+		return false, adm.DeleteRateLimit(ctx, o.addr.Name)
 	}
 	return false, nil
 }

@@ -23,6 +23,7 @@ type object struct {
 	sem   *spec.Semaphore
 	cron  *spec.CronTask
 	queue *spec.Queue
+	rate  *spec.RateLimit
 }
 
 // placement is what forces a replacement when it changes: the backend, and
@@ -48,6 +49,8 @@ func (o *object) preventDestroy() bool {
 		return o.cron.PreventDestroy
 	case o.queue != nil:
 		return o.queue.PreventDestroy
+	case o.rate != nil:
+		return o.rate.PreventDestroy
 	}
 	return false
 }
@@ -77,9 +80,8 @@ func desiredObjects(s *spec.Spec) ([]*object, error) {
 			o.queue = s.Queues[a.Name]
 			v = o.queue
 		case spec.KindRateLimit:
-			// The spec declares rate limits; no backend holds them yet,
-			// so a plan refuses them rather than ignore them.
-			return nil, fmt.Errorf("%s: rate limits are not applied by this coordd yet: %w", a, backends.ErrUnsupported)
+			o.rate = s.RateLimits[a.Name]
+			v = o.rate
 		}
 		raw, err := json.Marshal(v)
 		if err != nil {
@@ -108,6 +110,9 @@ func appliedObject(a spec.Address, p backends.Placement) (*object, error) {
 	case spec.KindQueue:
 		o.queue = &spec.Queue{Name: a.Name}
 		err = json.Unmarshal(p.Spec, o.queue)
+	case spec.KindRateLimit:
+		o.rate = &spec.RateLimit{Name: a.Name}
+		err = json.Unmarshal(p.Spec, o.rate)
 	default:
 		err = fmt.Errorf("unknown kind %q", a.Kind)
 	}
@@ -134,8 +139,12 @@ func queueConfig(q *spec.Queue) backends.QueueConfig {
 	return backends.QueueConfig{
 		Name: q.Name, Partitions: q.Partitions, VisibilityTimeout: q.VisibilityTimeout,
 		MaxAttempts: q.MaxAttempts, RetryBackoff: q.RetryBackoff, Timeout: q.Timeout,
-		Unique: q.Unique, MaxPayload: q.MaxPayload, Claim: q.Claim,
+		Unique: q.Unique, MaxPayload: q.MaxPayload, Claim: q.Claim, RateLimit: q.RateLimit,
 	}
+}
+
+func rateConfig(r *spec.RateLimit) backends.RateLimitConfig {
+	return backends.RateLimitConfig{Name: r.Name, Count: r.Count, Per: r.Per, Burst: r.Burst, Keyed: r.Keyed}
 }
 
 // attr is one attribute: value as a plan prints it, raw as plan --json
@@ -166,6 +175,15 @@ func limitAttr(name string, d time.Duration) attr {
 }
 
 func strAttr(name, v string) attr { return attr{name, v, v} }
+
+// optStrAttr is a string that is usually unset: left out of the plan when
+// empty.
+func optStrAttr(name, v string) attr {
+	if v == "" {
+		return attr{name, "", nil}
+	}
+	return strAttr(name, v)
+}
 
 // optDurAttr is a duration that is usually unset: left out of the plan
 // when 0.
@@ -215,7 +233,13 @@ func (o *object) attrs() []attr {
 			durAttr("visibility_timeout", q.VisibilityTimeout), intAttr("max_attempts", int64(q.MaxAttempts)),
 			durAttr("retry_backoff", q.RetryBackoff), limitAttr("timeout", q.Timeout),
 			strAttr("unique", q.Unique), intAttr("max_payload", q.MaxPayload),
-			strAttr("claim", q.Claim), hookAttr(q.OnFailure), boolAttr("prevent_destroy", q.PreventDestroy),
+			strAttr("claim", q.Claim), optStrAttr("rate_limit", q.RateLimit), hookAttr(q.OnFailure), boolAttr("prevent_destroy", q.PreventDestroy),
+		}
+	case o.rate != nil:
+		r := o.rate
+		return []attr{
+			strAttr("backend", r.Backend), {"rate", r.Rate(), r.Rate()}, intAttr("burst", int64(r.Burst)),
+			boolAttr("keyed", r.Keyed), boolAttr("prevent_destroy", r.PreventDestroy),
 		}
 	}
 	return nil

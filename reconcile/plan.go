@@ -199,6 +199,7 @@ type observations struct {
 	sem   map[obsKey]*backends.SemaphoreState
 	cron  map[obsKey]*backends.CronState
 	queue map[obsKey]*backends.QueueState
+	rate  map[obsKey]*backends.RateLimitState
 }
 
 func (o *observations) semHolders(backend string, a spec.Address) int {
@@ -234,6 +235,7 @@ func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, err
 		sem:   map[obsKey]*backends.SemaphoreState{},
 		cron:  map[obsKey]*backends.CronState{},
 		queue: map[obsKey]*backends.QueueState{},
+		rate:  map[obsKey]*backends.RateLimitState{},
 	}
 	for _, g := range groups {
 		b, err := e.backend(g.backend)
@@ -277,6 +279,18 @@ func (e *Engine) observe(ctx context.Context, keys []obsKey) (*observations, err
 			}
 			for n, st := range m {
 				obs.queue[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
+			}
+		case spec.KindRateLimit:
+			adm := backends.RateLimitsOf(b)
+			if adm == nil {
+				return nil, fmt.Errorf("backend %q (%s): rate limits: %w", g.backend, b.Type(), backends.ErrUnsupported)
+			}
+			m, err := adm.ObserveRateLimits(ctx, ns)
+			if err != nil {
+				return nil, fmt.Errorf("observe rate limits on %q: %w", g.backend, err)
+			}
+			for n, st := range m {
+				obs.rate[obsKey{g.backend, spec.Address{Kind: g.kind, Name: n}}] = st
 			}
 		}
 	}
@@ -582,6 +596,8 @@ func planReplace(c *Change, old, d *object, obs *observations, opts Options) {
 		}
 	case d.cron != nil:
 		c.Notes = append(c.Notes, "a run in progress on the old backend finishes; next_exec is recomputed on the new one")
+	case d.rate != nil:
+		c.Notes = append(c.Notes, "the limit starts idle on the new backend: permits granted on the old one no longer count")
 	case d.queue != nil:
 		if q := obs.queue[obsKey{old.backend, d.addr}]; q != nil && q.Jobs() > 0 {
 			if !opts.AllowDestroyJobs {
@@ -625,6 +641,12 @@ func updateNotes(old, d *object, obs *observations) []string {
 	case d.queue != nil:
 		if d.queue.Partitions < old.queue.Partitions {
 			notes = append(notes, fmt.Sprintf("jobs in partitions %d..%d move to the remaining partitions; none is lost", d.queue.Partitions, old.queue.Partitions-1))
+		}
+	case d.rate != nil:
+		if d.rate.Keyed != old.rate.Keyed {
+			notes = append(notes, "keyed changes: the permits granted so far are forgotten, and the limit starts idle")
+		} else if d.rate.Interval() != old.rate.Interval() || d.rate.Burst != old.rate.Burst {
+			notes = append(notes, "the permits granted so far keep counting; the new rate spaces the ones after them")
 		}
 	}
 	return notes
@@ -683,6 +705,14 @@ func driftNotes(d *object, limit int, obs *observations) []string {
 			notes = append(notes, fmt.Sprintf("%d job(s) stranded in removed partitions; apply moves them", st.Stranded))
 		}
 		return notes
+	case d.rate != nil:
+		st := obs.rate[k]
+		if st == nil {
+			return []string{"missing in backend " + d.backend + "; apply re-creates it (idle: it grants its burst at once)"}
+		}
+		if want := rateConfig(d.rate); st.Config != want {
+			return []string{"config in backend differs: " + diffStruct(st.Config, want)}
+		}
 	}
 	return nil
 }

@@ -354,9 +354,9 @@ func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, err
 	l.decodeBackends(s)
 	l.decodeCluster(s)
 	l.decodeSemaphores(s)
+	l.decodeRateLimits(s) // before the kinds that name a rate limit
 	l.decodeCron(s)
 	l.decodeQueues(s)
-	l.decodeRateLimits(s)
 	s.backendEnv = l.sortedEnv()
 	if errs := l.errs.result(); errs != nil {
 		return nil, errs

@@ -411,7 +411,7 @@ func (l *loader) env(fs *fieldSet) map[string]string {
 
 var queueFields = []string{
 	"backend", "partitions", "visibility_timeout", "max_attempts", "retry_backoff", "timeout",
-	"unique", "max_payload", "claim", "prevent_destroy", "on_failure",
+	"unique", "max_payload", "claim", "rate_limit", "prevent_destroy", "on_failure",
 }
 
 func (l *loader) decodeQueues(s *Spec) {
@@ -437,10 +437,37 @@ func (l *loader) decodeQueues(s *Spec) {
 		if ok && o.Claim == ClaimSkipLocked && typ != "" && typ != TypeMySQL {
 			fs.errf("claim", "claim skip_locked needs a mysql backend; backend %s is %s", quote(o.Backend), typ)
 		}
+		o.RateLimit = l.queueRateLimit(s, fs, o.Backend)
 		o.OnFailure = l.hook(fs, false)
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Queues[name] = o
 	}
+}
+
+// queueRateLimit reads a queue's rate_limit: a declared rate limit,
+// unkeyed (a claim takes permits before it knows its jobs' keys) and on
+// the queue's backend (its workers take permits from the store they
+// claim from).
+func (l *loader) queueRateLimit(s *Spec, fs *fieldSet, backend string) string {
+	if !fs.has("rate_limit") {
+		return ""
+	}
+	name, ok := fs.str("rate_limit", false)
+	if !ok {
+		return ""
+	}
+	r := s.RateLimits[name]
+	switch {
+	case r == nil:
+		if _, declared := l.named["rate_limits"][name]; !declared {
+			fs.errf("rate_limit", "rate limit %s is not declared%s", quote(name), didYouMean(name, l.sortedNames("rate_limits")))
+		}
+	case r.Keyed:
+		fs.errf("rate_limit", "rate limit %s is keyed, and a queue's claims take permits before they know their jobs' keys; name a rate limit without keyed", quote(name))
+	case backend != "" && r.Backend != backend:
+		fs.errf("rate_limit", "rate limit %s is on backend %s and the queue on %s: a queue's workers take permits from the store they claim from, so put both on one backend", quote(name), quote(r.Backend), quote(backend))
+	}
+	return name
 }
 
 // maxPayload reads a size in bytes: an integer or a string like "64KiB".

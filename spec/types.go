@@ -9,6 +9,7 @@ package spec
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/internal/safetext"
@@ -24,8 +25,11 @@ const (
 	KindRateLimit Kind = "rate_limit"
 )
 
-// Kinds lists the kinds in the order plans print them.
-var Kinds = []Kind{KindSemaphore, KindCron, KindQueue, KindRateLimit}
+// Kinds lists the kinds in the order plans print them and apply creates
+// them: a kind comes after the kinds it names (a queue or a cron task names
+// a semaphore or a rate limit), so that apply creates those first and
+// deletes them last.
+var Kinds = []Kind{KindSemaphore, KindRateLimit, KindCron, KindQueue}
 
 // Address names one managed object, e.g. "semaphore.reindex".
 type Address struct {
@@ -223,6 +227,9 @@ type Queue struct {
 	Unique            string        `json:"unique"`
 	MaxPayload        int64         `json:"max_payload"`
 	Claim             string        `json:"claim"`
+	// RateLimit names a rate limit on the queue's backend: workers take
+	// a permit for each job before they claim it; empty: none.
+	RateLimit string `json:"rate_limit,omitempty"`
 	// OnFailure runs once per job moved to the dead set; nil: none.
 	OnFailure      *Hook `json:"on_failure,omitempty"`
 	PreventDestroy bool  `json:"prevent_destroy,omitempty"`
@@ -250,6 +257,18 @@ type RateLimit struct {
 
 // Interval is the emission interval: the time one permit stands for.
 func (r *RateLimit) Interval() time.Duration { return r.Per / time.Duration(r.Count) }
+
+// Rate is the rate as the spec writes it: "100/1m", "10/1s", "3/1m30s".
+func (r *RateLimit) Rate() string {
+	p := r.Per.String()
+	if q, ok := strings.CutSuffix(p, "m0s"); ok {
+		p = q + "m"
+	}
+	if q, ok := strings.CutSuffix(p, "h0m"); ok {
+		p = q + "h"
+	}
+	return fmt.Sprintf("%d/%s", r.Count, p)
+}
 
 // Spec is a loaded, validated and normalized spec.
 type Spec struct {

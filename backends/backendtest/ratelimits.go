@@ -25,6 +25,7 @@ func testRateLimits(t *testing.T, h Harness) {
 	t.Run("PutObserveDelete", func(t *testing.T) { testRateAdmin(t, h) })
 	t.Run("BurstThenSpacing", func(t *testing.T) { testRateBurst(t, h) })
 	t.Run("Keys", func(t *testing.T) { testRateKeys(t, h) })
+	t.Run("ManyAtOnce", func(t *testing.T) { testRateMany(t, h) })
 	t.Run("WitnessAcrossHandles", func(t *testing.T) { testRateWitness(t, h) })
 }
 
@@ -34,7 +35,7 @@ func testRateAdmin(t *testing.T, h Harness) {
 	rl := rateLimitsOf(t, b)
 	ctx := t.Context()
 
-	_, err := rl.TakePermit(ctx, "absent", "")
+	_, err := rl.TakePermit(ctx, "absent", "", 1)
 	wantErr(t, err, backends.ErrNotFound, "a permit of an absent limit")
 	if err := rl.PutRateLimit(ctx, backends.RateLimitConfig{Name: "bad", Count: 0, Per: time.Second, Burst: 1}); err == nil {
 		t.Fatal("PutRateLimit accepted count 0")
@@ -50,9 +51,9 @@ func testRateAdmin(t *testing.T, h Harness) {
 	if st := m["api"]; st.Config != cfg || st.Available != 4 || st.Keys != 0 {
 		t.Fatalf("observe api = %+v, want config %+v, 4 available, no keys", st, cfg)
 	}
-	_, err = rl.TakePermit(ctx, "api", "k1")
+	_, err = rl.TakePermit(ctx, "api", "k1", 1)
 	wantErr(t, err, backends.ErrRateNotKeyed, "a key given to an unkeyed limit")
-	p, err := rl.TakePermit(ctx, "api", "")
+	p, err := rl.TakePermit(ctx, "api", "", 1)
 	ok(t, err, "take")
 	if !p.Allowed || p.Remaining != 3 {
 		t.Fatalf("first permit = %+v, want allowed with 3 remaining", p)
@@ -77,11 +78,11 @@ func testRateAdmin(t *testing.T, h Harness) {
 	cfg3 := cfg2
 	cfg3.Keyed = true
 	ok(t, rl.PutRateLimit(ctx, cfg3), "make keyed")
-	_, err = rl.TakePermit(ctx, "api", "")
+	_, err = rl.TakePermit(ctx, "api", "", 1)
 	wantErr(t, err, backends.ErrRateKeyRequired, "no key for a keyed limit")
-	_, err = rl.TakePermit(ctx, "api", "bad\x00key")
+	_, err = rl.TakePermit(ctx, "api", "bad\x00key", 1)
 	wantErr(t, err, spec.ErrInvalidKey, "a key with a NUL")
-	p, err = rl.TakePermit(ctx, "api", "k1")
+	p, err = rl.TakePermit(ctx, "api", "k1", 1)
 	ok(t, err, "take a key's permit")
 	if !p.Allowed || p.Remaining != 1 {
 		t.Fatalf("first permit of a key = %+v, want allowed with 1 remaining", p)
@@ -94,12 +95,12 @@ func testRateAdmin(t *testing.T, h Harness) {
 	if len(m) != 0 {
 		t.Fatalf("observe after delete = %v", m)
 	}
-	_, err = rl.TakePermit(ctx, "api", "k1")
+	_, err = rl.TakePermit(ctx, "api", "k1", 1)
 	wantErr(t, err, backends.ErrNotFound, "a permit after delete")
 
 	// Re-created, the limit starts idle: its old keys' records are gone.
 	ok(t, rl.PutRateLimit(ctx, cfg3), "re-create")
-	p, err = rl.TakePermit(ctx, "api", "k1")
+	p, err = rl.TakePermit(ctx, "api", "k1", 1)
 	ok(t, err, "take after re-create")
 	if !p.Allowed || p.Remaining != 1 {
 		t.Fatalf("first permit after re-create = %+v, want a full burst", p)
@@ -117,30 +118,30 @@ func testRateBurst(t *testing.T, h Harness) {
 	cfg := backends.RateLimitConfig{Name: "burst", Count: 4, Per: time.Second, Burst: 3} // one per 250ms
 	ok(t, rl.PutRateLimit(ctx, cfg), "put")
 	for i := range 3 {
-		p, err := rl.TakePermit(ctx, "burst", "")
+		p, err := rl.TakePermit(ctx, "burst", "", 1)
 		ok(t, err, "take")
 		if !p.Allowed || p.Remaining != 2-i {
 			t.Fatalf("permit %d = %+v, want allowed with %d remaining", i+1, p, 2-i)
 		}
 	}
-	p, err := rl.TakePermit(ctx, "burst", "")
+	p, err := rl.TakePermit(ctx, "burst", "", 1)
 	ok(t, err, "take")
 	if p.Allowed || p.RetryAfter <= 0 || p.RetryAfter > 250*time.Millisecond {
 		t.Fatalf("permit beyond the burst = %+v, want refused with a retry within 250ms", p)
 	}
 	// A refusal changes nothing: asking again says about the same.
-	p2, err := rl.TakePermit(ctx, "burst", "")
+	p2, err := rl.TakePermit(ctx, "burst", "", 1)
 	ok(t, err, "take")
 	if p2.Allowed || p2.RetryAfter > p.RetryAfter {
 		t.Fatalf("second refusal = %+v after %+v: a refusal moved the limit", p2, p)
 	}
 	time.Sleep(p2.RetryAfter + 20*time.Millisecond)
-	p, err = rl.TakePermit(ctx, "burst", "")
+	p, err = rl.TakePermit(ctx, "burst", "", 1)
 	ok(t, err, "take")
 	if !p.Allowed || p.Remaining != 0 {
 		t.Fatalf("permit after the retry time = %+v, want allowed with 0 remaining", p)
 	}
-	p, err = rl.TakePermit(ctx, "burst", "")
+	p, err = rl.TakePermit(ctx, "burst", "", 1)
 	ok(t, err, "take")
 	if p.Allowed || p.RetryAfter < 150*time.Millisecond {
 		t.Fatalf("permit right after = %+v, want refused for about an interval", p)
@@ -164,12 +165,12 @@ func testRateKeys(t *testing.T, h Harness) {
 	cfg := backends.RateLimitConfig{Name: "per-user", Count: 5, Per: time.Second, Burst: 1, Keyed: true} // one per 200ms
 	ok(t, rl.PutRateLimit(ctx, cfg), "put")
 	for _, k := range []string{"alice", "bob", "carol é/{x}:*"} {
-		p, err := rl.TakePermit(ctx, "per-user", k)
+		p, err := rl.TakePermit(ctx, "per-user", k, 1)
 		ok(t, err, "take "+k)
 		if !p.Allowed {
 			t.Fatalf("first permit of %q refused: %+v", k, p)
 		}
-		p, err = rl.TakePermit(ctx, "per-user", k)
+		p, err = rl.TakePermit(ctx, "per-user", k, 1)
 		ok(t, err, "take "+k)
 		if p.Allowed {
 			t.Fatalf("second permit of %q at once granted (burst 1)", k)
@@ -188,15 +189,15 @@ func testRateKeys(t *testing.T, h Harness) {
 	}
 	_, err = rl.PruneRateKeys(ctx)
 	ok(t, err, "prune")
-	p, err := rl.TakePermit(ctx, "per-user", "alice")
+	p, err := rl.TakePermit(ctx, "per-user", "alice", 1)
 	ok(t, err, "take after prune")
 	if !p.Allowed {
 		t.Fatalf("idle key refused after prune: %+v", p)
 	}
 }
 
-// testRateWitness takes permits from goroutines on two handles (two hosts)
-// as fast as they can and checks the witness: any run of grants (by time
+// testRateWitness takes permits, one to three at a time, from goroutines
+// on two handles (two hosts) as fast as they can and checks the witness: any run of grants (by time
 // of answer) never exceeds rate × window + burst, where the window runs
 // from the earliest request among them to the last answer (the backend
 // decided each grant within its call); and the limit is not starved (it
@@ -216,23 +217,27 @@ func testRateWitness(t *testing.T, h Harness) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
-		go func(rl backends.RateLimits) {
+		go func(rl backends.RateLimits, n int) {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
 				start := time.Now()
-				p, err := rl.TakePermit(ctx, "witness", "")
+				p, err := rl.TakePermit(ctx, "witness", "", n)
 				end := time.Now()
 				if err != nil {
 					t.Errorf("take: %v", err)
 					return
 				}
-				if p.Allowed {
-					mu.Lock()
-					grants = append(grants, grant{start, end})
-					mu.Unlock()
+				if p.Allowed != (p.Granted > 0) || p.Granted > n {
+					t.Errorf("permit %+v asked for %d", p, n)
+					return
 				}
+				mu.Lock()
+				for range p.Granted {
+					grants = append(grants, grant{start, end})
+				}
+				mu.Unlock()
 			}
-		}(handles[i%2])
+		}(handles[i%2], 1+i%3)
 	}
 	wg.Wait()
 	sort.Slice(grants, func(i, j int) bool { return grants[i].end.Before(grants[j].end) })
@@ -252,5 +257,35 @@ func testRateWitness(t *testing.T, h Harness) {
 	}
 	if min := int(run/iv) / 2; len(grants) < min {
 		t.Fatalf("%d grants in %v, want at least %d (half the rate): the limit starves its callers", len(grants), run, min)
+	}
+}
+
+// testRateMany: a request for n permits gets as many as are due, at most
+// n: a new record min(n, burst), then what the burst has left; n < 1 is
+// refused before anything is written.
+func testRateMany(t *testing.T, h Harness) {
+	t.Parallel()
+	b, _ := fresh(t, h)
+	rl := rateLimitsOf(t, b)
+	ctx := t.Context()
+	ok(t, rl.PutRateLimit(ctx, backends.RateLimitConfig{Name: "many", Count: 10, Per: time.Hour, Burst: 5}), "put")
+	ok(t, rl.PutRateLimit(ctx, backends.RateLimitConfig{Name: "keys", Count: 10, Per: time.Hour, Burst: 5, Keyed: true}), "put")
+	if _, err := rl.TakePermit(ctx, "many", "", 0); err == nil {
+		t.Fatal("TakePermit accepted n = 0")
+	}
+	for _, c := range []struct{ n, granted, remaining int }{{3, 3, 2}, {4, 2, 0}, {1, 0, 0}} {
+		p, err := rl.TakePermit(ctx, "many", "", c.n)
+		ok(t, err, "take")
+		if p.Granted != c.granted || p.Allowed != (c.granted > 0) || (p.Allowed && p.Remaining != c.remaining) {
+			t.Fatalf("asked for %d: %+v, want %d granted, %d remaining", c.n, p, c.granted, c.remaining)
+		}
+		if !p.Allowed && p.RetryAfter <= 0 {
+			t.Fatalf("a refusal without a retry time: %+v", p)
+		}
+	}
+	p, err := rl.TakePermit(ctx, "keys", "new", 10)
+	ok(t, err, "take")
+	if p.Granted != 5 || p.Remaining != 0 {
+		t.Fatalf("a new key asked for 10: %+v, want its burst of 5", p)
 	}
 }

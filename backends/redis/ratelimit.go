@@ -81,28 +81,31 @@ func (s *Store) DeleteRateLimit(ctx context.Context, name string) error {
 	return nil
 }
 
-// TakePermit takes one permit in one script call.
-func (s *Store) TakePermit(ctx context.Context, name, key string) (backends.Permit, error) {
+// TakePermit takes up to n permits in one script call.
+func (s *Store) TakePermit(ctx context.Context, name, key string, n int) (backends.Permit, error) {
 	if err := s.writable(); err != nil {
+		return backends.Permit{}, err
+	}
+	if err := backends.CheckPermits(n); err != nil {
 		return backends.Permit{}, err
 	}
 	if err := backends.CheckRateKey(backends.RateLimitConfig{Name: name, Keyed: key != ""}, key); err != nil {
 		return backends.Permit{}, err
 	}
 	ks, member := s.keys.rateTakeKeys(name, key)
-	res, err := s.queueEval(ctx, rateTakeScript, ks, member)
+	res, err := s.queueEval(ctx, rateTakeScript, ks, member, n)
 	if err == nil && len(res) == 0 {
 		err = fmt.Errorf("empty reply")
 	}
 	if err != nil {
 		return backends.Permit{}, fmt.Errorf("rate limit %q: take a permit: %w", name, err)
 	}
-	switch queueInt(res[0]) {
-	case 1:
-		return backends.Permit{Allowed: true, Remaining: int(queueInt(res[1]))}, nil
-	case 0:
+	switch k := queueInt(res[0]); {
+	case k > 0:
+		return backends.Permit{Allowed: true, Granted: int(k), Remaining: int(queueInt(res[1]))}, nil
+	case k == 0:
 		return backends.Permit{RetryAfter: time.Duration(max(1, queueInt(res[1]))) * time.Microsecond}, nil
-	case -1:
+	case k == -1:
 		return backends.Permit{}, fmt.Errorf("rate limit %q: %w", name, backends.ErrNotFound)
 	}
 	cfg := backends.RateLimitConfig{Name: name, Keyed: len(res) > 1 && queueInt(res[1]) == 1}

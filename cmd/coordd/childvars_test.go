@@ -54,7 +54,7 @@ var varFormats = map[string]*regexp.Regexp{
 	"key":       regexp.MustCompile(`^[^\x00-\x1f\x7f-\x{9f}]{1,255}$`),
 }
 
-var docGivenTo = map[string]bool{"cron": true, "cron with semaphore": true, "sem run": true, "sem run with key": true, "queue work": true}
+var docGivenTo = map[string]bool{"cron": true, "cron with semaphore": true, "sem run": true, "sem run with key": true, "queue work": true, "rate run": true, "rate run with key": true}
 
 // docVars reads the table under "### Variables coordd sets" in
 // docs/spec.md and checks that each of its formats is defined there.
@@ -175,6 +175,9 @@ func childVariables(t *testing.T, typ string) {
   k: {limit: 1, max_hold: 1h, keyed: true}
 queues:
   q: {visibility_timeout: 30s}
+rate_limits:
+  r: {rate: 10/s}
+  rk: {rate: 10/s, keyed: true}
 cron:
   plain: {schedule: "@every 1s", command: env}
   guarded: {schedule: "@every 1s", command: env, semaphore: s}
@@ -212,6 +215,17 @@ cron:
 	}
 	checkVars(t, "sem run --key", vars, out, []string{"sem run", "sem run with key"},
 		map[string]string{"COORDD_SEMAPHORE": "k", "COORDD_SEMAPHORE_KEY": "user 7/é", "COORDD_SLOT": "0"}, nil)
+
+	code, out, errs = c.run("", false, "rate", "run", "r", "-f", p, "--", "env")
+	if code != 0 {
+		t.Fatalf("rate run: %d %s", code, errs)
+	}
+	checkVars(t, "rate run", vars, out, []string{"rate run"}, map[string]string{"COORDD_RATE_LIMIT": "r"}, nil)
+	code, out, errs = c.run("", false, "rate", "run", "rk", "--key", "partner 7/é", "-f", p, "--", "env")
+	if code != 0 {
+		t.Fatalf("rate run --key: %d %s", code, errs)
+	}
+	checkVars(t, "rate run --key", vars, out, []string{"rate run", "rate run with key"}, map[string]string{"COORDD_RATE_LIMIT": "rk", "COORDD_RATE_LIMIT_KEY": "partner 7/é"}, nil)
 
 	code, id, errs := c.run("", false, "queue", "push", "q", "-f", p, "x")
 	if code != 0 {

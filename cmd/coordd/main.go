@@ -72,7 +72,7 @@ type cliEnv struct {
 	hostname func() (string, error)
 }
 
-var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, cronCmd, queueCmd, versionCmd}
+var commands = []*command{validateCmd, planCmd, applyCmd, runCmd, statusCmd, semCmd, rateCmd, cronCmd, queueCmd, versionCmd}
 
 func main() {
 	// First of all, before a secret is read or a command started: no

@@ -168,6 +168,13 @@ type objectStatus struct {
 	Delayed  *int64     `json:"delayed,omitempty"`
 	Dead     *int64     `json:"dead,omitempty"`
 	Oldest   *time.Time `json:"oldest_ready,omitempty"`
+	// Rate limits: the stored rate and burst, the permits an unkeyed
+	// limit would grant at once now, and the keys of a keyed one that
+	// are not idle.
+	Rate      string `json:"rate,omitempty"`
+	Burst     *int   `json:"burst,omitempty"`
+	Available *int   `json:"available,omitempty"`
+	Keys      *int   `json:"busy_keys,omitempty"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -260,6 +267,23 @@ func collectStatus(ctx context.Context, s *spec.Spec, bs map[string]backends.Bac
 					ob.Pause = st.Paused
 					if !st.OldestReady.IsZero() {
 						ob.Oldest = ptr(st.OldestReady)
+					}
+				}
+			}
+		case spec.KindRateLimit:
+			if adm := backends.RateLimitsOf(bk); adm != nil {
+				m, err := adm.ObserveRateLimits(ctx, []string{a.Name})
+				if err != nil {
+					return nil, err
+				}
+				if st := m[a.Name]; st != nil {
+					c := st.Config
+					ob.Applied, ob.Burst = true, ptr(c.Burst)
+					ob.Rate = (&spec.RateLimit{Count: c.Count, Per: c.Per}).Rate()
+					if c.Keyed {
+						ob.Keys = ptr(st.Keys)
+					} else {
+						ob.Available = ptr(st.Available)
 					}
 				}
 			}
@@ -411,6 +435,10 @@ func (r *statusReport) writeText(env *cliEnv) {
 				next = env.paint(stateColour("paused"), cronPausedJSON{Paused: true, Pause: o.Pause, PausedInSpec: o.PausedInSpec}.cell())
 			}
 			fmt.Fprintf(tw, "%s\tbackend %s\t%s\trunning %d\tlast %s\n", o.Address, o.Backend, next, *o.Running, last)
+		case o.Rate != "" && o.Keys != nil:
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tburst %d per key\tbusy keys %d\n", o.Address, o.Backend, env.paint(colourPlain, "rate "+o.Rate), *o.Burst, *o.Keys)
+		case o.Rate != "":
+			fmt.Fprintf(tw, "%s\tbackend %s\t%s\tburst %d\tavailable %d\n", o.Address, o.Backend, env.paint(colourPlain, "rate "+o.Rate), *o.Burst, *o.Available)
 		case o.Ready != nil:
 			oldest := "-"
 			if o.Oldest != nil {

@@ -24,6 +24,10 @@ const (
 	VarQueue   = "COORDD_QUEUE"
 	VarJobID   = "COORDD_JOB_ID"
 	VarAttempt = "COORDD_ATTEMPT"
+
+	// `rate run`: the rate limit that granted the permit, and its key.
+	VarRateLimit    = "COORDD_RATE_LIMIT"
+	VarRateLimitKey = "COORDD_RATE_LIMIT_KEY"
 )
 
 // Vars lists the variables above. Start drops them from the environment a
@@ -35,4 +39,5 @@ var Vars = []string{
 	VarTask, VarScheduledAt, VarRunID, VarTaskFencingToken,
 	VarSemaphore, VarSlot, VarFencingToken, VarSemaphoreKey,
 	VarQueue, VarJobID, VarAttempt,
+	VarRateLimit, VarRateLimitKey,
 }

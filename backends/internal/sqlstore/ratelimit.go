@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -35,30 +36,41 @@ ON DUPLICATE KEY UPDATE count = VALUES(count), per_us = VALUES(per_us), interval
 	qRateDelete     = Query{SQL: `DELETE FROM {p}rate_limits WHERE name = ?`}
 	qRateDeleteTats = Query{SQL: `DELETE FROM {p}rate_tats WHERE name = ?`}
 
-	// qRateTake takes a permit. The SELECT yields a row only for a limit
-	// of that name whose keyed matches, with its interval (iv) and
+	// qRateTake takes up to n permits. The SELECT yields a row only for a
+	// limit of that name whose keyed matches, with its interval (iv) and
 	// tolerance (tol, (burst - 1) × interval); a key without a record
-	// inserts one granted at once (burst >= 1). An existing record is
-	// updated under its row lock: with base = max(tat, now), the permit is
-	// granted when base - now <= tol, and tat becomes base + iv; refused,
-	// tat stays. prev takes the old tat either way. {now} is one instant
-	// for the whole statement. Arguments: key, name, keyed.
+	// inserts one granted min(n, burst) at once. An existing record is
+	// updated under its row lock: with base = max(tat, now), permits are
+	// due when base - now <= tol, (tol - (base - now)) / iv + 1 of them;
+	// min(n, that) are granted and tat moves by iv for each; refused, tat
+	// stays. prev takes the old tat either way. The inserted row carries
+	// min(n, burst) as (tat - at) / iv to the update. {now} is one instant
+	// for the whole statement. Arguments: key, n, n, name, keyed.
 	qRateTake = Query{
-		SQL: `INSERT INTO {p}rate_tats AS t (name, rkey, tat, prev, at, iv, tol)
-SELECT l.name, ?, {now} + l.interval_us, 0, {now}, l.interval_us, (l.burst - 1) * l.interval_us
+		SQL: expandRate(`INSERT INTO {p}rate_tats AS t (name, rkey, tat, prev, at, iv, tol)
+SELECT l.name, ?, {now} + (CASE WHEN ? < l.burst THEN ? ELSE l.burst END) * l.interval_us, 0, {now}, l.interval_us, (l.burst - 1) * l.interval_us
 FROM {p}rate_limits l WHERE l.name = ? AND l.keyed = ?
 ON CONFLICT (name, rkey) DO UPDATE SET prev = t.tat, at = excluded.at, iv = excluded.iv, tol = excluded.tol,
-  tat = CASE WHEN (CASE WHEN t.tat > excluded.at THEN t.tat ELSE excluded.at END) - excluded.at <= excluded.tol
-    THEN (CASE WHEN t.tat > excluded.at THEN t.tat ELSE excluded.at END) + excluded.iv ELSE t.tat END
-RETURNING tat, prev, at, iv, tol`,
-		// MySQL evaluates the assignments left to right: tat's expression
-		// reads the old tat, and prev takes it after.
-		MySQL: `INSERT INTO {p}rate_tats (name, rkey, tat, prev, at, iv, tol)
-SELECT l.name, ?, {now} + l.interval_us, 0, {now}, l.interval_us, (l.burst - 1) * l.interval_us
+  tat = CASE WHEN BASE - excluded.at <= excluded.tol
+    THEN BASE + excluded.iv * (CASE WHEN ASKED < DUE THEN ASKED ELSE DUE END) ELSE t.tat END
+RETURNING tat, prev, at, iv, tol`, map[string]string{
+			"BASE":  "(CASE WHEN t.tat > excluded.at THEN t.tat ELSE excluded.at END)",
+			"ASKED": "((excluded.tat - excluded.at) / excluded.iv)",
+			"DUE":   "((excluded.tol - (BASE - excluded.at)) / excluded.iv + 1)",
+		}),
+		// MySQL evaluates the assignments left to right: prev takes the
+		// old tat first, and tat's expression reads it there. DIV is
+		// integer division.
+		MySQL: expandRate(`INSERT INTO {p}rate_tats (name, rkey, tat, prev, at, iv, tol)
+SELECT l.name, ?, {now} + LEAST(?, ?, l.burst) * l.interval_us, 0, {now}, l.interval_us, (l.burst - 1) * l.interval_us
 FROM {p}rate_limits l WHERE l.name = ? AND l.keyed = ?
 ON DUPLICATE KEY UPDATE prev = tat,
-  tat = IF(GREATEST(prev, VALUES(at)) - VALUES(at) <= VALUES(tol), GREATEST(prev, VALUES(at)) + VALUES(iv), prev),
-  at = VALUES(at), iv = VALUES(iv), tol = VALUES(tol)`,
+  tat = IF(BASE - VALUES(at) <= VALUES(tol), BASE + VALUES(iv) * LEAST(ASKED, DUE), prev),
+  at = VALUES(at), iv = VALUES(iv), tol = VALUES(tol)`, map[string]string{
+			"BASE":  "GREATEST(prev, VALUES(at))",
+			"ASKED": "((VALUES(tat) - VALUES(at)) DIV VALUES(iv))",
+			"DUE":   "((VALUES(tol) - (BASE - VALUES(at))) DIV VALUES(iv) + 1)",
+		}),
 	}
 	// qRateTakeRead reads back what qRateTake wrote, in its transaction
 	// (MySQL has no RETURNING). Arguments: name, key.
@@ -78,6 +90,15 @@ FROM {p}rate_limits l WHERE l.name {in}`}
 	// record does (rate_tats_tat).
 	qRatePrune = Query{SQL: `DELETE FROM {p}rate_tats WHERE tat < {now}`}
 )
+
+// expandRate writes out the named parts of a permit's statement (DUE
+// holds BASE, so it goes first): the statement is long, its parts repeat.
+func expandRate(text string, parts map[string]string) string {
+	for _, k := range []string{"DUE", "ASKED", "BASE"} {
+		text = strings.ReplaceAll(text, k, parts[k])
+	}
+	return text
+}
 
 // rateConfig builds a config from its stored columns.
 func rateConfig(name string, count, perUS, burst int64, keyed bool) backends.RateLimitConfig {
@@ -124,19 +145,22 @@ func (s *Core) DeleteRateLimit(ctx context.Context, name string) error {
 	return nil
 }
 
-// TakePermit takes one permit of a limit by qRateTake: one statement on
+// TakePermit takes up to n permits of a limit by qRateTake: one statement on
 // the Standard flavor, that statement and its read-back in one transaction
 // on MySQL.
-func (s *Core) TakePermit(ctx context.Context, name, key string) (backends.Permit, error) {
+func (s *Core) TakePermit(ctx context.Context, name, key string, n int) (backends.Permit, error) {
 	var p backends.Permit
-	err := s.takePermit(ctx, name, key, &p)
+	err := backends.CheckPermits(n)
+	if err == nil {
+		err = s.takePermit(ctx, name, key, n, &p)
+	}
 	if err != nil {
 		return backends.Permit{}, fmt.Errorf("rate limit %q: take a permit: %w", name, err)
 	}
 	return p, nil
 }
 
-func (s *Core) takePermit(ctx context.Context, name, key string, p *backends.Permit) error {
+func (s *Core) takePermit(ctx context.Context, name, key string, n int, p *backends.Permit) error {
 	if err := backends.CheckRateKey(backends.RateLimitConfig{Name: name, Keyed: key != ""}, key); err != nil {
 		return err
 	}
@@ -146,17 +170,17 @@ func (s *Core) takePermit(ctx context.Context, name, key string, p *backends.Per
 	err := s.DB.Write(ctx, func(c Conn) error {
 		found = true
 		if d.Flavor == MySQL {
-			n, err := Affected(c.Exec(ctx, d.Text(qRateTake), key, name, key != ""))
+			rows, err := Affected(c.Exec(ctx, d.Text(qRateTake), key, n, n, name, key != ""))
 			if err != nil {
 				return err
 			}
-			if n == 0 {
+			if rows == 0 {
 				found = false
 				return nil
 			}
 			return c.QueryRow(ctx, d.Text(qRateTakeRead), name, key).Scan(&tat, &prev, &at, &iv, &tol)
 		}
-		err := c.QueryRow(ctx, d.Text(qRateTake), key, name, key != "").Scan(&tat, &prev, &at, &iv, &tol)
+		err := c.QueryRow(ctx, d.Text(qRateTake), key, n, n, name, key != "").Scan(&tat, &prev, &at, &iv, &tol)
 		if errors.Is(err, sql.ErrNoRows) {
 			found = false
 			return nil
