@@ -37,6 +37,7 @@ import (
 	"github.com/coordd/coordd/leadership"
 	"github.com/coordd/coordd/metrics"
 	"github.com/coordd/coordd/notify"
+	"github.com/coordd/coordd/ratelimit"
 	"github.com/coordd/coordd/reconcile"
 	"github.com/coordd/coordd/scheduler"
 	"github.com/coordd/coordd/semaphore"
@@ -214,6 +215,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Elector:   d.elector,
 		Backends:  d.cronBackends,
 		Semaphore: d.semaphore,
+		RateLimit: d.rateLimit,
 		Log:       d.log.Named("scheduler"),
 		Observer:  d.metrics,
 		// The spec of the moment: a reload may change child_env.
@@ -246,6 +248,20 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 // semaphore resolves a cron task's semaphore to a client on its backend
 // and the config applied there. The scheduler puts `semaphore "NAME": ` in
 // front of its errors, which therefore do not name it again.
+// rateLimit resolves a cron task's rate limit to a client on its backend.
+func (d *Daemon) rateLimit(name string) (*ratelimit.Client, error) {
+	s, e := d.current()
+	local := s.RateLimits[name]
+	if local == nil {
+		return nil, errors.New("not declared in the local spec")
+	}
+	b := e.Backends[local.Backend]
+	if b == nil {
+		return nil, fmt.Errorf("its backend %q is not open", local.Backend)
+	}
+	return ratelimit.New(b)
+}
+
 func (d *Daemon) semaphore(name string) (*semaphore.Client, backends.SemaphoreConfig, error) {
 	s, e := d.current()
 	local := s.Semaphores[name]

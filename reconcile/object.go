@@ -221,7 +221,7 @@ func (o *object) attrs() []attr {
 			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),
 			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), optDurAttr("starting_deadline", c.StartingDeadline), strAttr("overlap", c.Overlap),
 			intAttr("max_attempts", int64(c.MaxAttempts)), durAttr("retry_backoff", c.RetryBackoff),
-			strAttr("on_host_loss", c.OnHostLoss), strAttr("semaphore", c.Semaphore),
+			strAttr("on_host_loss", c.OnHostLoss), strAttr("semaphore", c.Semaphore), optStrAttr("rate_limit", c.RateLimit),
 			boolAttr("run_on_create", c.RunOnCreate), boolAttr("paused", c.Paused), intAttr("history_limit", int64(c.HistoryLimit)),
 			durAttr("run_lease", c.RunLease), hookAttr(c.OnFailure),
 			boolAttr("prevent_destroy", c.PreventDestroy),

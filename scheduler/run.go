@@ -130,6 +130,9 @@ func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ b
 	if res, ok := r.acquireSlot(); !ok {
 		return r.record(res)
 	}
+	if res, ok := r.takePermit(); !ok {
+		return r.record(res)
+	}
 	if res, ok := r.renewBeforeStart(); !ok {
 		return r.record(res)
 	}
@@ -248,6 +251,45 @@ func (r *cronRun) acquireSlot() (backends.RunResult, bool) {
 	sctx, cancelSlot := context.WithCancel(context.WithoutCancel(r.ctx))
 	r.stopSlot = cancelSlot
 	go r.slot.KeepAlive(sctx, nil)
+	return backends.RunResult{}, true
+}
+
+// takePermit waits for a permit of the task's rate limit, if it names one,
+// after the slot (so that the command starts right after its permit, and
+// runs released by one semaphore at once do not start at once), while the
+// run lease and the slot are renewed. A wait is cut short when the run
+// lease is lost. It reports false with the result to record when no
+// permit was taken.
+func (r *cronRun) takePermit() (backends.RunResult, bool) {
+	def := r.t.def
+	if def.RateLimit == "" {
+		return backends.RunResult{}, true
+	}
+	if r.s.cfg.RateLimit == nil {
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: "no rate limit resolver"}, false
+	}
+	cl, err := r.s.cfg.RateLimit(def.RateLimit)
+	if err != nil {
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitCoorddFailed, Error: fmt.Sprintf("rate limit %q: %v", def.RateLimit, err)}, false
+	}
+	wctx, cancel := context.WithCancel(r.ctx)
+	go func() {
+		select {
+		case <-r.rl.lost:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	_, err = cl.Wait(wctx, def.RateLimit, "", 0)
+	cancel()
+	if err != nil {
+		select {
+		case <-r.rl.lost:
+			return backends.RunResult{Status: backends.RunLost, ExitCode: child.ExitLeaseLost, Error: "run lease lost while waiting for a permit"}, false
+		default:
+		}
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: exitNotAcquired, Error: fmt.Sprintf("rate limit %q: %v", def.RateLimit, err)}, false
+	}
 	return backends.RunResult{}, true
 }
 

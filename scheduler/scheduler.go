@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/leadership"
+	"github.com/coordd/coordd/ratelimit"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/hashicorp/go-hclog"
 )
@@ -27,6 +28,9 @@ type Config struct {
 	// Semaphore resolves a task's semaphore to a client and its applied
 	// config. Nil: tasks with a semaphore fail to start.
 	Semaphore func(name string) (*semaphore.Client, backends.SemaphoreConfig, error)
+	// RateLimit resolves a task's rate limit to a client. Nil: tasks
+	// with a rate limit fail to start.
+	RateLimit func(name string) (*ratelimit.Client, error)
 	Log       hclog.Logger
 	// Stdout receives the children's output lines, prefixed with
 	// "[task run_id] "; default os.Stderr.

@@ -227,7 +227,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 var cronFields = []string{
 	"backend", "schedule", "timezone", "jitter", "command", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "starting_deadline", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
-	"semaphore", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused", "on_failure",
+	"semaphore", "rate_limit", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused", "on_failure",
 }
 
 func (l *loader) decodeCron(s *Spec) {
@@ -309,6 +309,7 @@ func (l *loader) decodeCron(s *Spec) {
 				}
 			}
 		}
+		o.RateLimit = l.cronRateLimit(s, fs)
 		o.RunOnCreate = fs.boolean("run_on_create")
 		o.Paused = fs.boolean("paused")
 		o.HistoryLimit, _ = fs.intRange("history_limit", defaultHistoryLimit, 0, 0)
@@ -442,6 +443,25 @@ func (l *loader) decodeQueues(s *Spec) {
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Queues[name] = o
 	}
+}
+
+// cronRateLimit reads a cron task's rate_limit: a declared rate limit,
+// unkeyed (a run has no key to give it), on any backend (the daemon opens
+// every backend).
+func (l *loader) cronRateLimit(s *Spec, fs *fieldSet) string {
+	if !fs.has("rate_limit") {
+		return ""
+	}
+	name, ok := fs.str("rate_limit", false)
+	if !ok {
+		return ""
+	}
+	if r := s.RateLimits[name]; r != nil && r.Keyed {
+		fs.errf("rate_limit", "rate limit %s is keyed, and a cron task has no key to give it; name a rate limit without keyed", quote(name))
+	} else if _, declared := l.named["rate_limits"][name]; !declared {
+		fs.errf("rate_limit", "rate limit %s is not declared%s", quote(name), didYouMean(name, l.sortedNames("rate_limits")))
+	}
+	return name
 }
 
 // queueRateLimit reads a queue's rate_limit: a declared rate limit,

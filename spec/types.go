@@ -195,7 +195,10 @@ type CronTask struct {
 	RetryBackoff     time.Duration `json:"retry_backoff"`
 	OnHostLoss       string        `json:"on_host_loss"`
 	Semaphore        string        `json:"semaphore,omitempty"`
-	RunOnCreate      bool          `json:"run_on_create,omitempty"`
+	// RateLimit names a rate limit whose permit each run takes before its
+	// command starts (after its semaphore's slot); empty: none.
+	RateLimit   string `json:"rate_limit,omitempty"`
+	RunOnCreate bool   `json:"run_on_create,omitempty"`
 	// Paused: no occurrence is scheduled (declared in git; an operator
 	// may also pause a task with coordd cron pause, kept beside the
 	// definition). The task is paused while either says so.

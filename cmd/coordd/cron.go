@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/internal/child"
 	"github.com/coordd/coordd/internal/safetext"
 	"github.com/coordd/coordd/internal/version"
+	"github.com/coordd/coordd/ratelimit"
 	"github.com/coordd/coordd/scheduler"
 	"github.com/coordd/coordd/semaphore"
 	"github.com/coordd/coordd/spec"
@@ -151,7 +152,19 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		cl, err := semaphore.New(sb, h)
 		return cl, m[sem].Config, err
 	}
-	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, ChildEnvUnset: s.ChildEnvUnset})
+	rate := func(name string) (*ratelimit.Client, error) {
+		decl := s.RateLimits[name]
+		if decl == nil {
+			return nil, fmt.Errorf("not declared in %s", *path)
+		}
+		rb, err := open.Open(ctx, s.Backends[decl.Backend], backends.Options{Version: version.Version})
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, rb)
+		return ratelimit.New(rb)
+	}
+	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, RateLimit: rate, ChildEnvUnset: s.ChildEnvUnset})
 	code, err := sc.RunManual(ctx, b.Backend, name, env.stdout, env.stderr)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "coordd cron run: %v\n", err)

@@ -166,3 +166,40 @@ func queueWorkRateLimit(t *testing.T, typ string) {
 		}
 	}
 }
+
+// TestCronRunTakesAPermit: a cron task that names a rate limit takes a
+// permit before its command starts: with one permit per 2 s and a burst
+// of 1, the second of two `cron run`s in a row starts about 2 s after the
+// first (300 ms allowed for the first command's spawn); on every backend
+// that holds rate limits.
+func TestCronRunTakesAPermit(t *testing.T) {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
+		t.Run(typ, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "starts")
+			decl := fmt.Sprintf("rate_limits:\n  api: {rate: 1/2s}\ncron:\n  c: {schedule: \"@yearly\", command: 'date +%%s%%N >> %s', rate_limit: api, overlap: allow}\n", log)
+			yaml := decl
+			if typ != "sqlite" {
+				yaml = hostsBackend(t, typ) + decl
+			}
+			env, p := appliedEnv(t, yaml)
+			for i := range 2 {
+				if out, code := env.Run(t, "cron", "run", "c", "-f", p); code != 0 {
+					t.Fatalf("cron run %d: exit %d\n%s", i+1, code, out)
+				}
+			}
+			b, err := os.ReadFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := strings.Fields(string(b))
+			if len(f) != 2 {
+				t.Fatalf("%d runs logged, want 2:\n%s", len(f), b)
+			}
+			a, _ := strconv.ParseInt(f[0], 10, 64)
+			c, _ := strconv.ParseInt(f[1], 10, 64)
+			if gap := time.Duration(c - a); gap < 1700*time.Millisecond {
+				t.Fatalf("the second run started %v after the first, before its permit was due (2s)", gap)
+			}
+		})
+	}
+}
