@@ -59,7 +59,7 @@ bench: ## Run every benchmark in docs/benchmarks.md once (~20 min; starts MariaD
 	$(GO) test -run "^$$" -bench Queue -benchtime 1x ./backends/redis/; \
 	$(GO) test -run "^$$" -bench AcquireRelease -benchtime 2000x ./backends/memcached/'
 
-bench-peers: ## Measure coordd against bsm/redislock, go-redsync, asynq, goqite, River (PostgreSQL) and textbook MySQL, side by side (bench/peers, its own module; ~7 min)
+bench-peers: ## Measure coordd against bsm/redislock, go-redsync, asynq, go-redis/redis_rate, goqite, River (PostgreSQL) and textbook MySQL, side by side (bench/peers, its own module; ~8 min)
 	bash scripts/test-services.sh bash -euo pipefail -c '\
 	cd bench/peers && $(GO) test -count=1 -run "^$$" -bench . -benchtime 1x -timeout 60m .'
 

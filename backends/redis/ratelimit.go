@@ -9,47 +9,31 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Rate limits on Redis (backends.RateLimits). A limit's keys share its
-// hash tag {rate:name}:
+// Rate limits on Redis (backends.RateLimits). A limit is one hash,
+// {rate:name}:limit, holding
 //
-//	config   hash: count, per (µs), iv (interval µs), burst, keyed
-//	tat      string: the unkeyed limit's theoretical arrival time (µs)
-//	k:<key>  string: a key's TAT, the key written as names are
-//	keys     sorted set: the keys with a record, scored by TAT
+//	count, per (µs), iv (interval µs), burst, keyed   its config
+//	tat                                               the unkeyed limit's theoretical arrival time (µs)
+//	k:<key>                                           each key's TAT, the key as given
+//	sweep                                             where the next sweep of idle keys starts
 //
 // A permit is one script (lua/rate_take.lua) that reads the config, the
-// server's TIME and the record, and writes the record only when it grants;
-// records expire once their TAT has passed, so an idle limit holds
-// nothing but its config.
+// TAT and the server's TIME with one HMGET and writes the TAT with one
+// HSET, only when it grants: the same calls whatever the key, and one
+// call fewer than a config key beside a record key would take. A key's
+// field whose TAT has passed grants what an absent one does; each new key
+// sweeps a few fields and deletes the idle ones, so they do not pile up.
+// Deleting the limit is deleting the hash.
 
 // Scripts of the rate limits (lua/rate_*.lua).
 var (
 	rateTakeScript    = luaScript("rate_take.lua")
 	ratePutScript     = luaScript("rate_put.lua")
-	rateDeleteScript  = luaScript("rate_delete.lua")
 	rateObserveScript = luaScript("rate_observe.lua")
 )
 
-// rateKeys are a limit's keys as the scripts take them: the config, the
-// limit's own record and the keys set.
-func (k keys) rateKeys(name string) []string {
-	return []string{k.object("rate", name, "config"), k.object("rate", name, "tat"), k.object("rate", name, "keys")}
-}
-
-// rateKeyPrefix starts the record of each key of a keyed limit.
-func (k keys) rateKeyPrefix(name string) string { return k.object("rate", name, "k:") }
-
-// rateTakeKeys are the keys of one permit: the record is the key's own
-// for a keyed limit.
-func (k keys) rateTakeKeys(name, key string) ([]string, string) {
-	ks := k.rateKeys(name)
-	if key == "" {
-		return ks, ""
-	}
-	member := encodeName(key)
-	ks[1] = k.rateKeyPrefix(name) + member
-	return ks, member
-}
+// rateKey is a limit's hash.
+func (k keys) rateKey(name string) string { return k.object("rate", name, "limit") }
 
 // PutRateLimit writes a limit's config.
 func (s *Store) PutRateLimit(ctx context.Context, cfg backends.RateLimitConfig) error {
@@ -63,7 +47,7 @@ func (s *Store) PutRateLimit(ctx context.Context, cfg backends.RateLimitConfig) 
 	if cfg.Keyed {
 		keyed = 1
 	}
-	err := ratePutScript.Run(ctx, s.rdb, s.keys.rateKeys(cfg.Name), cfg.Count, cfg.Per.Microseconds(), cfg.Interval().Microseconds(), cfg.Burst, keyed, s.keys.rateKeyPrefix(cfg.Name)).Err()
+	err := ratePutScript.Run(ctx, s.rdb, []string{s.keys.rateKey(cfg.Name)}, cfg.Count, cfg.Per.Microseconds(), cfg.Interval().Microseconds(), cfg.Burst, keyed).Err()
 	if err != nil {
 		return fmt.Errorf("put rate limit %q: %w", cfg.Name, err)
 	}
@@ -75,7 +59,7 @@ func (s *Store) DeleteRateLimit(ctx context.Context, name string) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if err := rateDeleteScript.Run(ctx, s.rdb, s.keys.rateKeys(name), s.keys.rateKeyPrefix(name)).Err(); err != nil {
+	if err := s.rdb.Del(ctx, s.keys.rateKey(name)).Err(); err != nil {
 		return fmt.Errorf("delete rate limit %q: %w", name, err)
 	}
 	return nil
@@ -92,8 +76,7 @@ func (s *Store) TakePermit(ctx context.Context, name, key string, n int) (backen
 	if err := backends.CheckRateKey(backends.RateLimitConfig{Name: name, Keyed: key != ""}, key); err != nil {
 		return backends.Permit{}, err
 	}
-	ks, member := s.keys.rateTakeKeys(name, key)
-	res, err := s.queueEval(ctx, rateTakeScript, ks, member, n)
+	res, err := s.queueEval(ctx, rateTakeScript, []string{s.keys.rateKey(name)}, key, n)
 	if err == nil && len(res) == 0 {
 		err = fmt.Errorf("empty reply")
 	}
@@ -121,7 +104,7 @@ func (s *Store) ObserveRateLimits(ctx context.Context, names []string) (map[stri
 	}
 	var err error
 	perr := queueScriptsPipelined(ctx, s.rdb, rateObserveScript, len(names), func(i int) ([]string, []any) {
-		return s.keys.rateKeys(names[i]), nil
+		return []string{s.keys.rateKey(names[i])}, nil
 	}, func(i int, c *goredis.Cmd) {
 		res, cerr := c.Slice()
 		if cerr != nil {
@@ -152,8 +135,8 @@ func (s *Store) ObserveRateLimits(ctx context.Context, names []string) (map[stri
 	return out, nil
 }
 
-// PruneRateKeys deletes nothing: records expire when their TAT has passed,
-// and each permit of a keyed limit drops the idle members of its set.
+// PruneRateKeys deletes nothing: each new key of a keyed limit sweeps a
+// few idle keys of its hash.
 func (s *Store) PruneRateKeys(context.Context) (int, error) { return 0, nil }
 
 // RateLimits is the store's rate limits (backends.RateLimitHolder).

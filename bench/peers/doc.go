@@ -4,7 +4,8 @@
 //	make bench-peers
 //
 // It is a module of its own so that the peers (bsm/redislock,
-// go-redsync, asynq, goqite, River) never become dependencies of coordd. Every row
+// go-redsync, asynq, go-redis/redis_rate, goqite, River) never become
+// dependencies of coordd. Every row
 // runs the peer and coordd alternately, in chunks, so that both see the
 // same machine load; the table prints each side's rate and their ratio.
 // Peers run with their documented defaults, and at their fastest

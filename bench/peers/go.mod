@@ -7,6 +7,7 @@ replace github.com/coordd/coordd => ../..
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/coordd/coordd v0.0.0
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/hibiken/asynq v0.26.0
