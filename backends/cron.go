@@ -106,6 +106,9 @@ const (
 	RunTimedOut  = "timeout"
 	RunLost      = "lost"    // its host died mid-run
 	RunSkipped   = "skipped" // overlap forbid, catch_up none, semaphore busy
+	// RunReplaced: overlap replace stopped the run for the next scheduled
+	// time; not retried, not a failure event.
+	RunReplaced = "replaced"
 )
 
 // RunResult is how an occurrence ended.

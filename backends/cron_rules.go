@@ -36,7 +36,7 @@ const ManualProbes = 1000
 // FinishOccurrences records.
 func CronFinal(status string) bool {
 	switch status {
-	case RunSucceeded, RunFailed, RunTimedOut, RunLost, RunSkipped:
+	case RunSucceeded, RunFailed, RunTimedOut, RunLost, RunSkipped, RunReplaced:
 		return true
 	}
 	return false

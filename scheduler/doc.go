@@ -65,6 +65,13 @@
 // Exclusive, so the backend refuses it while any run is live: the decision
 // above chooses between skipping and waiting, the claim prevents overlap.
 //
+// Under overlap replace the claims are Exclusive too, but a due time that
+// finds runs it supervises with their commands going stops them instead
+// (replaceRuns: TERM, kill_grace, KILL; recorded replaced, not retried)
+// and waits for their record, which wakes the loop; the time then goes
+// through catch-up. A run of another process is waited for as under
+// forbid: nothing here can stop it.
+//
 // # Retries and leases
 //
 // A failed or timed-out attempt with attempts left runs again

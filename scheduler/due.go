@@ -127,6 +127,16 @@ func (dt *dueTimes) overlap(now time.Time) (wake time.Duration, decided bool) {
 	// Only a command that still runs can overlap; a run whose
 	// command ended is being recorded: the times wait for it (its
 	// end wakes the loop).
+	if t.def.Overlap == spec.OverlapReplace {
+		// Stop the runs this scheduler supervises; the due time waits
+		// for their record (which wakes the loop), then starts.
+		if len(commands) > 0 {
+			reason := "overlap replace: stopped for the next scheduled time"
+			s.log.Info("stopping the running run for the next one (overlap replace)", "task", t.name, "next_exec", times[0])
+			s.replaceRuns(commands, reason)
+		}
+		return 0, true
+	}
 	n, wake := overlapDecision(commands, times, now)
 	if n > 0 {
 		reason := overlapReason

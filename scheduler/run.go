@@ -174,6 +174,12 @@ type cronRun struct {
 	// timedOut is the error recorded when the limit stops it.
 	timeout  time.Duration
 	timedOut string
+
+	// replaced is closed when overlap replace stops the run (for the
+	// next scheduled time); replacedWhy is the error then recorded.
+	replaced    chan struct{}
+	replaceOnce sync.Once
+	replacedWhy string
 }
 
 // newCronRun starts renewing the run lease of occ, claimed at sent.
@@ -185,7 +191,14 @@ func (s *Scheduler) newCronRun(ctx context.Context, cb *cronBackend, t *task, oc
 		stopSlot: func() {},
 		timeout:  def.Timeout,
 		timedOut: fmt.Sprintf("timed out after %s", def.Timeout),
+		replaced: make(chan struct{}),
 	}
+	s.onReplace(occ.Owner, func(why string) {
+		r.replaceOnce.Do(func() {
+			r.replacedWhy = why
+			close(r.replaced)
+		})
+	})
 	ext := func(ctx context.Context, occ backends.Occurrence, lease time.Duration) (time.Time, error) {
 		return s.extendOccurrence(ctx, cb, occ, lease)
 	}
@@ -194,6 +207,21 @@ func (s *Scheduler) newCronRun(ctx context.Context, cb *cronBackend, t *task, oc
 	r.stopKeep = stopKeep
 	go r.rl.keep(kctx)
 	return r
+}
+
+// isReplaced reports whether overlap replace stopped the run.
+func (r *cronRun) isReplaced() bool {
+	select {
+	case <-r.replaced:
+		return true
+	default:
+		return false
+	}
+}
+
+// replacedResult is the result of a run that overlap replace stopped.
+func (r *cronRun) replacedResult(code int) backends.RunResult {
+	return backends.RunResult{Status: backends.RunReplaced, ExitCode: code, Error: r.replacedWhy}
 }
 
 // markStarted calls started, once.
@@ -231,11 +259,20 @@ func (r *cronRun) acquireSlot() (backends.RunResult, bool) {
 		select {
 		case <-r.rl.lost:
 			cancel()
+		case <-r.replaced:
+			cancel()
 		case <-actx.Done():
 		}
 	}()
 	acquired, err := cl.Acquire(actx, def.Semaphore, semaphore.AcquireOptions{Lease: cfg.Lease})
 	cancel()
+	if err == nil && r.isReplaced() {
+		releaseSlot(context.WithoutCancel(r.ctx), r.log, acquired)
+		return r.replacedResult(exitNotAcquired), false
+	}
+	if err != nil && r.isReplaced() {
+		return r.replacedResult(exitNotAcquired), false
+	}
 	if err != nil {
 		select {
 		case <-r.rl.lost:
@@ -277,11 +314,16 @@ func (r *cronRun) takePermit() (backends.RunResult, bool) {
 		select {
 		case <-r.rl.lost:
 			cancel()
+		case <-r.replaced:
+			cancel()
 		case <-wctx.Done():
 		}
 	}()
 	_, err = cl.Wait(wctx, def.RateLimit, "", 0)
 	cancel()
+	if r.isReplaced() {
+		return r.replacedResult(exitNotAcquired), false
+	}
 	if err != nil {
 		select {
 		case <-r.rl.lost:
@@ -378,7 +420,7 @@ func (r *cronRun) supervise(p *child.Process, grace time.Duration) bool {
 		slotLost = r.slot.Lost()
 	}
 	runLost := r.rl.lost
-	stop := func(why string) {
+	stop := func(why string, grace time.Duration) {
 		if stopped {
 			return
 		}
@@ -393,14 +435,20 @@ func (r *cronRun) supervise(p *child.Process, grace time.Duration) bool {
 			}
 		}()
 	}
+	replaced := r.replaced
 	for {
 		select {
+		case <-replaced:
+			replaced = nil
+			// The task's kill_grace, as a timeout's stop: the run's
+			// lease is still good.
+			stop(r.replacedWhy, max(r.t.def.KillGrace, time.Millisecond))
 		case <-runLost:
 			runLost = nil
-			stop("run lease lost")
+			stop("run lease lost", grace)
 		case <-slotLost:
 			slotLost = nil
-			stop("semaphore slot lost")
+			stop("semaphore slot lost", grace)
 		case <-p.Done():
 			return stopped
 		}
@@ -412,6 +460,8 @@ func (r *cronRun) supervise(p *child.Process, grace time.Duration) bool {
 func (r *cronRun) classify(res child.Result, stopped bool, out *tailbuf.Buffer) backends.RunResult {
 	rr := backends.RunResult{ExitCode: child.ExitCode(res), Output: out.Bytes()}
 	switch {
+	case r.isReplaced() && stopped:
+		rr.Status, rr.Error = backends.RunReplaced, r.replacedWhy
 	case stopped || res.LeaseLost:
 		rr.Status, rr.Error, rr.ExitCode = backends.RunLost, "lease lost: the command was stopped", child.ExitLeaseLost
 	case res.TimedOut:

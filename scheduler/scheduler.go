@@ -126,6 +126,9 @@ type Scheduler struct {
 	// whose command has not ended are the only runs it knows to be
 	// running (see overlapDecision).
 	own map[string]bool
+	// replace holds, by owner token, how to stop a run this scheduler
+	// supervises for overlap replace (see cronRun.replaced), under mu.
+	replace map[string]func(reason string)
 
 	// offsets holds, per backend name, its clock minus this host's and
 	// when that was measured; only Run's goroutine uses it.
@@ -161,7 +164,7 @@ func New(cfg Config) *Scheduler {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel,
 		offsets: map[string]clockOffset{}, batch: map[backends.Crons]*cronBatchers{},
-		own: map[string]bool{}, waitingFor: map[string]string{}}
+		own: map[string]bool{}, replace: map[string]func(string){}, waitingFor: map[string]string{}}
 }
 
 // supervise marks owner's run as this scheduler's own, before its claim is
@@ -185,6 +188,33 @@ func (s *Scheduler) release(owner string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.own, owner)
+	delete(s.replace, owner)
+}
+
+// onReplace registers how to stop owner's run for overlap replace.
+func (s *Scheduler) onReplace(owner string, stop func(reason string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.own[owner]; ok {
+		s.replace[owner] = stop
+	}
+}
+
+// replaceRuns asks each of runs (this scheduler's, their commands not
+// ended) to stop for overlap replace; a run it no longer supervises is
+// left alone.
+func (s *Scheduler) replaceRuns(runs []backends.Occurrence, reason string) {
+	s.mu.Lock()
+	var stops []func(string)
+	for _, o := range runs {
+		if stop := s.replace[o.Owner]; stop != nil {
+			stops = append(stops, stop)
+		}
+	}
+	s.mu.Unlock()
+	for _, stop := range stops {
+		stop(reason)
+	}
 }
 
 // classify returns a run of running that this scheduler does not

@@ -294,7 +294,7 @@ func (l *loader) decodeCron(s *Spec) {
 		o.CatchUp, _ = fs.enum("catch_up", CatchUpOnce, CatchUpNone, CatchUpOnce, CatchUpAll)
 		o.CatchUpLimit, _ = fs.intRange("catch_up_limit", defaultCatchUpLimit, 1, 0)
 		o.StartingDeadline, _ = fs.duration("starting_deadline", 0, 0)
-		o.Overlap, _ = fs.enum("overlap", OverlapForbid, OverlapForbid, OverlapAllow)
+		o.Overlap, _ = fs.enum("overlap", OverlapForbid, OverlapForbid, OverlapAllow, OverlapReplace)
 		o.MaxAttempts, _ = fs.intRange("max_attempts", 1, 1, 0)
 		o.RetryBackoff, _ = fs.duration("retry_backoff", defaultCronBackoff, 0)
 		o.OnHostLoss, _ = fs.enum("on_host_loss", HostLossRetry, HostLossRetry, HostLossFail)

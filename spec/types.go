@@ -127,8 +127,9 @@ const (
 	CatchUpOnce = "once"
 	CatchUpAll  = "all"
 
-	OverlapForbid = "forbid"
-	OverlapAllow  = "allow"
+	OverlapForbid  = "forbid"
+	OverlapAllow   = "allow"
+	OverlapReplace = "replace"
 
 	HostLossRetry = "retry"
 	HostLossFail  = "fail"

@@ -58,7 +58,7 @@ func stateColour(state string) string {
 	switch state {
 	case "live", "succeeded", "applied":
 		return colourGreen
-	case "stale", "running", "skipped", "not applied", "paused":
+	case "stale", "running", "skipped", "replaced", "not applied", "paused":
 		return colourYellow
 	case "failed", "lost", "timed_out", "timeout", "killed":
 		return colourRed
