@@ -75,12 +75,13 @@ type clusterData struct {
 	Semaphores   int
 	Cron         int
 	Queues       int
+	RateLimits   int
 	ClusterStore string
 }
 
 func (d *Dashboard) clusterPage(ctx context.Context, r *http.Request, p *page) (any, int) {
 	s, e := d.src.Current()
-	c := &clusterData{LocalHash: s.Hash(), Semaphores: len(s.Semaphores), Cron: len(s.Cron), Queues: len(s.Queues), ClusterStore: s.Cluster.Backend}
+	c := &clusterData{LocalHash: s.Hash(), Semaphores: len(s.Semaphores), Cron: len(s.Cron), Queues: len(s.Queues), RateLimits: len(s.RateLimits), ClusterStore: s.Cluster.Backend}
 	t, err := e.State.CurrentLeader(ctx)
 	switch {
 	case err == nil:

@@ -140,7 +140,7 @@ func New(src Source, opts Options, log hclog.Logger) (*Dashboard, error) {
 }
 
 // pageNames are the templates that render a whole page each.
-var pageNames = []string{"cluster", "semaphores", "cron", "task", "queues", "queue", "job", "login", "error"}
+var pageNames = []string{"cluster", "semaphores", "cron", "task", "queues", "queue", "job", "rate-limits", "login", "error"}
 
 // titleWord capitalizes a word of ASCII ("ready" -> "Ready").
 func titleWord(s string) string {
@@ -176,6 +176,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /queues/{name}", d.get("queue", d.queuePage))
 	m.HandleFunc("GET /queues/{name}/dead/{id}", d.get("job", d.jobPage))
 	m.HandleFunc("GET /queues/{name}/jobs/{id}", d.get("job", d.anyJobPage))
+	m.HandleFunc("GET /rate-limits", d.get("rate-limits", d.rateLimitsPage))
 	m.HandleFunc("GET /login", d.loginPage)
 	m.HandleFunc("POST /login", d.login)
 	m.HandleFunc("POST /logout", d.logout)

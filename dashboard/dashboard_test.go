@@ -55,8 +55,14 @@ cron:
   cleanup:
     schedule: "*/15 * * * *"
     command: "find /tmp/thumbs -mtime +1 -delete"
+    rate_limit: webhooks
 queues:
   thumbnails: {partitions: 2, max_attempts: 1}
+rate_limits:
+  partner-api: {rate: 10/1h, burst: 10}
+  per-user-mail: {rate: 5/1h, keyed: true}
+  search-api: {rate: 100/1m, burst: 5}
+  webhooks: {rate: 100/1m, burst: 20}
 `
 
 // source is the dashboard's view of a daemon: the spec, an engine over the
@@ -101,8 +107,10 @@ var backendsUnderTest = []struct {
 
 // newFixture applies the spec on the backend header selects and fills it:
 // two hosts (one on another spec), a held semaphore slot, a finished and
-// a running cron run, ready, delayed and dead jobs, and a queue setting
-// changed outside coordd (drift).
+// a running cron run, ready, delayed and dead jobs, a queue setting
+// changed outside coordd (drift), 3 permits taken of partner-api's 10, one
+// of per-user-mail's for each of 3 keys, and search-api deleted outside
+// coordd (not applied).
 func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -197,6 +205,20 @@ func newFixture(t testing.TB, header string, opts dashboard.Options) *fixture {
 	if _, err := b.Queues().PutQueue(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	// Rate limits slow enough (one permit every 6 and 12 minutes) that
+	// nothing comes back while a test reads the page.
+	rl := backends.RateLimitsOf(b)
+	if p, err := rl.TakePermit(ctx, "partner-api", "", 3); err != nil || p.Granted != 3 {
+		t.Fatalf("take 3 permits of partner-api: %+v %v", p, err)
+	}
+	for _, k := range []string{"alice", "bob", "tenant-<b>7</b>"} {
+		if p, err := rl.TakePermit(ctx, "per-user-mail", k, 1); err != nil || !p.Allowed {
+			t.Fatalf("take a permit of per-user-mail for %s: %+v %v", k, p, err)
+		}
+	}
+	if err := rl.DeleteRateLimit(ctx, "search-api"); err != nil {
+		t.Fatal(err)
+	}
 	logs := &proctest.SyncBuffer{}
 	d, err := dashboard.New(src, opts, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}))
 	if err != nil {
@@ -269,7 +291,10 @@ func screenshot(t *testing.T, p *browsertest.Page, name string) {
 // the plan), semaphores (holder host, pid, fencing), cron (next run in
 // the task's timezone, the last result, history with exit code, host and
 // output tail), queues (counts, the dead set and its search, one job's
-// payload and error). Stored values show as text, never as markup, and
+// payload and error), rate limits (rate and burst as the spec writes
+// them, the permits available now, the busy keys of a keyed one, one
+// deleted outside coordd not applied, the cron task that takes permits of
+// one). Stored values show as text, never as markup, and
 // the pages refresh themselves and hold no script. With
 // COORDD_DASHBOARD_SCREENSHOTS set, the sqlite run saves a PNG of each.
 func TestDashboardPages(t *testing.T) {
@@ -293,7 +318,7 @@ func TestDashboardPages(t *testing.T) {
 			if err := p.Eval(`document.getElementById("plan").innerText`, &drift); err != nil {
 				t.Fatalf("cluster: no plan table: %v", err)
 			}
-			contains(t, "cluster plan", drift, "queue.thumbnails", "repair", "retry_backoff 1m0s (want 10s)")
+			contains(t, "cluster plan", drift, "queue.thumbnails", "repair", "retry_backoff 1m0s (want 10s)", "rate_limit.search-api")
 			if n := p.Count(`meta[http-equiv=refresh]`); n != 1 {
 				t.Errorf("cluster: %d meta refresh elements", n)
 			}
@@ -307,6 +332,10 @@ func TestDashboardPages(t *testing.T) {
 			}
 			if n := p.Count("#hosts tr"); n != 3 {
 				t.Errorf("cluster: %d host table rows, want a header and 2 hosts", n)
+			}
+			var objects string
+			if err := p.Eval(`document.getElementById("objects").innerText`, &objects); err != nil || objects != "2 · 2 · 1 · 4" {
+				t.Errorf("cluster: objects %q (%v), want 2 semaphores, 2 cron tasks, 1 queue, 4 rate limits", objects, err)
 			}
 			shot("cluster")
 
@@ -432,6 +461,33 @@ func TestDashboardPages(t *testing.T) {
 			noMarkup(t, "job", p)
 			shot("job")
 
+			p.Navigate(f.url + "/rate-limits")
+			var rows []string
+			if err := p.Eval(`[...document.querySelectorAll("#rate-limits tr[id]")].map(r => r.id + ": " + [...r.cells].map(c => c.innerText.trim()).join(" | "))`, &rows); err != nil {
+				t.Fatal(err)
+			}
+			bk := f.src.s.RateLimits["partner-api"].Backend
+			want := []string{
+				"rate-partner-api: partner-api | " + bk + " | 10/1h | 10 | no | available 7 of 10 | -",
+				"rate-per-user-mail: per-user-mail | " + bk + " | 5/1h | 1 | keyed | busy keys 3 | -",
+				"rate-search-api: search-api | " + bk + " | 100/1m | 5 | no | not applied run coordd apply | -",
+				"rate-webhooks: webhooks | " + bk + " | 100/1m | 20 | no | available 20 of 20 | cron.cleanup",
+			}
+			if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+				t.Errorf("rate limits: rows\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+			}
+			if n := p.Count("#rate-partner-api .meter .fill.w7"); n != 1 {
+				t.Errorf("rate limits: partner-api's meter is not at 7 tenths (%d)", n)
+			}
+			if n := p.Count("header nav a.on"); n != 1 || !strings.Contains(p.Text(), "Rate limits") {
+				t.Errorf("rate limits: %d navigation links marked current", n)
+			}
+			if n := p.Count("form"); n != 0 {
+				t.Errorf("rate limits: %d forms on a read-only page", n)
+			}
+			noMarkup(t, "rate limits", p)
+			shot("rate-limits")
+
 			p.Navigate(f.url + "/queues/nope")
 			contains(t, "unknown queue", p.Text(), "404", "No such object")
 		})
@@ -493,7 +549,7 @@ func TestDashboardBackendDown(t *testing.T) {
 	f := newFixture(t, fmt.Sprintf("backends:\n  cache: {type: redis, url: %q}\ncluster: {backend: cache}\n", r.URL()), dashboard.Options{})
 	r.Stop()
 	p := browsertest.Start(t).NewPage(t)
-	for _, path := range []string{"/", "/semaphores", "/cron", "/cron/nightly-report", "/queues", "/queues/thumbnails"} {
+	for _, path := range []string{"/", "/semaphores", "/cron", "/cron/nightly-report", "/queues", "/queues/thumbnails", "/rate-limits"} {
 		p.Navigate(f.url + path)
 		text := p.Text()
 		if !strings.Contains(text, "connect") && !strings.Contains(text, "refused") {

@@ -1,8 +1,9 @@
 // Package dashboard is coordd's web dashboard: the read-only pages that
 // `coordd run` serves beside /metrics (cluster, semaphores, cron tasks,
-// queues and their dead jobs), and the few actions an operator may take
-// from them once logged in (run a task now, pause or resume it, requeue or
-// purge dead jobs). docs/dashboard.md is the operator's guide.
+// queues and their dead jobs, rate limits), and the few actions an
+// operator may take from them once logged in (run a task now, pause or
+// resume it, requeue or purge dead jobs). docs/dashboard.md is the
+// operator's guide.
 //
 // # Pages read what the CLI reads, bounded
 //
@@ -11,7 +12,8 @@
 // `coordd status` (cluster.go), the semaphores page `sem status`
 // (semaphores.go, waiters.go), the cron pages `cron list` and `cron
 // history` (cron.go), the queue pages `queue stats` and `queue dead`
-// (queues.go, jobs.go). Objects are read a backend at a time, one call
+// (queues.go, jobs.go), the rate limits page the rate limits of `coordd
+// status` (ratelimits.go). Objects are read a backend at a time, one call
 // for all the objects a backend holds, under one deadline per request
 // (readTimeout); a read that fails is shown in place of its section,
 // never as a broken page.
