@@ -138,3 +138,37 @@ cron:
 		return false
 	})
 }
+
+// TestPromiseDaemonCronTakesPermits: the daemon's scheduled runs of a task
+// that names a rate limit take a permit each before their command starts:
+// a task due every second under a limit of one run per 2 s starts its
+// commands at least 2 s apart (the times in between wait, as a run that
+// waits is still running under overlap forbid).
+func TestPromiseDaemonCronTakesPermits(t *testing.T) {
+	env := proctest.NewEnv(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "starts")
+	p := filepath.Join(dir, "coordd.yaml")
+	writeFile(t, p, fmt.Sprintf("rate_limits:\n  slow: {rate: 1/2s}\ncron:\n  t: {schedule: \"@every 1s\", command: 'date +%%s%%N >> %s', rate_limit: slow}\n", log))
+	d := env.Start(t, "daemon", "run", "-f", p, "--host-id", "solo", "--shutdown-grace", "5s")
+	defer func() {
+		d.Signal(syscall.SIGTERM)
+		d.Wait(t, 30*time.Second)
+	}()
+	var starts []int64
+	proctest.Eventually(t, 30*time.Second, "three runs", func() bool {
+		b, _ := os.ReadFile(log)
+		starts = starts[:0]
+		for _, f := range strings.Fields(string(b)) {
+			var ns int64
+			fmt.Sscan(f, &ns)
+			starts = append(starts, ns)
+		}
+		return len(starts) >= 3
+	})
+	for i := 1; i < len(starts); i++ {
+		if gap := time.Duration(starts[i] - starts[i-1]); gap < 1700*time.Millisecond {
+			t.Fatalf("runs %d and %d started %v apart, under the limit's 2 s\n%s", i, i+1, gap, d.Output())
+		}
+	}
+}

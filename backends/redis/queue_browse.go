@@ -73,8 +73,8 @@ func (s *Store) JobByID(ctx context.Context, queue string, id int64, cut int) (b
 		return backends.PartialJob{}, "", fmt.Errorf("queue %q has no job %d: %w", queue, id, backends.ErrNotFound)
 	}
 	j := queueBrowseJobAt(queue, res, 2)
-	if j.Errors, err = s.attemptErrors(ctx, queue, id); err != nil {
-		return backends.PartialJob{}, "", err
+	if len(res) > 2+queueBrowseFields {
+		j.Errors = backends.ParseAttemptErrors(queueStr(res[2+queueBrowseFields]))
 	}
 	return j, queueStr(res[1]), nil
 }

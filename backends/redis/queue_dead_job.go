@@ -81,8 +81,8 @@ func (s *Store) DeadJob(ctx context.Context, queue string, id int64, cut int) (b
 		return backends.PartialJob{}, fmt.Errorf("queue %q has no dead job %d: %w", queue, id, backends.ErrNotFound)
 	}
 	j := backends.PartialJob{Job: queueJobAt(queue, res, 0), PayloadSize: queueInt(res[queueJobFields])}
-	if j.Errors, err = s.attemptErrors(ctx, queue, id); err != nil {
-		return backends.PartialJob{}, err
+	if len(res) > queuePartialFields {
+		j.Errors = backends.ParseAttemptErrors(queueStr(res[queuePartialFields]))
 	}
 	return j, nil
 }

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -11,13 +10,10 @@ import (
 )
 
 // A queue's history on Redis: a job's attempt errors live in its record
-// (lua/queue_retry.lua adds them), and each queue's counts per minute in a
+// (lua/queue_retry.lua adds them; the one-job reads return them with the
+// job), and each queue's counts per minute in a
 // hash and a sorted set of minutes under the queue's hash tag, which
 // expire a retention after their last write.
-
-// queueJobErrorsScript reads one job's attempt errors
-// (lua/queue_job_errors.lua).
-var queueJobErrorsScript = luaScript("queue_job_errors.lua")
 
 // queueCountsAddScript adds a queue's counts to the current minute
 // (AddQueueCounts; lua/queue_counts_add.lua).
@@ -30,19 +26,6 @@ var queueCountsReadScript = luaScript("queue_counts_read.lua")
 // queueCounts are a queue's counts keys: the hash, then the minutes.
 func (k keys) queueCounts(name string) []string {
 	return []string{k.object("queue", name, "counts"), k.object("queue", name, "count_minutes")}
-}
-
-// attemptErrors reads job id's attempt errors after the job itself was
-// read; a job gone meanwhile has none.
-func (s *Store) attemptErrors(ctx context.Context, queue string, id int64) ([]backends.AttemptError, error) {
-	res, err := s.queueEval(ctx, queueJobErrorsScript, s.queueInfo(queue).fixed, strconv.FormatInt(id, 10))
-	if err != nil {
-		return nil, fmt.Errorf("read the attempt errors of job %d of queue %q: %w", id, queue, err)
-	}
-	if queueInt(res[0]) != 1 || len(res) < 2 {
-		return nil, nil
-	}
-	return backends.ParseAttemptErrors(queueStr(res[1])), nil
 }
 
 // AddQueueCounts adds each queue's counts to the current minute, one

@@ -11,10 +11,17 @@ local out = {sec * 1000000 + tonumber(t[2])}
 local from = sec - tonumber(ARGV[1])
 from = from - from % 60
 local ms = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf')
+if #ms == 0 then return out end
+-- One HMGET for every minute's two fields.
+local fields = {}
 for _, m in ipairs(ms) do
-  local v = redis.call('HMGET', KEYS[1], m .. ':p', m .. ':f')
+  fields[#fields + 1] = m .. ':p'
+  fields[#fields + 1] = m .. ':f'
+end
+local v = redis.call('HMGET', KEYS[1], unpack(fields))
+for i, m in ipairs(ms) do
   out[#out + 1] = tonumber(m)
-  out[#out + 1] = tonumber(v[1] or '0')
-  out[#out + 1] = tonumber(v[2] or '0')
+  out[#out + 1] = tonumber(v[2 * i - 1] or '0')
+  out[#out + 1] = tonumber(v[2 * i] or '0')
 end
 return out

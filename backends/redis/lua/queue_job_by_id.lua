@@ -5,7 +5,8 @@
 -- least the stored span.
 -- ARGV: the job id, cut.
 -- It returns {1, state, then the fields of lib/queue_browse.lua's browse
--- (queueBrowseFields)}, state being ready, delayed, running or dead (a
+-- (queueBrowseFields), then the job's attempt errors (the JSON array
+-- queue_retry.lua keeps, '' for none)}, state being ready, delayed, running or dead (a
 -- ready job with the partition of the set that holds it, a running one
 -- with its lease deadline); {0} when the queue holds no job with that id;
 -- {-1, n} when it got too few ready sets.
@@ -34,4 +35,5 @@ else
   out[2] = 'ready'
 end
 browse(out, id, rec, cut, part, tonumber(exp or '0'))
+out[#out + 1] = decode(rec).hist or ''
 return out
