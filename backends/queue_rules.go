@@ -1,6 +1,12 @@
 package backends
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/spec"
+)
 
 // The rules of Queues.Claim that every store follows, written once so that
 // the stores agree and their errors read alike.
@@ -20,4 +26,17 @@ func CheckClaimJobs(queue, owner string, max int) error {
 // ClaimJobsError is a claim's error: err, saying which queue and owner.
 func ClaimJobsError(queue, owner string, err error) error {
 	return fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
+}
+
+// PushOnceRetention is how long a store keeps the record of a PushOnce:
+// far beyond any retry of the push (a cron task's run lease and backoff).
+const PushOnceRetention = 7 * 24 * time.Hour
+
+// CheckPushOnce checks a once key: not empty, at most spec.MaxKeyLen
+// bytes of text as job keys are (spec.CheckKey).
+func CheckPushOnce(once string) error {
+	if once == "" {
+		return errors.New("push once: empty once key")
+	}
+	return spec.CheckKey(once)
 }

@@ -111,6 +111,18 @@ type Queues interface {
 	// with the existing job). It first runs CheckPush: a key outside
 	// spec.CheckKey is spec.ErrInvalidKey, with nothing written.
 	Push(ctx context.Context, queue string, req PushRequest) (Job, error)
+	// PushOnce is Push at most once per once key and queue: the push and
+	// the record of its key are one transaction or script, so a caller
+	// that pushes again after a crash or a lost reply (a cron task's
+	// retry) gets the job of the first push (its id; pushed false), even
+	// when that job ran and is gone. Records are kept for
+	// PushOnceRetention (PrunePushOnce). A push that finds a duplicate
+	// (ErrDuplicate) records the duplicate's id.
+	PushOnce(ctx context.Context, queue, once string, req PushRequest) (job Job, pushed bool, err error)
+	// PrunePushOnce deletes the once records older than olderThan of
+	// backend time and returns how many; a store that drops them by
+	// itself (Redis) deletes none.
+	PrunePushOnce(ctx context.Context, olderThan time.Duration) (int, error)
 	// Claim takes up to max claimable jobs, oldest (lowest id: push order)
 	// first, whatever their partition, each leased to owner for the queue's
 	// visibility timeout and counted as an attempt. A job whose visibility

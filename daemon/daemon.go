@@ -216,6 +216,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Backends:  d.cronBackends,
 		Semaphore: d.semaphore,
 		RateLimit: d.rateLimit,
+		Queue:     d.queue,
 		Log:       d.log.Named("scheduler"),
 		Observer:  d.metrics,
 		// The spec of the moment: a reload may change child_env.
@@ -248,6 +249,23 @@ func (d *Daemon) cronBackends() map[string]backends.Backend {
 // semaphore resolves a cron task's semaphore to a client on its backend
 // and the config applied there. The scheduler puts `semaphore "NAME": ` in
 // front of its errors, which therefore do not name it again.
+// queue resolves the queue a cron task pushes to to the store holding it.
+func (d *Daemon) queue(name string) (backends.Queues, error) {
+	s, e := d.current()
+	local := s.Queues[name]
+	if local == nil {
+		return nil, errors.New("not declared in the local spec")
+	}
+	b := e.Backends[local.Backend]
+	if b == nil {
+		return nil, fmt.Errorf("its backend %q is not open", local.Backend)
+	}
+	if b.Queues() == nil {
+		return nil, fmt.Errorf("backend %q cannot hold queues", local.Backend)
+	}
+	return b.Queues(), nil
+}
+
 // rateLimit resolves a cron task's rate limit to a client on its backend.
 func (d *Daemon) rateLimit(name string) (*ratelimit.Client, error) {
 	s, e := d.current()

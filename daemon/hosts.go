@@ -187,7 +187,8 @@ func (d *Daemon) engineState() backends.Cluster {
 // pruneRecords deletes the records of hosts not seen for
 // backends.HostRetention, the records of events notified more than
 // backends.NoticeRetention ago, and the queue counts older than
-// backends.QueueCountRetention on every backend that holds queues, and
+// backends.QueueCountRetention and the push-once records older than
+// backends.PushOnceRetention on every backend that holds queues, and
 // the idle records of rate limits (backends.RateLimits.PruneRateKeys).
 func (d *Daemon) pruneRecords(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, d.heartbeatTimeout())
@@ -210,6 +211,9 @@ func (d *Daemon) pruneRecords(ctx context.Context) {
 		q := b.Queues()
 		if _, err := q.PruneQueueCounts(pctx, backends.QueueCountRetention); err != nil && ctx.Err() == nil {
 			d.log.Debug("pruning old queue counts", "backend", name, "error", err)
+		}
+		if _, err := q.PrunePushOnce(pctx, backends.PushOnceRetention); err != nil && ctx.Err() == nil {
+			d.log.Debug("pruning old push-once records", "backend", name, "error", err)
 		}
 	}
 	for name, b := range e.Backends {

@@ -236,7 +236,10 @@ func (d *Dashboard) taskPage(ctx context.Context, r *http.Request, p *page) (any
 		if def, err := appliedTask(m[name].Def); err == nil {
 			td.Def = def
 			cmd := def.Command.Shell
-			if cmd == "" {
+			switch {
+			case def.Push != nil:
+				cmd = fmt.Sprintf("push to queue %s: payload %q, key %q", def.Push.Queue, def.Push.Payload, def.Push.Key)
+			case cmd == "":
 				cmd = strings.Join(quoteArgs(def.Command.Argv), " ")
 			}
 			td.Command, _ = block([]byte(cmd), commandShown, false)

@@ -217,7 +217,7 @@ func (o *object) attrs() []attr {
 		return []attr{
 			strAttr("backend", c.Backend), {"schedule", strconv.Quote(c.Schedule), c.Schedule}, strAttr("timezone", c.Timezone),
 			jitterAttr(c),
-			commandAttr(c.Command), strAttr("workdir", c.Workdir), envAttr(c.Env),
+			commandOrPushAttr(c), strAttr("workdir", c.Workdir), envAttr(c.Env),
 			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),
 			strAttr("catch_up", c.CatchUp), intAttr("catch_up_limit", int64(c.CatchUpLimit)), optDurAttr("starting_deadline", c.StartingDeadline), strAttr("overlap", c.Overlap),
 			intAttr("max_attempts", int64(c.MaxAttempts)), durAttr("retry_backoff", c.RetryBackoff),
@@ -261,6 +261,22 @@ func jitterAttr(c *spec.CronTask) attr {
 		return attr{"jitter", "", nil}
 	}
 	return attr{"jitter", fmt.Sprintf("%s (this task runs %s after each time)", dur(c.Jitter), dur(spec.JitterOffset(c.Name, c.Jitter))), dur(c.Jitter)}
+}
+
+// commandOrPushAttr is a task's command, or its push for a task that
+// pushes a job.
+func commandOrPushAttr(c *spec.CronTask) attr {
+	if p := c.Push; p != nil {
+		v := "queue " + p.Queue
+		if p.Payload != "" {
+			v += ", payload " + strconv.Quote(p.Payload)
+		}
+		if p.Key != "" {
+			v += ", key " + strconv.Quote(p.Key)
+		}
+		return attr{"push", v, p}
+	}
+	return commandAttr(c.Command)
 }
 
 // commandAttr prints a command as the spec writes it: a list of quoted

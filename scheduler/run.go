@@ -127,6 +127,13 @@ func (l *runLease) keep(ctx context.Context) {
 func (s *Scheduler) execute(ctx context.Context, cb *cronBackend, t *task, occ backends.Occurrence, sent time.Time, stdout, stderr io.Writer, started func()) (backends.RunResult, int) {
 	r := s.newCronRun(ctx, cb, t, occ, sent, started)
 	defer r.stopRenewals()
+	if t.def.Push != nil {
+		res := r.pushJob()
+		if stdout != nil {
+			_, _ = stdout.Write(res.Output)
+		}
+		return r.record(res)
+	}
 	if res, ok := r.acquireSlot(); !ok {
 		return r.record(res)
 	}
@@ -289,6 +296,47 @@ func (r *cronRun) acquireSlot() (backends.RunResult, bool) {
 	r.stopSlot = cancelSlot
 	go r.slot.KeepAlive(sctx, nil)
 	return backends.RunResult{}, true
+}
+
+// PushOnceKey is the once key of the push of a task's occurrence
+// scheduled at at: every attempt of the time shares it, so a retry after
+// a crash between the push and its record pushes nothing.
+func PushOnceKey(task string, at time.Time) string {
+	return fmt.Sprintf("cron/%s/%d", task, at.UnixMicro())
+}
+
+// pushJob runs a task that pushes a job instead of a command: one push
+// once (Queues.PushOnce) per scheduled time, whatever the attempt.
+func (r *cronRun) pushJob() backends.RunResult {
+	p := r.t.def.Push
+	r.log.Info("starting")
+	if o := r.s.cfg.Observer; o != nil {
+		o.CronStarted(r.t.name, r.occ.ScheduledAt, r.occ.Attempt, time.Now())
+	}
+	r.markStarted()
+	fail := func(format string, args ...any) backends.RunResult {
+		return backends.RunResult{Status: backends.RunFailed, ExitCode: 1, Error: fmt.Sprintf(format, args...)}
+	}
+	if r.s.cfg.Queue == nil {
+		return fail("no queue resolver")
+	}
+	q, err := r.s.cfg.Queue(p.Queue)
+	if err != nil {
+		return fail("queue %q: %v", p.Queue, err)
+	}
+	at := r.occ.ScheduledAt
+	req := backends.PushRequest{Payload: []byte(p.Expand(p.Payload, r.t.name, at)), Key: p.Expand(p.Key, r.t.name, at)}
+	pctx, cancel := context.WithTimeout(r.ctx, finishTimeout)
+	defer cancel()
+	j, pushed, err := q.PushOnce(pctx, p.Queue, PushOnceKey(r.t.name, at), req)
+	if err != nil {
+		return fail("%v", err)
+	}
+	out := fmt.Sprintf("pushed job %d to queue %s\n", j.ID, p.Queue)
+	if !pushed {
+		out = fmt.Sprintf("job %d of queue %s stands for this time (pushed by an earlier attempt, or the pending job of its key)\n", j.ID, p.Queue)
+	}
+	return backends.RunResult{Status: backends.RunSucceeded, Output: []byte(out)}
 }
 
 // takePermit waits for a permit of the task's rate limit, if it names one,

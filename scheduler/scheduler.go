@@ -31,7 +31,10 @@ type Config struct {
 	// RateLimit resolves a task's rate limit to a client. Nil: tasks
 	// with a rate limit fail to start.
 	RateLimit func(name string) (*ratelimit.Client, error)
-	Log       hclog.Logger
+	// Queue resolves the queue of a task that pushes a job to the store
+	// that holds it. Nil: such tasks fail.
+	Queue func(name string) (backends.Queues, error)
+	Log   hclog.Logger
 	// Stdout receives the children's output lines, prefixed with
 	// "[task run_id] "; default os.Stderr.
 	Stdout io.Writer

@@ -134,6 +134,7 @@ func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, lo
 			}
 			return cl, m[sem].Config, nil
 		},
+		Queue:  func(string) (backends.Queues, error) { return st, nil },
 		Log:    log,
 		Stdout: testWriter{t},
 		Poll:   poll, Sweep: sweep,

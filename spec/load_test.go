@@ -673,7 +673,7 @@ func checkInvariants(t *testing.T, s *Spec) {
 		}
 	}
 	for n, c := range s.Cron {
-		if c.Name != n || c.Sched == nil || c.Timezone == "" || (c.Command.Argv == nil) == (c.Command.Shell == "") {
+		if c.Name != n || c.Sched == nil || c.Timezone == "" || ((c.Command.Argv == nil) == (c.Command.Shell == "")) == (c.Push == nil) {
 			t.Fatalf("cron %q = %+v", n, c)
 		}
 	}

@@ -225,7 +225,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 }
 
 var cronFields = []string{
-	"backend", "schedule", "timezone", "jitter", "command", "workdir", "env", "timeout", "kill_grace",
+	"backend", "schedule", "timezone", "jitter", "command", "push", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "starting_deadline", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
 	"semaphore", "rate_limit", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused", "on_failure",
 }
@@ -275,9 +275,14 @@ func (l *loader) decodeCron(s *Spec) {
 				o.Sched = Jittered(sched, JitterOffset(name, o.Jitter))
 			}
 		}
-		if !fs.has("command") {
-			fs.missing("command", ": a list [program, args...] or a shell string")
-		} else {
+		switch {
+		case fs.has("push") && fs.has("command"):
+			fs.errf("push", "a task runs a command or pushes a job, not both: remove command or push")
+		case fs.has("push"):
+			o.Push = l.cronPush(s, fs)
+		case !fs.has("command"):
+			fs.missing("command", ": a list [program, args...] or a shell string (or push: a job to a queue)")
+		default:
 			o.Command = l.command(fs)
 		}
 		if fs.has("workdir") {
@@ -443,6 +448,56 @@ func (l *loader) decodeQueues(s *Spec) {
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Queues[name] = o
 	}
+}
+
+// pushFields are the fields of a cron task's push.
+var pushFields = []string{"queue", "payload", "key"}
+
+// pushRefuses are the cron fields that belong to a command, which a task
+// that pushes has none of.
+var pushRefuses = []string{"workdir", "env", "timeout", "semaphore", "rate_limit"}
+
+// cronPush reads a cron task's push: a declared queue (on any backend:
+// the daemon opens every backend), a payload within the queue's
+// max_payload and a key within the key rule, placeholders written out as
+// long as they can be.
+func (l *loader) cronPush(s *Spec, fs *fieldSet) *CronPush {
+	n, ok := fs.scalar("push")
+	if !ok {
+		return nil
+	}
+	pf := l.fields(fs.file, fs.addr+".push", fs.keys["push"], n, pushFields, nil)
+	if pf == nil {
+		return nil
+	}
+	for _, f := range pushRefuses {
+		if fs.has(f) {
+			fs.errf(f, "a task that pushes a job runs no command: remove %s (or push)", f)
+		}
+	}
+	p := &CronPush{}
+	if !pf.has("queue") {
+		pf.missing("queue", " (the queue the job goes to)")
+	} else if q, ok := pf.str("queue", false); ok {
+		p.Queue = q
+		if _, declared := l.named["queues"][q]; !declared {
+			pf.errf("queue", "queue %s is not declared%s", quote(q), didYouMean(q, l.sortedNames("queues")))
+		}
+	}
+	if pf.has("payload") {
+		p.Payload, _ = pf.str("payload", false)
+	}
+	if pf.has("key") {
+		if k, ok := pf.str("key", false); ok {
+			p.Key = k
+			// The longest a placeholder writes out: a name, a time.
+			long := p.Expand(k, strings.Repeat("x", MaxNameLen), time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC))
+			if err := CheckKey(long); err != nil {
+				pf.errf("key", "%v", err)
+			}
+		}
+	}
+	return p
 }
 
 // cronRateLimit reads a cron task's rate_limit: a declared rate limit,

@@ -182,6 +182,9 @@ type CronTask struct {
 	// taken from the task's name (JitterOffset).
 	Jitter       time.Duration     `json:"jitter,omitempty"`
 	Command      Command           `json:"command"`
+	// Push, when set, replaces the command: each run pushes one job to a
+	// queue, once per scheduled time.
+	Push         *CronPush         `json:"push,omitempty"`
 	Workdir      string            `json:"workdir,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Timeout      time.Duration     `json:"timeout,omitempty"`
@@ -217,6 +220,29 @@ type CronTask struct {
 
 	// Sched is the parsed schedule; never nil after a successful load.
 	Sched Schedule `json:"-"`
+}
+
+// CronPush is a cron task's push: one job to Queue per scheduled time,
+// with Payload and Key, in which {task} stands for the task's name and
+// {scheduled_at} for the occurrence's scheduled time (RFC 3339 in UTC with
+// six fractional digits, as COORDD_SCHEDULED_AT).
+type CronPush struct {
+	Queue   string `json:"queue"`
+	Payload string `json:"payload,omitempty"`
+	Key     string `json:"key,omitempty"`
+}
+
+// ScheduledAtLayout is how {scheduled_at} and COORDD_SCHEDULED_AT write a
+// scheduled time.
+const ScheduledAtLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// Expand writes out the placeholders of a push's text for task's
+// occurrence scheduled at at.
+func (p *CronPush) Expand(text, task string, at time.Time) string {
+	if !strings.Contains(text, "{") {
+		return text
+	}
+	return strings.NewReplacer("{task}", task, "{scheduled_at}", at.UTC().Format(ScheduledAtLayout)).Replace(text)
 }
 
 // Queue holds jobs that any server may take.

@@ -110,6 +110,7 @@ var capabilities = []capability{
 	{"QueuePause", hasQueues, testQueuePause},                 // an operator's pause of a queue
 	{"QueueAttemptErrors", hasQueues, testQueueAttemptErrors}, // every failed attempt's error, time and worker
 	{"QueueCounts", hasQueues, testQueueCounts},               // processed and failed counts per minute
+	{"QueuePushOnce", hasQueues, testQueuePushOnce},           // one push per once key, whatever came after
 	{"RateLimits", hasRateLimits, testRateLimits},             // GCRA permits with the backend's clock
 	{"HostRegistry", hasCluster, testHostRegistry},
 	{"Notices", hasCluster, testNotices},

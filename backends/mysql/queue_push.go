@@ -492,3 +492,16 @@ func (s *Store) pushUnique(ctx context.Context, queue string, req backends.PushR
 	})
 	return job, parked, err
 }
+
+// PushOnce is the shared store's PushOnce (one transaction), then the
+// wake-up of a parked worker a push owes it.
+func (s *Store) PushOnce(ctx context.Context, queue, once string, req backends.PushRequest) (backends.Job, bool, error) {
+	if err := s.writable(ctx); err != nil {
+		return backends.Job{}, false, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	job, pushed, err := s.Core.PushOnce(ctx, queue, once, req)
+	if err == nil && pushed {
+		s.wakeQueue(ctx, queue, 1)
+	}
+	return job, pushed, err
+}

@@ -62,7 +62,11 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 	if err != nil {
 		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
 	}
-	res := p.res
+	return s.pushReply(queue, req, p.res)
+}
+
+// pushReply is a push's job or error from its reply.
+func (s *Store) pushReply(queue string, req backends.PushRequest, res []any) (backends.Job, error) {
 	switch queueInt(res[0]) {
 	case 1:
 		return backends.Job{
@@ -83,10 +87,42 @@ func (s *Store) Push(ctx context.Context, queue string, req backends.PushRequest
 	return backends.Job{}, fmt.Errorf("push to queue %q: script status %v", queue, res[0])
 }
 
+// PushOnce pushes req unless once was pushed to queue before: the check,
+// the push and the record in one script call (queuePushScript with the
+// once key), outside the batches of Push.
+func (s *Store) PushOnce(ctx context.Context, queue, once string, req backends.PushRequest) (backends.Job, bool, error) {
+	if err := backends.CheckPushOnce(once); err != nil {
+		return backends.Job{}, false, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	if err := backends.CheckPush(req); err != nil {
+		return backends.Job{}, false, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	if err := s.writable(); err != nil {
+		return backends.Job{}, false, err
+	}
+	p := &queuePush{req: req, once: once}
+	if err := s.pushBatch(ctx, queue, []*queuePush{p})[0]; err != nil {
+		return backends.Job{}, false, fmt.Errorf("push to queue %q: %w", queue, err)
+	}
+	if queueInt(p.res[0]) == 3 {
+		return backends.Job{ID: queueInt(p.res[1]), Queue: queue}, false, nil
+	}
+	j, err := s.pushReply(queue, req, p.res)
+	if errors.Is(err, backends.ErrDuplicate) {
+		return j, false, nil
+	}
+	return j, err == nil, err
+}
+
+// PrunePushOnce deletes nothing: each push once sweeps old records.
+func (s *Store) PrunePushOnce(context.Context, time.Duration) (int, error) { return 0, nil }
+
 // queuePush is one Push in its batch; res is its reply (queuePushScript).
+// once is the once key of a PushOnce, which goes in a batch of its own.
 type queuePush struct {
-	req backends.PushRequest
-	res []any
+	req  backends.PushRequest
+	once string
+	res  []any
 }
 
 // The bounds of one batch of pushes: jobs, and payload and key bytes (a
@@ -134,12 +170,19 @@ func (s *Store) pushBatch(ctx context.Context, queue string, batch []*queuePush)
 				}
 				args = append(args, p.req.Payload, p.req.Key, part, queueMicros(p.req.Delay))
 			}
+			if len(run) == 1 && run[0].once != "" {
+				args = append(args, run[0].once)
+			}
 			return args
 		})
 		switch {
 		case err != nil:
 		case queueInt(res[0]) == 0:
 			err = backends.ErrNotFound
+		case queueInt(res[0]) == 3 && len(res) == 2 && len(run) == 1:
+			run[0].res = res
+			from = to
+			continue
 		case queueInt(res[0]) == 2 && len(res) == 4:
 			pushedAll(run, queueInt(res[1]), queueInt(res[2]), int(queueInt(res[3])))
 			from = to

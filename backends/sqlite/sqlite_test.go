@@ -353,6 +353,7 @@ func TestMigrateAllOrNothing(t *testing.T) {
 	execSQL(t, s, `DROP TABLE queue_counts`)
 	execSQL(t, s, `DROP TABLE rate_limits`)
 	execSQL(t, s, `DROP TABLE rate_tats`)
+	execSQL(t, s, `DROP TABLE queue_once`)
 	execSQL(t, s, `ALTER TABLE queue_jobs DROP COLUMN attempt_errors`)
 	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
 		execSQL(t, s, `ALTER TABLE queues DROP COLUMN `+col)

@@ -164,7 +164,22 @@ func cronRun(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		opened = append(opened, rb)
 		return ratelimit.New(rb)
 	}
-	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, RateLimit: rate, ChildEnvUnset: s.ChildEnvUnset})
+	queueOf := func(name string) (backends.Queues, error) {
+		decl := s.Queues[name]
+		if decl == nil {
+			return nil, fmt.Errorf("not declared in %s", *path)
+		}
+		qb, err := open.Open(ctx, s.Backends[decl.Backend], backends.Options{Version: version.Version})
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, qb)
+		if qb.Queues() == nil {
+			return nil, fmt.Errorf("backend %q cannot hold queues", decl.Backend)
+		}
+		return qb.Queues(), nil
+	}
+	sc := scheduler.New(scheduler.Config{Host: h, Semaphore: resolve, RateLimit: rate, Queue: queueOf, ChildEnvUnset: s.ChildEnvUnset})
 	code, err := sc.RunManual(ctx, b.Backend, name, env.stdout, env.stderr)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "coordd cron run: %v\n", err)

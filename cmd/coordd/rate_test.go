@@ -203,3 +203,29 @@ func TestCronRunTakesAPermit(t *testing.T) {
 		})
 	}
 }
+
+// TestCronRunPushesAJob: `coordd cron run` of a task that pushes a job
+// pushes it, its placeholders written out, and `queue work` gets it, on
+// every backend that holds queues.
+func TestCronRunPushesAJob(t *testing.T) {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
+		t.Run(typ, func(t *testing.T) {
+			decl := "queues:\n  q: {}\ncron:\n  p: {schedule: \"@yearly\", push: {queue: q, payload: \"report for {task}\", key: \"{task}-{scheduled_at}\"}}\n"
+			yaml := decl
+			if typ != "sqlite" {
+				yaml = hostsBackend(t, typ) + decl
+			}
+			env, p := appliedEnv(t, yaml)
+			if out, code := env.Run(t, "cron", "run", "p", "-f", p); code != 0 || !strings.Contains(out, "pushed job") {
+				t.Fatalf("cron run: exit %d\n%s", code, out)
+			}
+			out, code := env.Run(t, "queue", "work", "q", "-f", p, "--drain", "--", "sh", "-c", `cat; echo " key=$COORDD_JOB_ID"`)
+			if code != 0 || !strings.Contains(out, "report for p") {
+				t.Fatalf("queue work: exit %d\n%s", code, out)
+			}
+			if n := strings.Count(out, "report for p"); n != 1 {
+				t.Fatalf("%d jobs worked, want 1:\n%s", n, out)
+			}
+		})
+	}
+}

@@ -56,6 +56,7 @@ ON DUPLICATE KEY UPDATE partitions = VALUES(partitions), config = VALUES(config)
 	qQueueDeletePartitions = Query{SQL: `DELETE FROM {p}queue_partitions WHERE queue = ?`}
 	qQueueDelete           = Query{SQL: `DELETE FROM {p}queues WHERE name = ?`}
 	qQueueDeleteCounts     = Query{SQL: `DELETE FROM {p}queue_counts WHERE queue = ?`}
+	qQueueDeleteOnce       = Query{SQL: `DELETE FROM {p}queue_once WHERE queue = ?`}
 
 	// qQueueObserve reads many queues with the number of lock rows of
 	// partitions that exist.
@@ -144,7 +145,7 @@ func (s *Core) DeleteQueue(ctx context.Context, name string, force bool) error {
 		if jobs > 0 && !force {
 			return nil
 		}
-		for _, q := range []Query{qQueueDeleteJobs, qQueueDeletePartitions, qQueueDelete, qQueueDeleteCounts} {
+		for _, q := range []Query{qQueueDeleteJobs, qQueueDeletePartitions, qQueueDelete, qQueueDeleteCounts, qQueueDeleteOnce} {
 			if _, err := c.Exec(ctx, d.Text(q), name); err != nil {
 				return err
 			}

@@ -3,7 +3,8 @@
 --
 -- KEYS: the fixed keys, then the ready sets of all partitions.
 -- ARGV: the number of jobs n, then per job: payload, key (empty for none),
--- the key's partition (when a key is given), delay µs.
+-- the key's partition (when a key is given), delay µs; then, for a push
+-- once (PushOnce: n is 1), the once key.
 -- When every job is pushed (the common case) it returns {2, first, now,
 -- P}: the jobs got the ids first, first+1, ... in batch order, were
 -- enqueued at now and are available at now + their delay, a keyless job in
@@ -14,7 +15,8 @@
 -- (or running, under pending_or_running), <job> being the oldest such job
 -- as lib/queue.lua lists its fields, followed by its expiry µs (0 unless in
 -- flight) and owner. For the whole batch: {0} when the queue is absent;
--- {-1, partitions} when the ready sets do not match.
+-- {-1, partitions} when the ready sets do not match; {3, id} when the once
+-- key was pushed before, as job id.
 --
 -- The jobs are pushed in order, each as if alone: a unique job later in
 -- the batch finds an earlier one of its key. The checks come first; then
@@ -36,6 +38,11 @@ local maxp = tonumber(m[3] or '0') or 0
 local uniq = m[2] == 'pending' or m[2] == 'pending_or_running'
 local now = now_us()
 local n = tonumber(ARGV[1])
+local once = ARGV[2 + 4 * n]
+if once then
+  local got = redis.call('HGET', K_META, 'once:' .. once)
+  if got then return {3, tonumber(string.match(got, '^(%d+)'))} end
+end
 local out, ok, first, dups = {1}, {}, {}, {}
 -- The checks, each job as if pushed alone after the batch's earlier ones:
 -- a unique job's key is looked up among the batch's earlier jobs (first),
@@ -108,6 +115,23 @@ if #ok > 0 then
   for part, r in pairs(ready) do redis.call('ZADD', ready_key(part), unpack(r)) end
   if #kready > 0 then redis.call('ZADD', K_KREADY, unpack(kready)) end
   wake(#ok)
+end
+if once then
+  local id
+  if all then
+    id = idn
+  elseif out[2][1] == -3 then
+    id = tonumber(out[2][2])
+  end
+  if id then
+    redis.call('HSET', K_META, 'once:' .. once, string.format('%d:%d', id, now))
+    local r = redis.call('HSCAN', K_META, redis.call('HGET', K_META, 'once_sweep') or '0', 'MATCH', 'once:*', 'COUNT', 20)
+    for i = 1, #r[2], 2 do
+      local at = tonumber(string.match(r[2][i + 1], ':(%d+)$'))
+      if at and at < now - 604800000000 then redis.call('HDEL', K_META, r[2][i]) end
+    end
+    redis.call('HSET', K_META, 'once_sweep', r[1])
+  end
 end
 if all then return {2, idn - n + 1, now, P} end
 -- A duplicate of an earlier job of the batch gets that job, as pushed.
