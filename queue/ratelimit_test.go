@@ -28,7 +28,7 @@ func limitedStore(t *testing.T, r backends.RateLimitConfig) *sqlite.Store {
 // start its jobs no faster than rate × window + burst over any window,
 // and drain it.
 func TestWorkStartsJobsAtTheRate(t *testing.T) {
-	r := backends.RateLimitConfig{Name: "r", Count: 20, Per: time.Second, Burst: 2} // one per 50ms
+	r := backends.RateLimitConfig{Name: "r", Count: 10, Per: time.Second, Burst: 2} // one per 100ms
 	st := limitedStore(t, r)
 	ctx := context.Background()
 	const jobs = 16
@@ -60,8 +60,9 @@ func TestWorkStartsJobsAtTheRate(t *testing.T) {
 		t.Fatalf("%d jobs started, want %d", len(starts), jobs)
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	// 20 ms for the claim between a permit and its job's start.
-	const slack = 20 * time.Millisecond
+	// 100 ms for the claim between a permit and its job's start, which a
+	// loaded machine (a -race run beside others) can stretch.
+	const slack = 100 * time.Millisecond
 	for i := range starts {
 		for j := i; j < len(starts); j++ {
 			w := starts[j].Sub(starts[i])

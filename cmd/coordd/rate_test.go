@@ -16,7 +16,7 @@ import (
 // at once, each its own client of the store, start their commands no
 // faster than the limit allows. Every command writes its start time; over
 // any window of those times, the starts never exceed rate × window +
-// burst (with 100 ms for the time between a grant and its command's
+// burst (with 150 ms for the time between a grant and its command's
 // start, a process spawn under load). The idle limit grants its burst at
 // once, --no-wait exits 75 when no permit is due, and the command gets
 // COORDD_RATE_LIMIT. On every backend that holds rate limits.
@@ -27,7 +27,7 @@ func TestRateRunWitnessAcrossProcesses(t *testing.T) {
 }
 
 func rateRunWitness(t *testing.T, typ string) {
-	const decl = "rate_limits:\n  api: {rate: 5/1s, burst: 2}\n" // one per 200ms
+	const decl = "rate_limits:\n  api: {rate: 4/1s, burst: 2}\n" // one per 250ms
 	yaml := decl
 	if typ != "sqlite" {
 		yaml = hostsBackend(t, typ) + decl
@@ -87,7 +87,7 @@ func rateRunWitness(t *testing.T, typ string) {
 		starts = append(starts, time.Unix(0, ns))
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	const iv, burst, spawn = 200 * time.Millisecond, 2, 100 * time.Millisecond
+	const iv, burst, spawn = 250 * time.Millisecond, 2, 150 * time.Millisecond
 	for i := range starts {
 		for j := i; j < len(starts); j++ {
 			w := starts[j].Sub(starts[i])
@@ -106,7 +106,7 @@ func rateRunWitness(t *testing.T, typ string) {
 
 // TestQueueWorkWithRateLimit: two `coordd queue work` processes of a queue
 // that names a rate limit start its jobs no faster than rate × window +
-// burst over any window (100 ms for a process spawn), and drain it, on
+// burst over any window (150 ms for a process spawn), and drain it, on
 // every backend that holds rate limits.
 func TestQueueWorkWithRateLimit(t *testing.T) {
 	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
@@ -115,7 +115,7 @@ func TestQueueWorkWithRateLimit(t *testing.T) {
 }
 
 func queueWorkRateLimit(t *testing.T, typ string) {
-	const decl = "rate_limits:\n  api: {rate: 5/1s, burst: 2}\nqueues:\n  q: {rate_limit: api}\n" // one per 200ms
+	const decl = "rate_limits:\n  api: {rate: 4/1s, burst: 2}\nqueues:\n  q: {rate_limit: api}\n" // one per 250ms
 	yaml := decl
 	if typ != "sqlite" {
 		yaml = hostsBackend(t, typ) + decl
@@ -156,7 +156,7 @@ func queueWorkRateLimit(t *testing.T, typ string) {
 		t.Fatalf("%d jobs ran, want %d", len(starts), jobs)
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	const iv, burst, spawn = 200 * time.Millisecond, 2, 100 * time.Millisecond
+	const iv, burst, spawn = 250 * time.Millisecond, 2, 150 * time.Millisecond
 	for i := range starts {
 		for j := i; j < len(starts); j++ {
 			w := starts[j].Sub(starts[i])
