@@ -19,6 +19,9 @@ func CheckPush(req PushRequest) error {
 	if err := spec.CheckKey(req.Key); err != nil {
 		return err
 	}
+	if err := spec.CheckPriority(req.Priority); err != nil {
+		return err
+	}
 	return CheckPayload(len(req.Payload), spec.MaxPayloadCap)
 }
 

@@ -73,7 +73,9 @@ type Job struct {
 	Payload   []byte `json:"-"`
 	// Key picks the partition and is the unique key when the queue has
 	// unique set.
-	Key         string    `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Priority orders the claims of ready jobs: higher first (Claim).
+	Priority    int       `json:"priority,omitempty"`
 	Attempt     int       `json:"attempt"`
 	EnqueuedAt  time.Time `json:"enqueued_at"`
 	AvailableAt time.Time `json:"available_at"`
@@ -90,6 +92,10 @@ type PushRequest struct {
 	// second push of a key returns the existing job and ErrDuplicate.
 	Key   string
 	Delay time.Duration
+	// Priority, between spec.MinPriority and spec.MaxPriority (0: the
+	// default): among the claimable jobs, a higher priority is claimed
+	// first (Claim).
+	Priority int
 }
 
 // Queues is the queues a backend holds: reconcile's view (observe, put,
@@ -123,9 +129,11 @@ type Queues interface {
 	// backend time and returns how many; a store that drops them by
 	// itself (Redis) deletes none.
 	PrunePushOnce(ctx context.Context, olderThan time.Duration) (int, error)
-	// Claim takes up to max claimable jobs, oldest (lowest id: push order)
-	// first, whatever their partition, each leased to owner for the queue's
-	// visibility timeout and counted as an attempt. A job whose visibility
+	// Claim takes up to max claimable jobs, the highest priority first and
+	// within one priority the oldest (lowest id: push order) first,
+	// whatever their partition, and returns them in that order, each
+	// leased to owner for the queue's visibility timeout and counted as an
+	// attempt. A job whose visibility
 	// expired is ready again; one whose attempts are used up moves to the
 	// dead set instead. No job and no error when none is claimable.
 	//
@@ -133,12 +141,14 @@ type Queues interface {
 	// job with a key (claim partition), which is claimable only while no
 	// job of its key is in flight and no ready job of its key (delayed ones
 	// included) is older: the jobs of one key run one at a time, in push
-	// order, and a claim takes at most one of them. A retried job keeps its
-	// id, so the next job of its key waits through its backoff; an expired
+	// order, and a claim takes at most one of them; a job of higher
+	// priority never overtakes an older job of its key. A job keeps its
+	// priority through retries, expired leases, returns and requeues. A
+	// retried job keeps its id, so the next job of its key waits through its backoff; an expired
 	// lease keeps the key until a claim sweeps it, and the job then comes
 	// first; a dead job no longer holds its key. MySQL's claim skip_locked
-	// orders nothing: it takes available jobs in (available_at, id) order
-	// and ignores keys.
+	// orders nothing else: it takes available jobs in (priority,
+	// available_at, id) order and ignores keys.
 	Claim(ctx context.Context, queue, owner string, max int) ([]Job, error)
 	// Ack deletes a finished job if j.Owner still holds it (ErrLost).
 	Ack(ctx context.Context, j Job) error

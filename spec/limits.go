@@ -31,6 +31,12 @@ const (
 	// MaxPayloadCap is the largest max_payload a queue may declare, and so
 	// the largest payload any push sends to a backend.
 	MaxPayloadCap = 64 << 20
+	// MinPriority and MaxPriority bound a job's priority (queue push
+	// --priority). 0 is the default; a higher priority is claimed first.
+	// The range keeps Redis's ready-set score (id less priority x 2^45)
+	// exact in a double.
+	MinPriority = -100
+	MaxPriority = 100
 )
 
 // Sentinel errors of the limits, for errors.Is.
@@ -40,7 +46,19 @@ var (
 	// ErrInvalidKey: a job key or a keyed semaphore's key breaks the key
 	// rule. The error's message says which of the two it is.
 	ErrInvalidKey = errors.New("invalid key")
+	// ErrInvalidPriority: a job's priority is outside MinPriority and
+	// MaxPriority.
+	ErrInvalidPriority = errors.New("invalid priority")
 )
+
+// CheckPriority returns an error wrapping ErrInvalidPriority unless p is
+// within MinPriority and MaxPriority.
+func CheckPriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return fmt.Errorf("%w %d: a job's priority is between %d and %d", ErrInvalidPriority, p, MinPriority, MaxPriority)
+	}
+	return nil
+}
 
 // keyError is a refused key: its message names the kind of key, and it
 // matches ErrInvalidKey with errors.Is.

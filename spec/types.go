@@ -180,8 +180,8 @@ type CronTask struct {
 	Timezone string `json:"timezone"`
 	// Jitter moves every scheduled time by a fixed offset in [0, Jitter)
 	// taken from the task's name (JitterOffset).
-	Jitter       time.Duration     `json:"jitter,omitempty"`
-	Command      Command           `json:"command"`
+	Jitter  time.Duration `json:"jitter,omitempty"`
+	Command Command       `json:"command"`
 	// Push, when set, replaces the command: each run pushes one job to a
 	// queue, once per scheduled time.
 	Push         *CronPush         `json:"push,omitempty"`

@@ -111,6 +111,7 @@ var capabilities = []capability{
 	{"QueueAttemptErrors", hasQueues, testQueueAttemptErrors}, // every failed attempt's error, time and worker
 	{"QueueCounts", hasQueues, testQueueCounts},               // processed and failed counts per minute
 	{"QueuePushOnce", hasQueues, testQueuePushOnce},           // one push per once key, whatever came after
+	{"QueuePriority", hasQueues, testQueuePriority},           // higher priority claimed first, FIFO within one, key order kept
 	{"RateLimits", hasRateLimits, testRateLimits},             // GCRA permits with the backend's clock
 	{"HostRegistry", hasCluster, testHostRegistry},
 	{"Notices", hasCluster, testNotices},

@@ -34,7 +34,7 @@ func push(t *testing.T, q backends.Queues, queue string, req backends.PushReques
 	t.Helper()
 	j, err := q.Push(t.Context(), queue, req)
 	ok(t, err, fmt.Sprintf("push %q to %s", req.Key, queue))
-	if j.ID == 0 || j.Queue != queue || j.Key != req.Key || j.Attempt != 0 || j.EnqueuedAt.IsZero() || j.AvailableAt.Before(j.EnqueuedAt) {
+	if j.ID == 0 || j.Queue != queue || j.Key != req.Key || j.Priority != req.Priority || j.Attempt != 0 || j.EnqueuedAt.IsZero() || j.AvailableAt.Before(j.EnqueuedAt) {
 		t.Fatalf("push %q to %s returned %+v", req.Key, queue, j)
 	}
 	return j
@@ -52,11 +52,20 @@ func claim(t *testing.T, q backends.Queues, queue, owner string, n int) []backen
 		if j.Queue != queue || j.Owner != owner || j.Attempt < 1 || j.ExpiresAt.IsZero() {
 			t.Fatalf("claimed job %+v (queue %s, owner %s)", j, queue, owner)
 		}
-		if i > 0 && j.ID <= jobs[i-1].ID {
-			t.Fatalf("claimed ids not increasing: %d after %d", j.ID, jobs[i-1].ID)
+		if i > 0 && claimedBefore(j, jobs[i-1]) {
+			t.Fatalf("claimed jobs out of claim order: %d (priority %d) after %d (priority %d)", j.ID, j.Priority, jobs[i-1].ID, jobs[i-1].Priority)
 		}
 	}
 	return jobs
+}
+
+// claimedBefore reports whether a comes strictly before b in claim order:
+// higher priority first, then lower id.
+func claimedBefore(a, b backends.Job) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.ID < b.ID
 }
 
 // claimOne claims exactly one job.
