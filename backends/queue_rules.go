@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -39,4 +40,15 @@ func CheckPushOnce(once string) error {
 		return errors.New("push once: empty once key")
 	}
 	return spec.CheckKey(once)
+}
+
+// ClaimOrder is the order in which Queues.Claim takes claimable jobs and
+// returns them: the higher priority first, then the lower id (push order).
+// It returns a negative number when a comes first, as slices.SortFunc
+// wants.
+func ClaimOrder(a, b Job) int {
+	if a.Priority != b.Priority {
+		return cmp.Compare(b.Priority, a.Priority)
+	}
+	return cmp.Compare(a.ID, b.ID)
 }

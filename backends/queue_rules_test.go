@@ -2,6 +2,7 @@ package backends
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -30,5 +31,25 @@ func TestClaimJobsErrors(t *testing.T) {
 	}
 	if err := ClaimsError(3, ErrLost); !errors.Is(err, ErrLost) || err.Error() != "claim 3 cron occurrences: lease lost" {
 		t.Errorf("ClaimsError = %v", err)
+	}
+}
+
+// TestClaimOrder: the higher priority first, then the lower id, whatever
+// the order the jobs come in.
+func TestClaimOrder(t *testing.T) {
+	jobs := []Job{{ID: 5}, {ID: 3, Priority: -1}, {ID: 4, Priority: 2}, {ID: 1}, {ID: 2, Priority: 2}, {ID: 6, Priority: -1}}
+	slices.SortFunc(jobs, ClaimOrder)
+	var got []int64
+	for _, j := range jobs {
+		got = append(got, j.ID)
+	}
+	if want := []int64{2, 4, 1, 5, 3, 6}; !slices.Equal(got, want) {
+		t.Fatalf("sorted ids %v, want %v", got, want)
+	}
+	if c := ClaimOrder(Job{ID: 1, Priority: 1}, Job{ID: 1, Priority: 1}); c != 0 {
+		t.Fatalf("a job against itself: %d, want 0", c)
+	}
+	if c := ClaimOrder(Job{ID: 9, Priority: 1}, Job{ID: 1}); c >= 0 {
+		t.Fatalf("a higher priority after a lower one: %d", c)
 	}
 }

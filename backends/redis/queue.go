@@ -28,11 +28,20 @@ import (
 //	           operator's pause, JSON as a cron task's; absent: none)
 //	ids        the id counter (INCR; recreated at TIME µs when missing)
 //	jobs       hash: id -> the job's record (cmsgpack of partition,
-//	           attempt, enqueued_at, available_at, owner, key, last_error)
+//	           attempt, enqueued_at, available_at, owner, key, last_error,
+//	           then the attempt errors and the priority when there are
+//	           any: a priority-0 job's record is as before priorities)
 //	payloads   hash: id -> payload
 //	ready:<p>  sorted set per partition: the ids of jobs available now,
-//	           scored by id, so that a claim, merging the sets, takes them
-//	           in push order
+//	           scored by id - priority * 2^45 (queuePrioStep), so that a
+//	           claim, merging the sets by score, takes them in claim order:
+//	           the highest priority first, then push order. A priority-0
+//	           job's score is its id, as before priorities (no migration).
+//	           The ids of the jobs ready at once differ by far less than
+//	           2^45 and stay under queueIDLimit, so the scores are exact and
+//	           unique; readers that list by id (the browser's ready page,
+//	           the oldest ready job) read each priority's run of scores
+//	           (lua/lib/queue_bands.lua)
 //	inflight   sorted set: ids of claimed jobs scored by lease deadline
 //	           (µs, server time)
 //	delayed    sorted set: ids of ready jobs not yet available (a delayed

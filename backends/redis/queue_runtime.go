@@ -17,8 +17,8 @@ import (
 
 // The queue runtime. A claim is one script that sweeps (due delayed jobs
 // into the ready sets, expired leases back to them or to the dead list)
-// and leases the oldest claimable jobs, whatever their partition, to each
-// caller (queueClaimScript); Ack,
+// and leases the claimable jobs in claim order (priority, then push
+// order), whatever their partition, to each caller (queueClaimScript); Ack,
 // Retry and ExtendJob are one script each and check the owner token
 // recorded with the job, so that a job whose lease expired and that
 // another worker claimed is never touched by its old owner (ErrLost).
@@ -37,7 +37,8 @@ func queueJobAt(queue string, res []any, i int) backends.Job {
 	j := backends.Job{
 		ID: queueInt(res[i]), Queue: queue, Partition: int(queueInt(res[i+1])), Attempt: int(queueInt(res[i+2])),
 		EnqueuedAt: queueTime(queueInt(res[i+3])), AvailableAt: queueTime(queueInt(res[i+4])),
-		Key: queueStr(res[i+5]), LastError: queueStr(res[i+6]), Payload: []byte(queueStr(res[i+7])),
+		Key: queueStr(res[i+5]), LastError: queueStr(res[i+6]), Priority: int(queueInt(res[i+7])),
+		Payload: []byte(queueStr(res[i+8])),
 	}
 	return j
 }
@@ -71,7 +72,7 @@ func (s *Store) pushReply(queue string, req backends.PushRequest, res []any) (ba
 	case 1:
 		return backends.Job{
 			ID: queueInt(res[1]), Queue: queue, Partition: int(queueInt(res[2])), Payload: req.Payload, Key: req.Key,
-			EnqueuedAt: queueTime(queueInt(res[3])), AvailableAt: queueTime(queueInt(res[4])),
+			Priority: req.Priority, EnqueuedAt: queueTime(queueInt(res[3])), AvailableAt: queueTime(queueInt(res[4])),
 		}, nil
 	case -2:
 		return backends.Job{}, fmt.Errorf("push to queue %q: payload of %d bytes exceeds max_payload %d: %w",
@@ -161,14 +162,14 @@ func (s *Store) pushBatch(ctx context.Context, queue string, batch []*queuePush)
 		}
 		run := batch[from:to]
 		res, err := s.runQueueScript(ctx, queuePushScript, queue, func(sets int) []any {
-			args := make([]any, 1, 1+4*len(run))
+			args := make([]any, 1, 1+5*len(run))
 			args[0] = len(run)
 			for _, p := range run {
 				part := 0
 				if p.req.Key != "" {
 					part = backends.KeyPartition(p.req.Key, sets)
 				}
-				args = append(args, p.req.Payload, p.req.Key, part, queueMicros(p.req.Delay))
+				args = append(args, p.req.Payload, p.req.Key, part, queueMicros(p.req.Delay), p.req.Priority)
 			}
 			if len(run) == 1 && run[0].once != "" {
 				args = append(args, run[0].once)
@@ -179,6 +180,10 @@ func (s *Store) pushBatch(ctx context.Context, queue string, batch []*queuePush)
 		case err != nil:
 		case queueInt(res[0]) == 0:
 			err = backends.ErrNotFound
+		case queueInt(res[0]) == 4 && len(res) == 2:
+			err = fmt.Errorf("queue script: job id %d would reach %d, past which a ready-set score (id - priority * 2^45) "+
+				"is no longer exact; the ids start at the server's clock in µs, which gets there in the year 2143: "+
+				"was the id counter set behind coordd's back?", queueInt(res[1]), queueIDLimit)
 		case queueInt(res[0]) == 3 && len(res) == 2 && len(run) == 1:
 			run[0].res = res
 			from = to
@@ -217,9 +222,11 @@ func pushedAll(run []*queuePush, first, now int64, partitions int) {
 	}
 }
 
-// Claim sweeps and then leases up to max claimable jobs to owner, oldest
-// first whatever their partition, at most one of a key and none of a key
-// that has a job running or an older job waiting (queueClaimScript). Concurrent claims of this Store on
+// Claim sweeps and then leases up to max claimable jobs to owner, the
+// highest priority first and the oldest first within one, whatever their
+// partition, at most one of a key and none of a key that has a job running
+// or an older job waiting (queueClaimScript), and returns them in that
+// order, the script's. Concurrent claims of this Store on
 // one queue go together in one script (group.Claimer); once its group
 // is sent, a Claim waits for the reply even if ctx ends, so that no job is
 // leased to a caller that left.

@@ -1,5 +1,7 @@
 package redis
 
+import "github.com/coordd/coordd/spec"
+
 // The queue scripts (lua/queue_*.lua). Every job moves only inside one of
 // them. Each includes lua/lib/queue.lua, which lists their KEYS and what
 // they share.
@@ -45,5 +47,14 @@ var queuePurgeDeadScript = luaScript("queue_purge_dead.lua")
 
 // queueJobFields is the number of fields a script returns per job: id,
 // partition, attempt, enqueued_at µs, available_at µs, key, last_error,
-// payload.
-const queueJobFields = 8
+// priority, payload.
+const queueJobFields = 9
+
+// queuePrioStep and queueIDLimit are lib/queue.lua's PRIO_STEP and
+// ID_LIMIT: a ready set scores a job id - priority * queuePrioStep, exact
+// in a double while the id is below queueIDLimit (the push script refuses
+// ids from there on).
+const (
+	queuePrioStep = 1 << 45
+	queueIDLimit  = 1<<53 + spec.MinPriority*queuePrioStep
+)

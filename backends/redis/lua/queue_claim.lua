@@ -12,27 +12,34 @@
 -- whose partition no longer exists (PutQueue shrank the queue while it was
 -- delayed or in flight) goes to partition % P.
 --
--- Then it reads the ready sets merged in id (push) order, whatever the
--- partition (each set is scored by id; a chunk of ids of a set at a time,
--- the set's share of the claim first, then twice the last up to
--- 1024 ids), and each member in turn takes up to its max
--- claimable jobs from that one stream. A job without a key is claimable; a
--- job with a key only while krunning has no job of its key and it is the
--- oldest job of its key in kready (which holds delayed ones too): the jobs
--- of one key run one at a time in push order, and a claim takes at most
--- one of them (taking it moves it to krunning). Jobs passed over stay in
--- their sets. Each job taken is leased to the member's owner until now +
--- visibility, counting an attempt.
+-- A job keeps its priority through both moves (its record holds it, and
+-- ready_score scores it again).
+--
+-- Then it reads the ready sets merged in claim order, the highest priority
+-- first and within one priority in id (push) order, whatever the partition
+-- (each set is scored by ready_score, lib/queue.lua, so the merge goes by
+-- lowest score; a chunk of a set at a time, read with its scores after the
+-- last score read, the set's share of the claim first, then twice the last
+-- up to 1024 ids), and each member in turn takes up to its max claimable
+-- jobs from that one stream, in that order. A job without a key is
+-- claimable; a job with a key only while krunning has no job of its key
+-- and it is the oldest job of its key in kready (which holds delayed ones
+-- too, in id order whatever the priority): the jobs of one key run one at
+-- a time in push order, a higher priority never lets one overtake an older
+-- one of its key, and a claim takes at most one of them (taking it moves
+-- it to krunning). Jobs passed over stay in their sets. Each job taken is
+-- leased to the member's owner until now + visibility, counting an
+-- attempt.
 --
 -- It returns {1, now, visibility µs, empty, next, then per member: count,
--- then count times a job's fields (lib/queue.lua)}. empty is 1 when no job
--- was claimable, in which case the wake list was deleted (anything that
--- may make a job claimable later pushes a new element: a push, a retry, an
--- ack or death of a job with a key, a return, a requeue) and next is the
--- earliest of the first delayed job's available_at, the first lease
--- deadline and now + visibility (no lease taken later can expire sooner),
--- the instant until which an idle worker may block; otherwise empty is 0
--- and next -1. With no member (n = 0) it only sweeps and looks.
+-- then count times a job's fields (lib/queue.lua), in claim order}. empty
+-- is 1 when no job was claimable, in which case the wake list was deleted
+-- (anything that may make a job claimable later pushes a new element: a
+-- push, a retry, an ack or death of a job with a key, a return, a
+-- requeue) and next is the earliest of the first delayed job's
+-- available_at, the first lease deadline and now + visibility (no lease
+-- taken later can expire sooner), the instant until which an idle worker
+-- may block; otherwise empty is 0 and next -1. With no member (n = 0) it only sweeps and looks.
 --#include lib/queue.lua
 local m = redis.call('HMGET', K_META, 'partitions', 'vis', 'max_attempts')
 if not m[1] then return {0} end
@@ -53,7 +60,7 @@ if #due > 0 then
         j.part = p
         redis.call('HSET', K_JOBS, id, encode(j))
       end
-      redis.call('ZADD', ready_key(p), id, id)
+      redis.call('ZADD', ready_key(p), ready_score(id, j.prio), id)
     end
   end
 end
@@ -72,7 +79,7 @@ if #expired > 0 then
         redis.call('RPUSH', K_DEAD, id)
       else
         j.part = j.part % P
-        redis.call('ZADD', ready_key(j.part), id, id)
+        redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
         if j.key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(j.key, id)) end
       end
       redis.call('HSET', K_JOBS, id, encode(j))
@@ -80,32 +87,35 @@ if #expired > 0 then
   end
 end
 
--- The candidates: per set, a chunk of ids after the last one read. The
--- first chunk is the set's share of the claim (the members' max summed,
--- over P: keyless jobs go round robin), each further one of a set twice
--- the last, up to 1024 ids (the chunk bound, written out below).
+-- The candidates: per set, a chunk of members with their scores after
+-- the last score read (scores are unique, as ids are). The first chunk is
+-- the set's share of the claim (the members' max summed, over P: keyless
+-- jobs go round robin), each further one of a set twice the last, up to
+-- 1024 ids (the chunk bound, written out below).
 local members = tonumber(ARGV[1])
 local need = 1
 for k = 1, members do need = need + tonumber(ARGV[2 * k + 1]) end
+-- ids[p] is set p's chunk as ZRANGEBYSCORE WITHSCORES gives it (member,
+-- score, member, ...), at[p] the index of its next member.
 local ids, size, at, last, ended, headn = {}, {}, {}, {}, {}, {}
--- peek returns the next id of set p as a number (headn[p]), or nil.
+-- peek returns the next score of set p as a number (headn[p]), or nil.
 local function peek(p)
   if ended[p] then return nil end
   if not ids[p] or at[p] > #ids[p] then
     local from = '-inf'
     if last[p] then from = '(' .. last[p] end
     size[p] = math.min(size[p] and 2 * size[p] or math.ceil(need / P) + 1, 1024)
-    local c = redis.call('ZRANGEBYSCORE', ready_key(p), from, '+inf', 'LIMIT', 0, size[p])
+    local c = redis.call('ZRANGEBYSCORE', ready_key(p), from, '+inf', 'WITHSCORES', 'LIMIT', 0, size[p])
     if #c == 0 then
       ended[p] = true
       return nil
     end
     ids[p], at[p], headn[p] = c, 1, nil
   end
-  if not headn[p] then headn[p] = tonumber(ids[p][at[p]]) end
+  if not headn[p] then headn[p] = tonumber(ids[p][at[p] + 1]) end
   return headn[p]
 end
--- next_candidate pops the lowest id of all sets: the id and its set.
+-- next_candidate pops the lowest score of all sets: the id and its set.
 local function next_candidate()
   local bestn, bp = nil, nil
   for p = 0, P - 1 do
@@ -113,23 +123,30 @@ local function next_candidate()
     if n and (not bestn or n < bestn) then bestn, bp = n, p end
   end
   if not bp then return nil end
-  local id = ids[bp][at[bp]]
-  last[bp], at[bp], headn[bp] = id, at[bp] + 1, nil
-  return id, bp
+  local i = at[bp]
+  last[bp], at[bp], headn[bp] = ids[bp][i + 1], i + 2, nil
+  return ids[bp][i], bp
 end
--- free reports whether a job of key may start, as far as the key goes.
--- A key found busy stays busy for the rest of the script (a job taken
--- here makes its key busy).
-local busy = {}
+-- free reports whether a job of key may start, as far as the key goes: no
+-- job of its key runs and it is its key's oldest in kready. A key found
+-- busy stays busy for the rest of the script (a job taken here makes its
+-- key busy); a key's oldest job is looked up once (oldest, false for none)
+-- and stays the one that may start, since the stream comes in priority
+-- order, not id order: a newer job of the key may come before it.
+local busy, oldest = {}, {}
 local function free(id, key)
   if key == '' then return true end
   if busy[key] then return false end
-  local o = oldest_keyed(K_KREADY, key)
-  if oldest_keyed(K_KRUNNING, key) or (o and tonumber(o) ~= tonumber(id)) then
-    busy[key] = true
-    return false
+  local o = oldest[key]
+  if o == nil then
+    if oldest_keyed(K_KRUNNING, key) then
+      busy[key] = true
+      return false
+    end
+    o = oldest_keyed(K_KREADY, key) or false
+    oldest[key] = o
   end
-  return true
+  return not o or tonumber(o) == tonumber(id)
 end
 -- take returns the next claimable job (id, set, decoded record), or nil.
 -- It reads the candidates' records in batches (HMGET): the claim's size
@@ -191,17 +208,17 @@ for k = 1, members do
         redis.call('ZADD', K_KRUNNING, 0, km)
         busy[j.key] = true
       end
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7] =
-        tonumber(id), p, j.attempt, j.enq, j.avail, j.key, j.err
-      out[n + 8] = false -- the payload, below
-      n = n + 8
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] =
+        tonumber(id), p, j.attempt, j.enq, j.avail, j.key, j.err, j.prio
+      out[n + 9] = false -- the payload, below
+      n = n + 9
     end
   end
   out[countAt] = #taken
   if #taken > 0 then
     popped = true
     local pays = redis.call('HMGET', K_PAYLOADS, unpack(taken))
-    for i = 1, #taken do out[countAt + 8 * i] = pays[i] or '' end
+    for i = 1, #taken do out[countAt + 9 * i] = pays[i] or '' end
     redis.call('ZADD', K_INFLIGHT, unpack(zargs))
     redis.call('HSET', K_JOBS, unpack(hargs))
   end

@@ -17,8 +17,8 @@ for i = 1, #ids, 500 do
     if recs[k] then
       local j = decode(recs[k])
       local n = #out
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] =
-        tonumber(id), j.part, j.attempt, j.enq, j.avail, j.key, j.err, pays[k] or ''
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
+        tonumber(id), j.part, j.attempt, j.enq, j.avail, j.key, j.err, j.prio, pays[k] or ''
     end
   end
 end

@@ -9,21 +9,23 @@
 -- It returns {1, then per job the fields of lib/queue_browse.lua's browse
 -- (queueBrowseFields)}, the first offset jobs of the state's order (of the
 -- key's jobs, with a key) skipped and at most limit listed: ready jobs in
--- id order, the ready sets merged, each with the partition of the set that
--- holds it; delayed ones by available_at then id; in-flight ones by lease
--- deadline then id, with their deadline; dead ones in the dead list's
--- order (Dead's). {1} alone when the queue is absent; {-1, n} when the
+-- id (push) order whatever their priority, not in claim order, the ready
+-- sets merged, each with the partition of the set that holds it; delayed
+-- ones by available_at then id; in-flight ones by lease deadline then id,
+-- with their deadline; dead ones in the dead list's order (Dead's). {1} alone when the queue is absent; {-1, n} when the
 -- state is ready and it got too few ready sets.
 --
 -- Every read is bounded by the page or by the jobs of the key: the offset
--- into the ready sets is found by bisecting ids (ZCOUNT per set), a key's
--- ready and in-flight jobs come from kready and krunning, its delayed jobs
--- from kready or from the delayed set, whichever is smaller, its dead ones
--- from the dead list, read in chunks up to the page's last one.
+-- into the ready sets is found by bisecting ids (ZCOUNT per run of one
+-- priority of each set, lib/queue_bands.lua), a key's ready and in-flight
+-- jobs come from kready and krunning, its delayed jobs from kready or from
+-- the delayed set, whichever is smaller, its dead ones from the dead list,
+-- read in chunks up to the page's last one.
 --#include lib/queue.lua
 --#include lib/queue_partial.lua
 --#include lib/queue_ready_set.lua
 --#include lib/queue_browse.lua
+--#include lib/queue_bands.lua
 local m = redis.call('HMGET', K_META, 'span', 'partitions')
 if not m[2] then return {1} end
 local state, key = ARGV[1], ARGV[2]
@@ -104,17 +106,24 @@ local function part_of(j) return j[4] end
 local function score_of(j) return j[1] end
 
 if state == 'ready' and key == '' then
-  -- The id of rank off in the merged sets: the least x with more than off
-  -- ids <= x, bisected between the least and the greatest id.
-  local total, lo, hi = 0, nil, nil
+  -- The runs of one priority of every set, each in id order (a run's ids
+  -- from x on are its scores from x - prio * PRIO_STEP to its top). The id
+  -- of rank off in the merged runs: the least x with more than off ids <=
+  -- x, bisected between the least and the greatest id.
+  local runs, total, lo, hi = {}, 0, nil, nil
   for p = 0, S - 1 do
-    local n = redis.call('ZCARD', ready_key(p))
+    local z = ready_key(p)
+    local n = redis.call('ZCARD', z)
     if n > 0 then
       total = total + n
-      local f = tonumber(redis.call('ZRANGE', ready_key(p), 0, 0)[1])
-      local l = tonumber(redis.call('ZRANGE', ready_key(p), -1, -1)[1])
-      if not lo or f < lo then lo = f end
-      if not hi or l > hi then hi = l end
+      for _, r in ipairs(ready_bands(z)) do
+        r.z, r.p, r.shift = z, p, r.prio * PRIO_STEP
+        runs[#runs + 1] = r
+        local f = r.first + r.shift
+        local l = tonumber(redis.call('ZREVRANGEBYSCORE', z, fmt(r.top), fmt(r.first), 'LIMIT', 0, 1)[1])
+        if not lo or f < lo then lo = f end
+        if not hi or l > hi then hi = l end
+      end
     end
   end
   if off >= total then return out end
@@ -122,18 +131,21 @@ if state == 'ready' and key == '' then
   if off > 0 then
     local a, b = lo - 1, hi -- at most off ids <= a, more than off <= b
     while b - a > 1 do
-      local mid = math.floor((a + b) / 2)
-      local s, c = string.format('%d', mid), 0
-      for p = 0, S - 1 do c = c + redis.call('ZCOUNT', ready_key(p), '-inf', s) end
+      local mid = a + math.floor((b - a) / 2) -- a + b may not be exact
+      local c = 0
+      for _, r in ipairs(runs) do
+        local to = math.min(mid - r.shift, r.top)
+        if to >= r.first then c = c + redis.call('ZCOUNT', r.z, fmt(r.first), fmt(to)) end
+      end
       if c > off then b = mid else a = mid end
     end
     from = b
   end
   local got = {}
-  local s = string.format('%d', from)
-  for p = 0, S - 1 do
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', ready_key(p), s, '+inf', 'LIMIT', 0, lim)) do
-      got[#got + 1] = {0, tonumber(id), id, p}
+  for _, r in ipairs(runs) do
+    local s = math.max(from - r.shift, r.first)
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', r.z, fmt(s), fmt(r.top), 'LIMIT', 0, lim)) do
+      got[#got + 1] = {0, tonumber(id), id, r.p}
     end
   end
   table.sort(got, by_score_id)

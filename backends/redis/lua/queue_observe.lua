@@ -10,8 +10,11 @@
 -- when it got too few ready sets. Ready counts the ready sets and the
 -- delayed set (a delayed job is ready, not yet available); delayed counts
 -- the delayed jobs not yet due; in flight includes expired leases no claim
--- has swept yet, as the SQL stores count them.
+-- has swept yet, as the SQL stores count them. The oldest ready job of a
+-- set is the lowest id of its runs of one priority (lib/queue_bands.lua),
+-- not its first in claim order.
 --#include lib/queue.lua
+--#include lib/queue_bands.lua
 local m = redis.call('HMGET', K_META, 'span', 'partitions', 'config', 'pause')
 if not m[2] then return {0} end
 local need = span_of({span = m[1], partitions = m[2]})
@@ -24,8 +27,12 @@ for p = 0, need - 1 do
   ready = ready + n
   if p >= P then stranded = stranded + n end
   if n > 0 then
-    local first = redis.call('ZRANGE', ready_key(p), 0, 0)
-    local rec = redis.call('HGET', K_JOBS, first[1])
+    local first
+    for _, r in ipairs(ready_bands(ready_key(p))) do
+      local id = r.first + r.prio * PRIO_STEP
+      if not first or id < first then first = id end
+    end
+    local rec = first and redis.call('HGET', K_JOBS, fmt(first))
     if rec then
       local j = decode(rec)
       if not oldest or j.enq < oldest then oldest = j.enq end

@@ -3,8 +3,8 @@
 --
 -- KEYS: the fixed keys, then the ready sets of all partitions.
 -- ARGV: the number of jobs n, then per job: payload, key (empty for none),
--- the key's partition (when a key is given), delay µs; then, for a push
--- once (PushOnce: n is 1), the once key.
+-- the key's partition (when a key is given), delay µs, priority; then, for
+-- a push once (PushOnce: n is 1), the once key.
 -- When every job is pushed (the common case) it returns {2, first, now,
 -- P}: the jobs got the ids first, first+1, ... in batch order, were
 -- enqueued at now and are available at now + their delay, a keyless job in
@@ -16,7 +16,11 @@
 -- as lib/queue.lua lists its fields, followed by its expiry µs (0 unless in
 -- flight) and owner. For the whole batch: {0} when the queue is absent;
 -- {-1, partitions} when the ready sets do not match; {3, id} when the once
--- key was pushed before, as job id.
+-- key was pushed before, as job id; {4, id} when the batch's last id would
+-- be id >= ID_LIMIT (lib/queue.lua: its ready-set score might no longer be
+-- exact), in which case nothing is pushed and the counter is put back. That
+-- cannot happen before the year 2143 (the ids start at the server's time
+-- in µs), short of a counter set behind coordd's back.
 --
 -- The jobs are pushed in order, each as if alone: a unique job later in
 -- the batch finds an earlier one of its key. The checks come first; then
@@ -25,8 +29,11 @@
 -- own). An INCRBY that finds the ids key missing (it returns the batch's
 -- size) moves it to the server's time in µs first (the data-loss rule:
 -- above any id it can have handed out before). A keyless job goes to
--- partition id % P (round robin); a job available now joins its ready set,
--- a delayed one the delayed set; a keyed one enters the kready index. One
+-- partition id % P (round robin); a job available now joins its ready set
+-- (scored by ready_score: its priority, then its id), a delayed one the
+-- delayed set; a keyed one enters the kready index (in id order, whatever
+-- the priority: a key's jobs run in push order). A priority other than 0
+-- is kept in the job's record (encode's layout). One
 -- wake element is pushed per job either way: a worker woken by a delayed
 -- job bounds its next wait by the job's available_at.
 --#include lib/queue.lua
@@ -38,7 +45,7 @@ local maxp = tonumber(m[3] or '0') or 0
 local uniq = m[2] == 'pending' or m[2] == 'pending_or_running'
 local now = now_us()
 local n = tonumber(ARGV[1])
-local once = ARGV[2 + 4 * n]
+local once = ARGV[2 + 5 * n]
 if once then
   local got = redis.call('HGET', K_META, 'once:' .. once)
   if got then return {3, tonumber(string.match(got, '^(%d+)'))} end
@@ -48,7 +55,7 @@ local out, ok, first, dups = {1}, {}, {}, {}
 -- a unique job's key is looked up among the batch's earlier jobs (first),
 -- else in the store (which the checks do not change).
 for i = 0, n - 1 do
-  local payload, key = ARGV[2 + 4 * i], ARGV[3 + 4 * i]
+  local payload, key = ARGV[2 + 5 * i], ARGV[3 + 5 * i]
   local unique = uniq and key ~= ''
   if maxp > 0 and #payload > maxp then
     out[i + 2] = {-2, #payload, maxp}
@@ -67,8 +74,8 @@ for i = 0, n - 1 do
     if rec then
       local j = decode(rec)
       local exp = redis.call('ZSCORE', K_INFLIGHT, best)
-      out[i + 2] = {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, redis.call('HGET', K_PAYLOADS, best) or '',
-        tonumber(exp or '0'), j.owner}
+      out[i + 2] = {-3, best, j.part, j.attempt, j.enq, j.avail, j.key, j.err, j.prio,
+        redis.call('HGET', K_PAYLOADS, best) or '', tonumber(exp or '0'), j.owner}
     else
       ok[#ok + 1] = i
       if unique then first[key] = i end
@@ -81,26 +88,34 @@ local idn = 0
 if #ok > 0 then
   idn = redis.call('INCRBY', K_IDS, #ok)
   if idn == #ok then idn = redis.call('INCRBY', K_IDS, now) end
+  if idn >= ID_LIMIT then
+    redis.call('INCRBY', K_IDS, -#ok)
+    return {4, idn}
+  end
   idn = idn - #ok
   local recs, pays, delayed, kready, ready = {}, {}, {}, {}, {}
   for _, i in ipairs(ok) do
     idn = idn + 1
     local id = string.format('%d', idn)
-    local key, delay = ARGV[3 + 4 * i], tonumber(ARGV[5 + 4 * i])
+    local key, delay, prio = ARGV[3 + 5 * i], tonumber(ARGV[5 + 5 * i]), tonumber(ARGV[6 + 5 * i])
     local part
-    if key ~= '' then part = tonumber(ARGV[4 + 4 * i]) else part = idn % P end
+    if key ~= '' then part = tonumber(ARGV[4 + 5 * i]) else part = idn % P end
     local avail = now + delay
     recs[#recs + 1] = id
-    recs[#recs + 1] = cmsgpack.pack(part, 0, now, avail, '', key, '') -- encode's layout
+    if prio == 0 then -- encode's layout
+      recs[#recs + 1] = cmsgpack.pack(part, 0, now, avail, '', key, '')
+    else
+      recs[#recs + 1] = cmsgpack.pack(part, 0, now, avail, '', key, '', false, prio)
+    end
     pays[#pays + 1] = id
-    pays[#pays + 1] = ARGV[2 + 4 * i]
+    pays[#pays + 1] = ARGV[2 + 5 * i]
     if delay > 0 then
       delayed[#delayed + 1] = avail
       delayed[#delayed + 1] = id
     else
       local r = ready[part]
       if not r then r = {}; ready[part] = r end
-      r[#r + 1] = id
+      r[#r + 1] = ready_score(id, prio)
       r[#r + 1] = id
     end
     if key ~= '' then
@@ -138,6 +153,6 @@ if all then return {2, idn - n + 1, now, P} end
 for _, d in ipairs(dups) do
   local i, j = d[1], d[2]
   local g = out[j + 2]
-  out[i + 2] = {-3, g[2], g[3], 0, now, g[5], ARGV[3 + 4 * j], '', ARGV[2 + 4 * j], 0, ''}
+  out[i + 2] = {-3, g[2], g[3], 0, now, g[5], ARGV[3 + 5 * j], '', tonumber(ARGV[6 + 5 * j]), ARGV[2 + 5 * j], 0, ''}
 end
 return out

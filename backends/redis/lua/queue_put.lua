@@ -5,7 +5,8 @@
 -- ARGV: config JSON, partitions, visibility µs, max_attempts, retry_backoff
 -- µs, unique, max_payload.
 -- It moves the jobs of ready sets at or above the new partition count into
--- set p % partitions (a union, so ids keep their order), sets the span to
+-- set p % partitions (a union: each keeps its score, so its priority and
+-- its place in claim order; records are not rewritten), sets the span to
 -- the partition count, pushes wake elements when it moved jobs, and returns
 -- {1, moved}; {-1, n} when it got too few ready sets.
 --#include lib/queue.lua

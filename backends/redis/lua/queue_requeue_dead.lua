@@ -3,9 +3,9 @@
 -- KEYS: the fixed keys, then the ready sets of all partitions.
 -- ARGV: none.
 -- Each dead job gets its attempts reset and available_at now, and goes
--- back to its partition's ready set (% P), where its id keeps its place;
--- last_error is kept as the record of why it died. Wake elements are
--- pushed. It returns {1, n}, {0} or {-1, P}.
+-- back to its partition's ready set (% P), where its id and its priority
+-- keep its place (ready_score); last_error is kept as the record of why
+-- it died. Wake elements are pushed. It returns {1, n}, {0} or {-1, P}.
 --#include lib/queue.lua
 local m = redis.call('HMGET', K_META, 'partitions')
 if not m[1] then return {0} end
@@ -22,7 +22,7 @@ for i = 1, #ids, 500 do
       local j = decode(recs[k])
       j.attempt, j.avail, j.owner, j.part = 0, now, '', j.part % P
       redis.call('HSET', K_JOBS, id, encode(j))
-      redis.call('ZADD', ready_key(j.part), id, id)
+      redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
       if j.key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(j.key, id)) end
       n = n + 1
     end

@@ -17,7 +17,7 @@ if not rec or redis.call('LREM', K_DEAD, 1, id) == 0 then return {0} end
 local j = decode(rec)
 j.attempt, j.avail, j.owner, j.part = 0, now_us(), '', j.part % P
 redis.call('HSET', K_JOBS, id, encode(j))
-redis.call('ZADD', ready_key(j.part), id, id)
+redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
 if j.key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(j.key, id)) end
 wake(1)
 return {1}

@@ -9,9 +9,9 @@
 -- worker, error: backends.AppendAttemptError's layout, the newest kept)
 -- and clears the owner; with max_attempts > 0 used up the job goes to the dead
 -- list, otherwise it is ready again at now + retry_backoff: in the delayed
--- set with a backoff, in its ready set (its id keeps its place) without,
--- and a wake element is pushed (also when a job with a key dies and its
--- key has jobs waiting). It returns {1} (ready), {2} (dead), {3}
+-- set with a backoff, in its ready set (its id and its priority keep its
+-- place, ready_score) without, and a wake element is pushed (also when a
+-- job with a key dies and its key has jobs waiting). It returns {1} (ready), {2} (dead), {3}
 -- (the owner does not hold it, or the queue is gone), or {-1, P}.
 --#include lib/queue.lua
 local m = redis.call('HMGET', K_META, 'partitions', 'max_attempts', 'backoff')
@@ -47,7 +47,7 @@ j.part = j.part % P
 if backoff > 0 then
   redis.call('ZADD', K_DELAYED, j.avail, id)
 else
-  redis.call('ZADD', ready_key(j.part), id, id)
+  redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
 end
 if j.key ~= '' then redis.call('ZADD', K_KREADY, 0, kmember(j.key, id)) end
 redis.call('HSET', K_JOBS, id, encode(j))

@@ -4,9 +4,9 @@
 -- ARGV: id, owner.
 -- When owner holds the job it clears the owner, takes back the attempt
 -- the claim counted, and puts the job back in its partition's ready set
--- (% P), where its id keeps its place, and a keyed job back from krunning
--- to kready; last_error and available_at are kept, and a wake element is
--- pushed. It returns {1}, {3} (the owner does not hold it, or the queue is
+-- (% P), where its id and its priority keep its place (ready_score), and
+-- a keyed job back from krunning to kready; last_error and available_at
+-- are kept, and a wake element is pushed. It returns {1}, {3} (the owner does not hold it, or the queue is
 -- gone), or {-1, P}.
 --#include lib/queue.lua
 local m = redis.call('HMGET', K_META, 'partitions')
@@ -22,7 +22,7 @@ redis.call('ZREM', K_INFLIGHT, id)
 j.owner = ''
 if j.attempt > 0 then j.attempt = j.attempt - 1 end
 j.part = j.part % P
-redis.call('ZADD', ready_key(j.part), id, id)
+redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
 if j.key ~= '' then
   local km = kmember(j.key, id)
   redis.call('ZREM', K_KRUNNING, km)

@@ -1,8 +1,8 @@
 -- queue_run_job_now.lua makes one delayed job available now (RunJobNow):
 -- out of the delayed set into its partition's ready set (% P), where its
--- id keeps its place, with available_at now and its attempts and
--- last_error kept (a keyed job stays in kready, in its key's order), and
--- a wake element is pushed, as queue_requeue_dead_job.lua does.
+-- id and its priority keep its place (ready_score), with available_at
+-- now and its attempts and last_error kept (a keyed job stays in kready,
+-- in its key's order), and a wake element is pushed, as queue_requeue_dead_job.lua does.
 --
 -- KEYS: the fixed keys, then the ready sets of all partitions.
 -- ARGV[1]: the job id.
@@ -20,6 +20,6 @@ if not rec or redis.call('ZREM', K_DELAYED, id) == 0 then return {0} end
 local j = decode(rec)
 j.avail, j.part = now_us(), j.part % P
 redis.call('HSET', K_JOBS, id, encode(j))
-redis.call('ZADD', ready_key(j.part), id, id)
+redis.call('ZADD', ready_key(j.part), ready_score(id, j.prio), id)
 wake(1)
 return {1}

@@ -15,12 +15,25 @@
 -- {0} (the queue is absent) unless it says otherwise.
 --
 -- Job ids are decimal strings in Lua (a Lua number converted by Redis could
--- be written in exponent form); they fit in a double exactly (< 2^53), so
--- they also serve as ready-set scores. Times are microseconds of the
--- server's clock (TIME).
+-- be written in exponent form); they fit in a double exactly (< 2^53).
+-- Times are microseconds of the server's clock (TIME).
 -- A job comes back from a script as queueJobFields (queue_scripts.go)
 -- fields: id, partition, attempt, enqueued_at µs, available_at µs, key,
--- last_error, payload.
+-- last_error, priority, payload.
+--
+-- A ready set is scored by ready_score: id - priority * PRIO_STEP, so that
+-- its order (lowest score first) is the claim order, the highest priority
+-- first and within one priority the lowest id, and a priority-0 job's score
+-- is its id (as every score was before priorities: such sets need no
+-- migration). Ids start at the server's time in µs (queue_push.lua), about
+-- 2^51 today, not at 0: the order holds while the ids of the jobs that are
+-- ready at once differ by less than PRIO_STEP (2^45, some 35 million
+-- million pushes), which the counter gives them, and the scores are exact
+-- in a double while ids stay under ID_LIMIT = 2^53 - 100 * PRIO_STEP
+-- (156 * 2^45, about 5.5e15: the server's clock in µs in the year 2143),
+-- which queue_push.lua checks (spec.MaxPriority is 100). Scores are unique
+-- because ids are, under the same condition. A member's priority is
+-- (member - score) / PRIO_STEP, exactly (score_priority).
 --
 -- This file names the fixed keys and defines what the scripts share:
 --
@@ -30,7 +43,13 @@
 --                     partition, attempt, enqueued_at, available_at, owner
 --                     ('' unless in flight), key ('' for none), last_error,
 --                     and once an attempt failed its attempt errors (the
---                     JSON array backends.AppendAttemptError writes)
+--                     JSON array backends.AppendAttemptError writes), then
+--                     the priority when it is not 0 (after false in place
+--                     of the attempt errors when there are none); decode
+--                     gives prio 0 when absent, hist nil when absent or
+--                     false
+--   ready_score       a job's score in its ready set (above)
+--   score_priority    the priority of a ready-set member from its score
 --   kprefix, kmember  members of the keyed indexes kready and krunning:
 --                     the key's length (8 hex digits), the key, then the
 --                     id (16 hex digits), so that ZRANGEBYLEX over the
@@ -58,15 +77,35 @@ end
 
 local function ready_key(p) return KEYS[11 + p] end
 
+-- PRIO_STEP is the score distance of one priority (lib comment above);
+-- ID_LIMIT the first id queue_push.lua refuses to hand out.
+local PRIO_STEP = 35184372088832 -- 2^45
+local ID_LIMIT = 5488762045857792 -- 2^53 - 100 * 2^45
+
 local function decode(m)
-  local part, attempt, enq, avail, owner, key, err, hist = cmsgpack.unpack(m)
-  return {part = part, attempt = attempt, enq = enq, avail = avail, owner = owner, key = key, err = err, hist = hist}
+  local part, attempt, enq, avail, owner, key, err, hist, prio = cmsgpack.unpack(m)
+  return {part = part, attempt = attempt, enq = enq, avail = avail, owner = owner, key = key, err = err,
+    hist = hist or nil, prio = prio or 0}
 end
 
 local function encode(j)
+  if j.prio and j.prio ~= 0 then
+    return cmsgpack.pack(j.part, j.attempt, j.enq, j.avail, j.owner, j.key, j.err, j.hist or false, j.prio)
+  end
   if j.hist then return cmsgpack.pack(j.part, j.attempt, j.enq, j.avail, j.owner, j.key, j.err, j.hist) end
   return cmsgpack.pack(j.part, j.attempt, j.enq, j.avail, j.owner, j.key, j.err)
 end
+
+-- ready_score is the score of job id (a decimal string) of priority prio
+-- in its ready set: the id itself for priority 0.
+local function ready_score(id, prio)
+  if prio == 0 then return id end
+  return tonumber(id) - prio * PRIO_STEP
+end
+
+-- score_priority is the priority of ready-set member id (a decimal string)
+-- of score sc (a number).
+local function score_priority(id, sc) return (tonumber(id) - sc) / PRIO_STEP end
 
 local function kprefix(key) return string.format('%08x', #key) .. key end
 local function kmember(key, id) return kprefix(key) .. string.format('%016x', tonumber(id)) end

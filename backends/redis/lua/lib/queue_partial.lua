@@ -10,6 +10,7 @@ local function partial(out, id, rec, cut)
   local pay = ''
   if cut > 0 and size > 0 then pay = string.sub(redis.call('HGET', K_PAYLOADS, id) or '', 1, cut) end
   local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
-    tonumber(id), j.part, j.attempt, j.enq, j.avail, j.key, string.sub(j.err or '', 1, cut), pay, size
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6], out[n + 7], out[n + 8] =
+    tonumber(id), j.part, j.attempt, j.enq, j.avail, j.key, string.sub(j.err or '', 1, cut), j.prio
+  out[n + 9], out[n + 10] = pay, size
 end
