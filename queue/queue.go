@@ -80,15 +80,20 @@ type PushOptions struct {
 	Key string
 	// Delay makes the job claimable only after this long.
 	Delay time.Duration
+	// Priority, between spec.MinPriority and spec.MaxPriority (0: the
+	// default): among ready jobs a higher priority is claimed first; it
+	// never overtakes an older job of its key.
+	Priority int
 }
 
 // Push enqueues payload and wakes this process's idle workers of queue. A
 // push refused by the queue's unique setting returns the existing job with
 // an error wrapping backends.ErrDuplicate; an oversized payload returns
 // backends.ErrPayloadTooLarge; a key outside the limits of spec.CheckKey
-// returns spec.ErrInvalidKey before the backend is touched.
+// returns spec.ErrInvalidKey, and a priority out of range
+// spec.ErrInvalidPriority, before the backend is touched.
 func (c *Client) Push(ctx context.Context, queue string, payload []byte, opts PushOptions) (backends.Job, error) {
-	req := backends.PushRequest{Payload: payload, Key: opts.Key, Delay: opts.Delay}
+	req := backends.PushRequest{Payload: payload, Key: opts.Key, Delay: opts.Delay, Priority: opts.Priority}
 	if err := backends.CheckPush(req); err != nil {
 		return backends.Job{}, fmt.Errorf("push to queue %q: %w", queue, err)
 	}

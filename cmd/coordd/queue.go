@@ -21,7 +21,7 @@ var queueCmd = &command{
 	name:    "queue",
 	summary: "push jobs, run workers, show and repair queues",
 	usage: `Usage:
-  coordd queue push NAME [-f PATH] [--delay D] [--key K] [PAYLOAD | -]
+  coordd queue push NAME [-f PATH] [--delay D] [--key K] [--priority N] [PAYLOAD | -]
   coordd queue work NAME [-f PATH] [--concurrency N] [--drain [--ready-only]] [--host-id ID] -- CMD ARGS...
   coordd queue stats [NAME...] [-f PATH] [--json]
   coordd queue dead NAME [-f PATH] [--requeue | --purge] [--json]
@@ -33,8 +33,10 @@ var queueCmd = &command{
   coordd queue resume NAME [-f PATH] [--json]
 
 queue push enqueues one job and prints its id. The payload is PAYLOAD, or
-stdin when it is "-" or absent. Jobs are claimed oldest first; the jobs of
-one --key run one at a time, in push order (claim: partition). Under the
+stdin when it is "-" or absent. Jobs are claimed highest --priority first
+(-100 to 100, default 0), oldest first within one priority; the jobs of
+one --key run one at a time, in push order whatever their priority
+(claim: partition). Under the
 queue's unique setting a push whose --key is already pending is not pushed
 again: it prints the existing job's id and exits 0. A payload over
 max_payload is an error.
@@ -152,6 +154,7 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	path := specFlag(fs, env)
 	delay := fs.Duration("delay", 0, "make the job claimable only after this long")
 	key := fs.String("key", "", "the job's key: jobs of one key run one at a time in push order; the deduplication key under unique (at most 255 bytes of UTF-8, no control characters)")
+	priority := fs.Int("priority", 0, fmt.Sprintf("among ready jobs, a higher priority is claimed first (%d to %d)", spec.MinPriority, spec.MaxPriority))
 	pos, rest, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -173,6 +176,10 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 	// before the spec is read or a backend opened.
 	if err := spec.CheckKey(*key); err != nil {
 		fmt.Fprintf(env.stderr, "coordd queue push: --key: %v\n", err)
+		return 1
+	}
+	if err := spec.CheckPriority(*priority); err != nil {
+		fmt.Fprintf(env.stderr, "coordd queue push: --priority: %v\n", err)
 		return 1
 	}
 	name := pos[0]
@@ -214,7 +221,7 @@ func queuePush(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		fmt.Fprintf(env.stderr, "coordd queue push: %v\n", err)
 		return 1
 	}
-	j, err := cl.Push(ctx, name, payload, queue.PushOptions{Key: *key, Delay: *delay})
+	j, err := cl.Push(ctx, name, payload, queue.PushOptions{Key: *key, Delay: *delay, Priority: *priority})
 	switch {
 	case err == nil:
 	case errors.Is(err, backends.ErrDuplicate) && j.ID != 0:

@@ -29,6 +29,7 @@ type browsedJobJSON struct {
 	ID         int64      `json:"id"`
 	State      string     `json:"state"`
 	Key        string     `json:"key,omitempty"`
+	Priority   int        `json:"priority"`
 	Partition  int        `json:"partition"`
 	Attempt    int        `json:"attempt"`
 	EnqueuedAt time.Time  `json:"enqueued_at"`
@@ -48,7 +49,7 @@ type browsedJobJSON struct {
 }
 
 func browsedJob(j backends.PartialJob, state string) browsedJobJSON {
-	out := browsedJobJSON{ID: j.ID, State: state, Key: j.Key, Partition: j.Partition, Attempt: j.Attempt,
+	out := browsedJobJSON{ID: j.ID, State: state, Key: j.Key, Priority: j.Priority, Partition: j.Partition, Attempt: j.Attempt,
 		EnqueuedAt: j.EnqueuedAt, Available: j.AvailableAt, LastError: j.LastError, PayloadSize: j.PayloadSize, Truncated: j.Truncated(),
 		Errors: j.Errors}
 	if !j.ExpiresAt.IsZero() {
@@ -113,13 +114,13 @@ func queueJobs(ctx context.Context, c *command, env *cliEnv, args []string) int 
 		return 0
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ID\tKEY\tATTEMPT\tENQUEUED\t%s\tPAYLOAD\tLAST ERROR\n", stateTimeColumn(*state))
+	fmt.Fprintf(tw, "ID\tKEY\tPRIORITY\tATTEMPT\tENQUEUED\t%s\tPAYLOAD\tLAST ERROR\n", stateTimeColumn(*state))
 	for _, j := range out {
 		k := "-"
 		if j.Key != "" {
 			k = esc(j.Key)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", j.ID, k, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339),
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.ID, k, j.Priority, j.Attempt, j.EnqueuedAt.UTC().Format(time.RFC3339),
 			stateTime(j), esc(payloadCell(j)), esc(errorCell(orDash(j.LastError))))
 	}
 	tw.Flush()
@@ -215,6 +216,7 @@ func queueJob(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	row("Job:", fmt.Sprintf("%d of queue.%s", out.ID, name))
 	row("State:", out.State)
 	row("Key:", esc(orDash(out.Key)))
+	row("Priority:", strconv.Itoa(out.Priority))
 	row("Attempt:", strconv.Itoa(out.Attempt))
 	row("Enqueued:", out.EnqueuedAt.UTC().Format(time.RFC3339Nano))
 	row(stateTimeColumn(out.State)[:1]+strings.ToLower(stateTimeColumn(out.State)[1:])+":", stateTime(out))

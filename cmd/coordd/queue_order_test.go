@@ -125,3 +125,60 @@ func queueKeyOrderProcesses(t *testing.T, typ string) {
 		t.Errorf("queue not empty: %+v", st)
 	}
 }
+
+// TestQueuePushPriorityProcesses: jobs pushed with `queue push
+// --priority` are worked by a `queue work --concurrency 1` process
+// highest priority first, in push order within one priority; `queue jobs`
+// shows each job's priority; a priority out of range is refused with exit
+// 1 before anything is pushed. On every queue backend.
+func TestQueuePushPriorityProcesses(t *testing.T) {
+	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
+		t.Run(typ, func(t *testing.T) { queuePushPriorityProcesses(t, typ) })
+	}
+}
+
+func queuePushPriorityProcesses(t *testing.T, typ string) {
+	c := newCLI(t)
+	const decl = "queues:\n  q: {partitions: 4}\n"
+	p := writeSpec(t, decl)
+	if typ != "sqlite" {
+		p = writeSpec(t, hostsBackend(t, typ)+decl)
+	}
+	if code, _, errs := c.run("", false, "apply", "-f", p, "--auto-approve"); code != 0 {
+		t.Fatalf("apply: %s", errs)
+	}
+	for _, bad := range []string{"101", "-101", "x"} {
+		if code, _, errs := c.run("", false, "queue", "push", "q", "-f", p, "--priority", bad, "never"); code == 0 || !strings.Contains(errs, "priority") {
+			t.Fatalf("push --priority %s: exit %d, stderr %q; want a refusal naming the priority", bad, code, errs)
+		}
+	}
+	pushed := []struct {
+		payload  string
+		priority string
+	}{{"low-1", "-5"}, {"normal-1", "0"}, {"urgent-1", "50"}, {"normal-2", "0"}, {"urgent-2", "50"}, {"low-2", "-5"}, {"high-1", "10"}}
+	for _, j := range pushed {
+		if code, _, errs := c.run("", false, "queue", "push", "q", "-f", p, "--priority", j.priority, j.payload); code != 0 {
+			t.Fatalf("push %s: %s", j.payload, errs)
+		}
+	}
+	code, out, errs := c.run("", false, "queue", "jobs", "q", "-f", p)
+	if code != 0 || !strings.Contains(out, "PRIORITY") || !strings.Contains(out, " 50 ") || !strings.Contains(out, " -5 ") {
+		t.Fatalf("queue jobs: exit %d\n%s%s", code, out, errs)
+	}
+
+	log := filepath.Join(t.TempDir(), "order")
+	w := exec.Command(proctest.Binary(t), "queue", "work", "q", "-f", p, "--concurrency", "1", "--drain", "--", "sh", "-c", "cat >> "+log+"; echo >> "+log)
+	w.Env = append(os.Environ(), "COORDD_DATA_DIR="+c.dataDir)
+	if out, err := w.CombinedOutput(); err != nil {
+		t.Fatalf("queue work: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(data))
+	want := []string{"urgent-1", "urgent-2", "high-1", "normal-1", "normal-2", "low-1", "low-2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("worked %v, want %v", got, want)
+	}
+}
