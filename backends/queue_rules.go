@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -21,6 +22,16 @@ func CheckClaimJobs(queue, owner string, max int) error {
 		return fmt.Errorf("claim from queue %q: max %d: must be at least 1", queue, max)
 	}
 	return nil
+}
+
+// ClaimOrder compares two jobs in claim order (Queues.Claim): the higher
+// priority first, then the older (lower id) first. A store sorts the jobs
+// of one claim with it, which come back from its database in no order.
+func ClaimOrder(a, b Job) int {
+	if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
 }
 
 // ClaimJobsError is a claim's error: err, saying which queue and owner.

@@ -2,6 +2,7 @@ package backends
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -30,5 +31,22 @@ func TestClaimJobsErrors(t *testing.T) {
 	}
 	if err := ClaimsError(3, ErrLost); !errors.Is(err, ErrLost) || err.Error() != "claim 3 cron occurrences: lease lost" {
 		t.Errorf("ClaimsError = %v", err)
+	}
+}
+
+// TestClaimOrder: the higher priority first, then the lower id, whatever
+// order the jobs come in.
+func TestClaimOrder(t *testing.T) {
+	jobs := []Job{{ID: 4}, {ID: 2, Priority: -1}, {ID: 3, Priority: 5}, {ID: 1}, {ID: 5, Priority: 5}}
+	slices.SortFunc(jobs, ClaimOrder)
+	var got []int64
+	for _, j := range jobs {
+		got = append(got, j.ID)
+	}
+	if want := []int64{3, 5, 1, 4, 2}; !slices.Equal(got, want) {
+		t.Fatalf("sorted %v, want %v", got, want)
+	}
+	if ClaimOrder(Job{ID: 7, Priority: 1}, Job{ID: 7, Priority: 1}) != 0 {
+		t.Fatal("a job does not compare equal to itself")
 	}
 }
