@@ -24,6 +24,16 @@ func CheckClaimJobs(queue, owner string, max int) error {
 	return nil
 }
 
+// ClaimOrder compares two jobs in claim order (Queues.Claim): the higher
+// priority first, then the older (lower id) first. A store sorts the jobs
+// of one claim with it, which come back from its database in no order.
+func ClaimOrder(a, b Job) int {
+	if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
 // ClaimJobsError is a claim's error: err, saying which queue and owner.
 func ClaimJobsError(queue, owner string, err error) error {
 	return fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
@@ -40,15 +50,4 @@ func CheckPushOnce(once string) error {
 		return errors.New("push once: empty once key")
 	}
 	return spec.CheckKey(once)
-}
-
-// ClaimOrder is the order in which Queues.Claim takes claimable jobs and
-// returns them: the higher priority first, then the lower id (push order).
-// It returns a negative number when a comes first, as slices.SortFunc
-// wants.
-func ClaimOrder(a, b Job) int {
-	if a.Priority != b.Priority {
-		return cmp.Compare(b.Priority, a.Priority)
-	}
-	return cmp.Compare(a.ID, b.ID)
 }

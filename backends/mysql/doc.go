@@ -121,9 +121,11 @@
 // MySQL's own paths: see queue_runtime.go, queue_claim.go, queue_push.go,
 // queue_ack.go and queue_park.go. Partition locks (claim: partition; a
 // claim holds one free lock row of the queue's partitions and takes the
-// oldest claimable jobs of the whole queue, the jobs of one key one at a
-// time in push order) or a FOR UPDATE SKIP LOCKED claim across the queue
-// that ignores keys (claim: skip_locked), each one script; pushes in one
+// first claimable jobs of the whole queue in claim order, the highest
+// priority first, then the oldest, the jobs of one key one at a time in
+// push order) or a FOR UPDATE SKIP LOCKED claim across the queue that
+// ignores keys (claim: skip_locked, by priority, then available_at), each
+// one script; pushes in one
 // statement, batched; acks grouped into one DELETE; idle workers parked
 // and woken by pushes and the other writes that make jobs claimable
 // (queue.go).

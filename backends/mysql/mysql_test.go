@@ -420,3 +420,78 @@ func TestReadBetweenMigrations(t *testing.T) {
 		t.Fatalf("list waiters after migrate: %v", err)
 	}
 }
+
+// TestQueuePriorityMigration: 0015 applied to a store that holds jobs (set
+// back to version 14: the column and queue_jobs_skip_locked gone,
+// queue_jobs_ready as 0004 made it), then applied again over itself (a run
+// cut short before its version row): the jobs stored before keep their
+// order with priority 0, a job pushed after with a higher priority is
+// claimed first in either claim mode, and the claim indexes hold priority
+// descending.
+func TestQueuePriorityMigration(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.MySQLDSN(t)
+	s := migrated(t, dsn, "p_")
+	queue := func(name, claim string) backends.QueueConfig {
+		return backends.QueueConfig{Name: name, Partitions: 4, VisibilityTimeout: time.Minute, MaxAttempts: 3,
+			Unique: spec.UniqueNone, MaxPayload: 1 << 20, Claim: claim}
+	}
+	old := map[string][]int64{}
+	for _, cfg := range []backends.QueueConfig{queue("part", spec.ClaimPartition), queue("skip", spec.ClaimSkipLocked)} {
+		if _, err := s.PutQueue(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			j, err := s.Push(ctx, cfg.Name, backends.PushRequest{Payload: fmt.Appendf(nil, "old %d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			old[cfg.Name] = append(old[cfg.Name], j.ID)
+		}
+	}
+	execSQL(t, s, "DELETE FROM `{p}schema_migrations` WHERE version >= 15")
+	execSQL(t, s, "ALTER TABLE `{p}queue_jobs` DROP KEY queue_jobs_skip_locked")
+	execSQL(t, s, "ALTER TABLE `{p}queue_jobs` DROP KEY queue_jobs_ready, ADD KEY queue_jobs_ready (queue, state, id)")
+	execSQL(t, s, "ALTER TABLE `{p}queue_jobs` DROP COLUMN priority")
+
+	r := openStore(t, dsn, "p_", backends.Options{Version: "0.1.0"})
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, s, "DELETE FROM `{p}schema_migrations` WHERE version >= 15")
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatalf("migrate over an applied 0015: %v", err)
+	}
+	for index, want := range map[string]string{
+		"queue_jobs_ready":       "queue, state, priority DESC, id",
+		"queue_jobs_skip_locked": "queue, state, priority DESC, available_at, id",
+	} {
+		var got string
+		err := r.DB().QueryRowContext(ctx, `SELECT GROUP_CONCAT(CONCAT(column_name, IF(collation = 'D', ' DESC', '')) ORDER BY seq_in_index SEPARATOR ', ')
+FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = 'p_queue_jobs' AND index_name = ?`, index).Scan(&got)
+		if err != nil || got != want {
+			t.Errorf("%s is (%s), %v; want (%s)", index, got, err, want)
+		}
+	}
+	for _, q := range []string{"part", "skip"} {
+		urgent, err := r.Push(ctx, q, backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := r.Claim(ctx, q, "w", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, j := range claimed {
+			got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
+		}
+		want := []string{fmt.Sprintf("%d/3", urgent.ID)}
+		for _, id := range old[q] {
+			want = append(want, fmt.Sprintf("%d/0", id))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("claim %s: claimed %v (id/priority), want %v", q, got, want)
+		}
+	}
+}

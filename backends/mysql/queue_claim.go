@@ -99,18 +99,22 @@ const (
 
 	// qClaimLockSkip (claim skip_locked) locks up to a number of claimable
 	// jobs of the queue that no other claimer holds, in the order of the
-	// queue_jobs_state index (available_at, then id), into @coordd_ids.
-	// The locking read is a derived table, which locks exactly the rows it
-	// returns. Argument: the limit.
-	qClaimLockSkip = claimIDsOf + "x.available_at, x.id" + claimIDsTo +
-		"  SELECT id, available_at FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_state)\n" +
+	// queue_jobs_skip_locked index (priority DESC, available_at, then id;
+	// migration 0015), into @coordd_ids. The locking read is a derived
+	// table, which locks exactly the rows it returns; the scan stops after
+	// the limit, passing over the delayed jobs of a priority before the
+	// next priority's (with every job of priority 0, only when fewer jobs
+	// than the limit are available). Argument: the limit.
+	qClaimLockSkip = claimIDsOf + "x.priority DESC, x.available_at, x.id" + claimIDsTo +
+		"  SELECT id, priority, available_at FROM `{p}queue_jobs` FORCE INDEX (queue_jobs_skip_locked)\n" +
 		"  WHERE queue = @coordd_q AND state = 'ready' AND available_at <= @coordd_now\n" +
-		"  ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
+		"  ORDER BY priority DESC, available_at, id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
 
 	// claimKeyFree is the test that job j (a queue_jobs row) may start as
 	// far as its key goes: it has no key, or no job of its key is running
 	// and no older one is ready (a delayed one included), so that the jobs
-	// of one key run one at a time in push order. Two point lookups in
+	// of one key run one at a time in push order, whatever their
+	// priorities. Two point lookups in
 	// queue_jobs_key, each a scalar subquery with LIMIT 1 rather than EXISTS
 	// (MariaDB turns EXISTS into a semi-join that materialises its table).
 	// They are plain reads: a job that another claim holds locked reads as
@@ -126,22 +130,24 @@ const (
 	// partition lock rows that no other claim holds into @coordd_p (FOR
 	// UPDATE SKIP LOCKED, scanning the primary key: at READ COMMITTED only
 	// the row returned stays locked), so that at most `partitions` claims
-	// run at once; without one it claims nothing. Then it locks up to a number of claimable jobs of the whole
-	// queue, whatever their partition, in id (push) order, into
-	// @coordd_ids: ready, available now, free as far as their key goes
-	// (claimKeyFree), and not locked by another claim (SKIP LOCKED: a
-	// claim never waits for another). The scan follows queue_jobs_ready
-	// (queue, state, id) and stops after the limit; it passes over the
-	// ready jobs that are not claimable yet (delayed, retrying, or behind
-	// an earlier job of their key). Arguments: partition count, limit.
+	// run at once; without one it claims nothing. Then it locks up to a
+	// number of claimable jobs of the whole queue, whatever their
+	// partition, in claim order (the highest priority first, then id: push
+	// order), into @coordd_ids: ready, available now, free as far as their
+	// key goes (claimKeyFree), and not locked by another claim (SKIP
+	// LOCKED: a claim never waits for another). The scan follows
+	// queue_jobs_ready (queue, state, priority DESC, id; migration 0015)
+	// and stops after the limit; it passes over the ready jobs that are not
+	// claimable yet (delayed, retrying, or behind an earlier job of their
+	// key). Arguments: partition count, limit.
 	qClaimLockPartition = "SELECT MIN(x.`partition`) INTO @coordd_p FROM (SELECT p.`partition` FROM `{p}queue_partitions` p\n" +
 		"  WHERE p.queue = @coordd_q AND p.`partition` < ?\n" +
 		"  ORDER BY p.`partition` LIMIT 1 FOR UPDATE SKIP LOCKED) x;\n" +
-		claimIDsOf + "x.id" + claimIDsTo +
-		"  SELECT j.id FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_ready)\n" +
+		claimIDsOf + "x.priority DESC, x.id" + claimIDsTo +
+		"  SELECT j.id, j.priority FROM `{p}queue_jobs` j FORCE INDEX (queue_jobs_ready)\n" +
 		"  WHERE j.queue = IF(@coordd_p IS NULL, NULL, @coordd_q) AND j.state = 'ready' AND j.available_at <= @coordd_now\n" +
 		"    AND " + claimKeyFree + "\n" +
-		"  ORDER BY j.id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
+		"  ORDER BY j.priority DESC, j.id LIMIT ? FOR UPDATE SKIP LOCKED) x;\n"
 
 	// claimIDs is @coordd_ids as a table: id, and ord, its place from 1
 	// (the status element's is 1, the jobs' from 2).
@@ -312,10 +318,10 @@ func (rep claimReport) jobsFor(group []*group.Claim[backends.Job]) [][]backends.
 // the job (jobColumns) when it is one.
 func scanClaimRow(rows *sql.Rows, queue string) (int64, backends.Job, int64, sql.NullInt64, error) {
 	var id, now int64
-	var earliest, jid, part, attempt, enq, avail, exp sql.NullInt64
+	var earliest, jid, part, prio, attempt, enq, avail, exp sql.NullInt64
 	var payload []byte
 	var key, owner, lastErr sql.NullString
-	if err := rows.Scan(&id, &now, &earliest, &jid, &part, &payload, &key, &attempt, &enq, &avail, &owner, &exp, &lastErr); err != nil {
+	if err := rows.Scan(&id, &now, &earliest, &jid, &part, &payload, &key, &prio, &attempt, &enq, &avail, &owner, &exp, &lastErr); err != nil {
 		return 0, backends.Job{}, 0, earliest, err
 	}
 	if id <= 0 {
@@ -326,7 +332,7 @@ func scanClaimRow(rows *sql.Rows, queue string) (int64, backends.Job, int64, sql
 	}
 	j := backends.Job{
 		ID: jid.Int64, Queue: queue, Partition: int(part.Int64), Payload: payload, Key: key.String,
-		Attempt: int(attempt.Int64), Owner: owner.String, LastError: lastErr.String,
+		Priority: int(prio.Int64), Attempt: int(attempt.Int64), Owner: owner.String, LastError: lastErr.String,
 		EnqueuedAt: fromMicros(enq.Int64), AvailableAt: fromMicros(avail.Int64), ExpiresAt: fromMicros(exp.Int64),
 	}
 	if j.Payload == nil {

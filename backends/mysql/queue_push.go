@@ -68,9 +68,9 @@ const (
 	// text the push checked (no row inserted: the queue is absent or its
 	// config changed). MySQL 8's default innodb_autoinc_lock_mode 2 lets
 	// INSERT ... SELECT statements run side by side. Arguments: partition,
-	// payload, key, delay, queue, config text.
-	qJobPushFast = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\n" +
-		"SELECT q.name, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", ''\n" +
+	// payload, key, priority, delay, queue, config text.
+	qJobPushFast = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, priority, attempt, state, available_at, enqueued_at, last_error)\n" +
+		"SELECT q.name, ?, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", ''\n" +
 		"FROM `{p}queues` q WHERE q.name = ? AND q.config = ? LOCK IN SHARE MODE"
 
 	// qPushedParked is true when a worker may be parked on the queue: its
@@ -91,13 +91,13 @@ const (
 	// MariaDB's default innodb_autoinc_lock_mode 1 makes every INSERT ...
 	// SELECT hold a table lock on the AUTO_INCREMENT counter until it
 	// ends, which serialises all pushes; a plain INSERT takes it only for
-	// a moment.) Arguments: queue, partition, payload, key, delay, config
-	// text, queue. Concurrent pushes of one Store to one queue go
+	// a moment.) Arguments: queue, partition, payload, key, priority,
+	// delay, config text, queue. Concurrent pushes of one Store to one queue go
 	// together in one such statement (pushBatch): qJobPushRowsHead, a
 	// qJobPushRow per job, qJobPushRowsTail.
 	qJobPushReturning = qJobPushRowsHead + qJobPushRow + qJobPushRowsTail
-	qJobPushRowsHead  = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\nVALUES "
-	qJobPushRow       = "(?, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", '')"
+	qJobPushRowsHead  = "INSERT INTO `{p}queue_jobs` (queue, `partition`, payload, unique_key, priority, attempt, state, available_at, enqueued_at, last_error)\nVALUES "
+	qJobPushRow       = "(?, ?, ?, ?, ?, 0, 'ready', " + nowSQL + " + ?, " + nowSQL + ", '')"
 	qJobPushRowsTail  = "\nRETURNING id, enqueued_at, available_at,\n" +
 		"  COALESCE((SELECT IF(q.config = ?, q.parked_until > " + nowSQL + ", NULL) FROM `{p}queues` q WHERE q.name = ? LOCK IN SHARE MODE),\n" +
 		"    (SELECT 1 UNION ALL SELECT 2))"
@@ -182,7 +182,7 @@ func (s *Store) pushConfig(ctx context.Context, queue string) (*claimConfig, boo
 // pushFast runs qJobPushFast. ok is false when it inserted nothing: the
 // stored config is not cc's, or the queue is absent.
 func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req backends.PushRequest) (job backends.Job, parked, ok bool, err error) {
-	job = backends.Job{Queue: queue, Payload: req.Payload, Key: req.Key}
+	job = backends.Job{Queue: queue, Payload: req.Payload, Key: req.Key, Priority: req.Priority}
 	if job.Payload == nil {
 		job.Payload = []byte{} // the column is NOT NULL
 	}
@@ -201,7 +201,7 @@ func (s *Store) pushFast(ctx context.Context, queue string, cc *claimConfig, req
 	var enq, avail int64
 	err = s.write(ctx, func(c conn) error {
 		ok = false
-		res, err := c.Exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlstore.NullKey(job.Key), sqlstore.NonNegMicros(req.Delay), queue, cc.text)
+		res, err := c.Exec(ctx, qJobPushFast, job.Partition, job.Payload, sqlstore.NullKey(job.Key), job.Priority, sqlstore.NonNegMicros(req.Delay), queue, cc.text)
 		n, err := affected(res, err)
 		if err != nil || n == 0 {
 			return err
@@ -393,9 +393,9 @@ func pushChunks(batch []*pushItem, limit int64) [][2]int {
 func (s *Store) pushRows(ctx context.Context, rows []*pushItem) error {
 	cc := rows[0].cc
 	queue := cc.cfg.Name
-	args := make([]any, 0, 5*len(rows)+2)
+	args := make([]any, 0, 6*len(rows)+2)
 	for _, it := range rows {
-		args = append(args, queue, it.job.Partition, it.job.Payload, sqlstore.NullKey(it.job.Key), it.delay)
+		args = append(args, queue, it.job.Partition, it.job.Payload, sqlstore.NullKey(it.job.Key), it.job.Priority, it.delay)
 	}
 	args = append(args, cc.text, queue)
 	query := qJobPushReturning

@@ -63,12 +63,13 @@ func TestQueuePushOneStatement(t *testing.T) {
 			{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: nil},
 			{Payload: []byte("later"), Delay: time.Hour},
 			{Payload: []byte("keyed"), Key: "k"},
+			{Payload: []byte("urgent"), Priority: 4}, {Payload: []byte("low"), Key: "k2", Priority: -2},
 		} {
 			j, n := pushTrips(t, s, "q", req)
 			if n != want {
 				t.Errorf("push %d sent %d statements, want %d", i, n, want)
 			}
-			if j.ID == 0 || j.Queue != "q" || j.Key != req.Key || j.Attempt != 0 || j.EnqueuedAt.IsZero() ||
+			if j.ID == 0 || j.Queue != "q" || j.Key != req.Key || j.Priority != req.Priority || j.Attempt != 0 || j.EnqueuedAt.IsZero() ||
 				j.Payload == nil || !bytes.Equal(j.Payload, req.Payload) || j.Partition < 0 || j.Partition >= 4 {
 				t.Fatalf("push %d returned %+v", i, j)
 			}
@@ -82,14 +83,19 @@ func TestQueuePushOneStatement(t *testing.T) {
 		}
 
 		// A worker parked on another handle: the push wakes it.
+		// The first claim takes the priorities as stored: urgent first,
+		// low last.
 		waiter := openStore(t, dsn, "coordd_", backends.Options{Version: "0.1.0"})
-		for {
+		for first := true; ; first = false {
 			jobs, err := waiter.Claim(t.Context(), "q", "w", 10)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
 			}
 			if len(jobs) == 0 {
 				break
+			}
+			if last := jobs[len(jobs)-1]; first && (string(jobs[0].Payload) != "urgent" || jobs[0].Priority != 4 || string(last.Payload) != "low" || last.Priority != -2) {
+				t.Fatalf("first claim took %+v first and %+v last, want urgent (4) and low (-2)", jobs[0], last)
 			}
 		}
 		done, took := startWait(t.Context(), waiter, "q", longPark)

@@ -33,27 +33,33 @@ import (
 //     LOCKED), so at most `partitions` claims run at once; a claimer that
 //     finds them all held gets nothing (and queue.Client backs off). It
 //     then leases up to max claimable jobs of
-//     the whole queue, whatever their partition, in id (push) order,
-//     skipping the rows other claims hold (SKIP LOCKED). A job with a key
-//     is claimable only while no job of its key is running and no older
-//     one is ready (claimKeyFree), so the jobs of one key run one at a
-//     time in push order, and a claim takes at most one of them. Two
+//     the whole queue, whatever their partition, in claim order (the
+//     highest priority first, then id: push order), skipping the rows
+//     other claims hold (SKIP LOCKED). A job with a key is claimable only
+//     while no job of its key is running and no older one is ready
+//     (claimKeyFree), so the jobs of one key run one at a time in push
+//     order, whatever their priorities, and a claim takes at most one of
+//     them. Two
 //     claims cannot take two jobs of one key: the later job reads the
 //     earlier one as ready (its last committed state) or running, either
 //     of which blocks it. The partition a job was pushed to plays no part.
 //   - skip_locked: no partition lock rows. Claim locks up to max claimable
-//     jobs of the whole queue with SELECT ... FOR UPDATE SKIP LOCKED, in
-//     the order they became available (available_at, then id: insert order
-//     for jobs pushed without a delay), and leases them. Claimers skip each
-//     other's rows instead of waiting, so any number claim at once; keys
-//     are ignored, and jobs of one key may run at once and out of order.
-//     The order is (available_at, id), the order of the queue_jobs_state
-//     index (queue, state, available_at, and the primary key): the scan
-//     stops after max rows and locks only those, and never passes over a
-//     delayed job. (Without an index in id order, ordering by id would
-//     either walk the primary key, locking every running, dead, delayed or
-//     other queue's row it passes, or sort the ready rows, which locks all
-//     of them; claim partition has queue_jobs_ready for it.)
+//     jobs of the whole queue with SELECT ... FOR UPDATE SKIP LOCKED, the
+//     highest priority first and within one priority in the order they
+//     became available (available_at, then id: insert order for jobs
+//     pushed without a delay), and leases them. Claimers skip each other's
+//     rows instead of waiting, so any number claim at once; keys are
+//     ignored, and jobs of one key may run at once and out of order. The
+//     order is (priority DESC, available_at, id), the order of the
+//     queue_jobs_skip_locked index (queue, state, priority DESC,
+//     available_at, id): the scan stops after max rows and locks only
+//     those; it passes over a priority's delayed jobs only on its way to
+//     the next priority (or to the end, when fewer than max are
+//     available), each locked for a moment at READ COMMITTED. (Without an
+//     index in claim order, the claim would either walk the primary key,
+//     locking every running, dead, delayed or other queue's row it passes,
+//     or sort the ready rows, which locks all of them; claim partition has
+//     queue_jobs_ready for its own order.)
 //
 // Either way a claim is one script (queue_claim.go: qClaimHeadFast and
 // what follows it): several statements sent in one round trip on a
@@ -76,7 +82,7 @@ import (
 
 // jobColumnsJ are sqlstore's job columns (sqlstore.ScanJob) of the table
 // aliased j.
-const jobColumnsJ = "j.id, j.`partition`, j.payload, j.unique_key, j.attempt, j.enqueued_at, j.available_at, j.owner, j.expires_at, j.last_error"
+const jobColumnsJ = "j.id, j.`partition`, j.payload, j.unique_key, j.priority, j.attempt, j.enqueued_at, j.available_at, j.owner, j.expires_at, j.last_error"
 
 // qQueueClaimConfig reads a queue's partition count and config text, when
 // a claim or a push has none cached or found that its cached config is not
@@ -85,10 +91,12 @@ const qQueueClaimConfig = "SELECT partitions, config FROM `{p}queues` WHERE name
 
 // Claim first returns running jobs whose visibility expired to the queue
 // (or the dead set), then leases up to max claimable jobs of the whole
-// queue that no other claimer holds, all in one transaction: with claim
-// partition, holding one of the queue's partition lock rows, in push
-// order with the jobs of a key one at a time; with claim skip_locked, in
-// the order they became available.
+// queue that no other claimer holds, all in one transaction, and returns
+// them in the order it took them: with claim partition, holding one of the
+// queue's partition lock rows, in claim order (the highest priority first,
+// then push order) with the jobs of a key one at a time; with claim
+// skip_locked, the highest priority first, then in the order they became
+// available.
 //
 // A claim is one script in one round trip (see qClaimHeadFast and what
 // follows it): one transaction and one commit. It runs with the config

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -536,6 +537,42 @@ func TestQueueSkipLockedClaim(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		if got, err := s.Claim(ctx, "q", "e", 10); err != nil || len(got) != 0 {
 			t.Fatalf("claim = %+v, %v; want nothing", got, err)
+		}
+	}
+}
+
+// TestQueueSkipLockedPriority: claim skip_locked takes the highest
+// priority first and, within one priority, the jobs in the order they
+// became available (available_at, then id), never a delayed job, and
+// returns them in that order.
+func TestQueueSkipLockedPriority(t *testing.T) {
+	t.Parallel()
+	s, _ := queueStore(t, wakeQueueConfig("q", spec.ClaimSkipLocked))
+	ctx := t.Context()
+	late := pushJob(t, s, "q", backends.PushRequest{Payload: []byte("late"), Priority: 5, Delay: 300 * time.Millisecond})
+	b := pushJob(t, s, "q", backends.PushRequest{Payload: []byte("b"), Priority: 5})
+	low := pushJob(t, s, "q", backends.PushRequest{Payload: []byte("low")})
+	d := pushJob(t, s, "q", backends.PushRequest{Payload: []byte("d"), Priority: 5})
+	urgentLater := pushJob(t, s, "q", backends.PushRequest{Payload: []byte("urgent later"), Priority: 9, Delay: time.Hour})
+	if late.Priority != 5 || low.Priority != 0 || urgentLater.Priority != 9 {
+		t.Fatalf("pushed priorities %d, %d, %d; want 5, 0, 9", late.Priority, low.Priority, urgentLater.Priority)
+	}
+	time.Sleep(time.Until(late.AvailableAt) + 100*time.Millisecond)
+	jobs, err := s.Claim(ctx, "q", "a", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, j := range jobs {
+		got = append(got, j.ID)
+	}
+	// late has the lowest id of priority 5 but became available last.
+	if want := []int64{b.ID, d.ID, late.ID, low.ID}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v (not the delayed %d)", got, want, urgentLater.ID)
+	}
+	for i, want := range []int{5, 5, 5, 0} {
+		if jobs[i].Priority != want {
+			t.Fatalf("claimed job %d with priority %d, want %d", jobs[i].ID, jobs[i].Priority, want)
 		}
 	}
 }

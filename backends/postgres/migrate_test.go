@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -200,5 +201,68 @@ func TestPoolMaxConnsBoundsThePool(t *testing.T) {
 			b.Close()
 			t.Errorf("pool_max_conns=%s accepted", v)
 		}
+	}
+}
+
+// TestQueuePriorityMigration: 0012 applied to a store that holds jobs (set
+// back to version 11, the column gone and queue_jobs_ready as 0001 made
+// it): the jobs stored before keep their push order with priority 0, a job
+// pushed after with a higher priority is claimed first, and the claim
+// index is (queue, state, priority DESC, id).
+func TestQueuePriorityMigration(t *testing.T) {
+	ctx := t.Context()
+	dsn := testenv.PostgresDSN(t)
+	s := openStore(t, dsn, "coordd", backends.Options{Version: "0.1.0"})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := backends.QueueConfig{Name: "q", Partitions: 4, VisibilityTimeout: time.Minute, MaxAttempts: 3,
+		Unique: spec.UniqueNone, MaxPayload: 1 << 20, Claim: spec.ClaimPartition}
+	if _, err := s.PutQueue(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var old []int64
+	for i := range 3 {
+		j, err := s.Push(ctx, "q", backends.PushRequest{Payload: fmt.Appendf(nil, "old %d", i), Key: fmt.Sprint("k", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, j.ID)
+	}
+	jobs := s.Table("queue_jobs")
+	execSQL(t, s, `DELETE FROM `+s.Table("schema_migrations")+` WHERE version >= 12`)
+	execSQL(t, s, `DROP INDEX `+s.Table("queue_jobs_ready"))
+	execSQL(t, s, `ALTER TABLE `+jobs+` DROP COLUMN priority`)
+	execSQL(t, s, `CREATE INDEX coordd_queue_jobs_ready ON `+jobs+` (queue, state, id)`)
+
+	r := openStore(t, dsn, "coordd", backends.Options{Version: "0.1.0"})
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var def string
+	if err := r.DB().QueryRowContext(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = 'coordd' AND indexname = 'coordd_queue_jobs_ready'`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(def, "(queue, state, priority DESC, id)") {
+		t.Errorf("queue_jobs_ready is %s, want (queue, state, priority DESC, id)", def)
+	}
+	urgent, err := r.Push(ctx, "q", backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := r.Claim(ctx, "q", "w", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range claimed {
+		got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
+	}
+	want := []string{fmt.Sprintf("%d/3", urgent.ID)}
+	for _, id := range old {
+		want = append(want, fmt.Sprintf("%d/0", id))
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("claimed %v (id/priority), want %v", got, want)
 	}
 }

@@ -54,13 +54,14 @@ var (
 	// them. The queue's row is read in share mode, as the shared push does,
 	// so that a PutQueue changing the partition count waits for it. No
 	// row: the config differs or the queue is absent. Arguments: queue,
-	// config text, partition count, partitions, payloads, delays (µs).
-	qPushMany = sqlstore.Query{SQL: `INSERT INTO {p}queue_jobs ("partition", payload, queue, unique_key, attempt, state, available_at, enqueued_at, last_error)
-SELECT u.p, u.pl, q.name, NULL, 0, 'ready', {now} + u.d, {now}, ''
+	// config text, partition count, partitions, payloads, priorities,
+	// delays (µs).
+	qPushMany = sqlstore.Query{SQL: `INSERT INTO {p}queue_jobs ("partition", payload, queue, unique_key, priority, attempt, state, available_at, enqueued_at, last_error)
+SELECT u.p, u.pl, q.name, NULL, u.pr, 0, 'ready', {now} + u.d, {now}, ''
 FROM (SELECT name FROM {p}queues WHERE name = ? AND config = ? AND partitions = ? FOR SHARE) q,
-  unnest(?::bigint[], ?::bytea[], ?::bigint[]) WITH ORDINALITY AS u(p, pl, d, n)
+  unnest(?::bigint[], ?::bytea[], ?::smallint[], ?::bigint[]) WITH ORDINALITY AS u(p, pl, pr, d, n)
 ORDER BY u.n
-RETURNING id, "partition", payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error`}
+RETURNING id, "partition", payload, unique_key, priority, attempt, enqueued_at, available_at, owner, expires_at, last_error`}
 
 	// qAckMany deletes finished jobs their owners still hold and returns
 	// the ids it deleted. The state the jobs must be in comes with the
@@ -150,7 +151,7 @@ func (s *Store) pushQueue(ctx context.Context, queue string, items []*pushItem, 
 // pushWith sends qPushMany under config cfg; done is false when the
 // stored config was not cfg (nothing was inserted).
 func (s *Store) pushWith(ctx context.Context, queue string, cfg *claimConfig, items []*pushItem, idx []int, errs []error) (done bool, err error) {
-	var parts, delays []int64
+	var parts, prios, delays []int64
 	var payloads [][]byte
 	var take []int
 	for _, i := range idx {
@@ -167,6 +168,7 @@ func (s *Store) pushWith(ctx context.Context, queue string, cfg *claimConfig, it
 		take = append(take, i)
 		parts = append(parts, int64(s.JobPartition("", cfg.partitions)))
 		payloads = append(payloads, p)
+		prios = append(prios, int64(req.Priority))
 		delays = append(delays, sqlstore.NonNegMicros(req.Delay))
 	}
 	if len(take) == 0 {
@@ -175,7 +177,7 @@ func (s *Store) pushWith(ctx context.Context, queue string, cfg *claimConfig, it
 	var jobs []backends.Job
 	err = s.pool.Retry(ctx, s.pool.Attempts, func() error {
 		jobs = jobs[:0]
-		rows, err := s.pool.On(nil).Query(ctx, s.dialect.Text(qPushMany), queue, cfg.text, cfg.partitions, parts, payloads, delays)
+		rows, err := s.pool.On(nil).Query(ctx, s.dialect.Text(qPushMany), queue, cfg.text, cfg.partitions, parts, payloads, prios, delays)
 		if err != nil {
 			return err
 		}

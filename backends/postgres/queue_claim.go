@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -22,12 +21,13 @@ import (
 //     read last (claimConfigs), whose visibility timeout and max_attempts
 //     it binds; otherwise it changes nothing and returns one sentinel row
 //     (id 0), and the claim reads the config and runs again;
-//   - it takes, in id order, ready jobs that are available and free as
-//     far as their key goes, and running jobs whose visibility ended
-//     (they are ready again in the shared store's sweep, before its claim
-//     looks), both FOR UPDATE SKIP LOCKED, so a claim never waits for
-//     another; a data-modifying CTE cannot see what another one changed,
-//     so the expired jobs are taken from the snapshot directly;
+//   - it takes, in claim order (the highest priority first, then id),
+//     ready jobs that are available and free as far as their key goes,
+//     and running jobs whose visibility ended (they are ready again in
+//     the shared store's sweep, before its claim looks), both FOR UPDATE
+//     SKIP LOCKED, so a claim never waits for another; a data-modifying
+//     CTE cannot see what another one changed, so the expired jobs are
+//     taken from the snapshot directly;
 //   - it sweeps the expired jobs it did not take: ready again, or dead
 //     once they used max_attempts attempts.
 //
@@ -68,7 +68,11 @@ var (
 	// qClaim is the claim (see above). Columns: jobColumns of each job it
 	// leased; one row of id 0 when the config did not match. The expired
 	// jobs are all taken up (found through queue_jobs_expiry, migration
-	// 0006), since those the claim leaves the sweep takes. Arguments:
+	// 0006), since those the claim leaves the sweep takes. The ready jobs
+	// are read in claim order from queue_jobs_ready (queue, state,
+	// priority DESC, id, migration 0012), which stops after the limit
+	// without a sort, as the walk in id order did before priorities; take
+	// keeps the first of both in claim order. Arguments:
 	// queue, config text; queue, max_attempts twice (expired jobs); queue,
 	// max_attempts twice, limit (ready jobs); limit; owner, visibility;
 	// max_attempts four times, queue (the sweep: a job it makes dead gets
@@ -76,18 +80,19 @@ var (
 	qClaim = sqlstore.Query{SQL: `WITH q AS (
   SELECT name, set_config('synchronous_commit', 'off', true) FROM {p}queues WHERE name = ? AND config = ?
 ), expired AS (
-  SELECT j.id FROM {p}queue_jobs j
+  SELECT j.id, j.priority FROM {p}queue_jobs j
   WHERE j.queue = ? AND EXISTS (SELECT 1 FROM q) AND j.state = 'running' AND j.expires_at <= {now}
     AND NOT (?::bigint > 0 AND j.attempt >= ?::bigint)
     AND NOT EXISTS (SELECT 1 FROM {p}queue_jobs k
       WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'ready' AND k.id < j.id)
   FOR UPDATE SKIP LOCKED
 ), ready AS (
-  SELECT j.id FROM {p}queue_jobs j
+  SELECT j.id, j.priority FROM {p}queue_jobs j
   WHERE j.queue = ? AND EXISTS (SELECT 1 FROM q) AND j.state = 'ready' AND j.available_at <= {now} AND ` + claimKeyFree + `
-  ORDER BY j.id LIMIT ? FOR UPDATE SKIP LOCKED
+  ORDER BY j.priority DESC, j.id LIMIT ? FOR UPDATE SKIP LOCKED
 ), take AS (
-  SELECT id AS tid FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) x ORDER BY id LIMIT ?
+  SELECT id AS tid FROM (SELECT id, priority FROM expired UNION ALL SELECT id, priority FROM ready) x
+  ORDER BY priority DESC, id LIMIT ?
 ), claimed AS (
   UPDATE {p}queue_jobs j SET state = 'running', owner = ?, attempt = j.attempt + 1, expires_at = {now} + ?,
     last_error = CASE WHEN j.state = 'running' THEN 'visibility timeout' ELSE j.last_error END
@@ -103,12 +108,12 @@ var (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT 0, 0, NULL, NULL, 0, 0, 0, NULL, 0, '' WHERE NOT EXISTS (SELECT 1 FROM q)`}
+SELECT 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0, '' WHERE NOT EXISTS (SELECT 1 FROM q)`}
 )
 
 const (
 	// claimColumns are the columns ScanJob reads, of queue_jobs j.
-	claimColumns = `j.id, j."partition", j.payload, j.unique_key, j.attempt, j.enqueued_at, j.available_at, j.owner, j.expires_at, j.last_error`
+	claimColumns = `j.id, j."partition", j.payload, j.unique_key, j.priority, j.attempt, j.enqueued_at, j.available_at, j.owner, j.expires_at, j.last_error`
 
 	// claimKeyFree is the shared store's test that job j may start as far
 	// as its key goes (no job of its key running, none older ready), where
@@ -124,8 +129,9 @@ const (
     WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'ready' AND k.id < j.id)))`
 )
 
-// Claim leases up to max claimable jobs of queue to owner, in push order,
-// in one statement (see above).
+// Claim leases up to max claimable jobs of queue to owner, in claim order
+// (the highest priority first, then push order), in one statement (see
+// above), and returns them in that order.
 func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("claim from queue %q: empty owner", queue)
@@ -137,7 +143,7 @@ func (s *Store) Claim(ctx context.Context, queue, owner string, max int) ([]back
 	if err != nil {
 		return nil, fmt.Errorf("claim from queue %q as %q: %w", queue, owner, err)
 	}
-	slices.SortFunc(jobs, func(a, b backends.Job) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(jobs, backends.ClaimOrder)
 	s.mates.claimed(owner, len(jobs))
 	return jobs, nil
 }

@@ -80,8 +80,9 @@
 // The queue runtime is the shared SQL store's Standard flavor
 // (backends/internal/sqlstore, queue_*.go), which this store runs as it
 // is: a push and a claim are one IMMEDIATE transaction each, so claims
-// never run at once and each takes the oldest claimable jobs of the whole
-// queue; the claim names its indexes (INDEXED BY). SQLite cannot push a
+// never run at once and each takes the first claimable jobs of the whole
+// queue in claim order (the highest priority first, then the oldest); the
+// claim names its indexes (INDEXED BY). SQLite cannot push a
 // wake-up to another process, so WaitQueue polls a cheap read with a
 // backoff from 5 ms to 100 ms.
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/backends/backendtest"
 	"github.com/coordd/coordd/backends/sqlite"
+	"github.com/coordd/coordd/spec"
 )
 
 func TestMain(m *testing.M) {
@@ -355,6 +356,9 @@ func TestMigrateAllOrNothing(t *testing.T) {
 	execSQL(t, s, `DROP TABLE rate_tats`)
 	execSQL(t, s, `DROP TABLE queue_once`)
 	execSQL(t, s, `ALTER TABLE queue_jobs DROP COLUMN attempt_errors`)
+	execSQL(t, s, `DROP INDEX queue_jobs_ready`)
+	execSQL(t, s, `ALTER TABLE queue_jobs DROP COLUMN priority`)
+	execSQL(t, s, `CREATE INDEX queue_jobs_ready ON queue_jobs (queue, state, id)`)
 	for _, col := range []string{"paused_at", "paused_by", "paused_reason"} {
 		execSQL(t, s, `ALTER TABLE queues DROP COLUMN `+col)
 	}
@@ -390,5 +394,80 @@ func TestMigrateAllOrNothing(t *testing.T) {
 	}
 	if _, err := r.ObserveCrons(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQueuePriorityMigration: 0012 applied to a store that holds jobs (set
+// back to version 11, the column gone and queue_jobs_ready as 0003 made
+// it): the jobs stored before keep their push order with priority 0, a job
+// pushed after with a higher priority is claimed first, and the claim index
+// is (queue, state, priority DESC, id).
+func TestQueuePriorityMigration(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "coordd.db")
+	s := migrated(t, path)
+	cfg := backends.QueueConfig{Name: "q", Partitions: 4, VisibilityTimeout: time.Minute, MaxAttempts: 3,
+		Unique: spec.UniqueNone, MaxPayload: 1 << 20, Claim: spec.ClaimPartition}
+	if _, err := s.PutQueue(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var old []int64
+	for i := range 3 {
+		j, err := s.Push(ctx, "q", backends.PushRequest{Payload: fmt.Appendf(nil, "old %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, j.ID)
+	}
+	execSQL(t, s, `DELETE FROM schema_migrations WHERE version >= 12`)
+	execSQL(t, s, `DROP INDEX queue_jobs_ready`)
+	execSQL(t, s, `ALTER TABLE queue_jobs DROP COLUMN priority`)
+	execSQL(t, s, `CREATE INDEX queue_jobs_ready ON queue_jobs (queue, state, id)`)
+
+	r := openStore(t, path, backends.Options{Version: "0.1.0"})
+	if err := r.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	rows, err := r.DB().QueryContext(ctx, `SELECT name, desc FROM pragma_index_xinfo('queue_jobs_ready') WHERE key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		var desc bool
+		if err := rows.Scan(&name, &desc); err != nil {
+			t.Fatal(err)
+		}
+		if desc {
+			name += " DESC"
+		}
+		cols = append(cols, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if got := strings.Join(cols, ", "); got != "queue, state, priority DESC, id" {
+		t.Errorf("queue_jobs_ready is (%s), want (queue, state, priority DESC, id)", got)
+	}
+	urgent, err := r.Push(ctx, "q", backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := r.Claim(ctx, "q", "w", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range jobs {
+		got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
+	}
+	want := []string{fmt.Sprintf("%d/3", urgent.ID)}
+	for _, id := range old {
+		want = append(want, fmt.Sprintf("%d/0", id))
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("claimed %v (id/priority), want %v", got, want)
 	}
 }

@@ -42,9 +42,8 @@ ON DUPLICATE KEY UPDATE partitions = VALUES(partitions), config = VALUES(config)
 	qQueueDropPartitions = Query{SQL: "DELETE FROM {p}queue_partitions WHERE queue = ? AND `partition` >= ?"}
 
 	// qQueueMoveJobs moves jobs out of partitions that no longer exist
-	// into partition % P. Ids (insert order) are kept, so no job is lost
-	// or reordered within its new partition's id order. Arguments: P,
-	// queue, P.
+	// into partition % P. Ids (insert order) and priorities are kept, so
+	// no job is lost or reordered in claim order. Arguments: P, queue, P.
 	qQueueMoveJobs = Query{SQL: "UPDATE {p}queue_jobs SET `partition` = `partition` % ? WHERE queue = ? AND `partition` >= ?"}
 
 	// qQueueJobCount counts a queue's jobs in any state.

@@ -156,7 +156,7 @@ func scanBrowsedJob(r Scanner, queue string, cut int) (backends.PartialJob, stri
 	var expires sql.NullInt64
 	var lastErr []byte
 	var state string
-	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &j.PayloadSize, &key, &j.Attempt, &enq, &avail, &lastErr, &expires, &state); err != nil {
+	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &j.PayloadSize, &key, &j.Priority, &j.Attempt, &enq, &avail, &lastErr, &expires, &state); err != nil {
 		return j, "", err
 	}
 	j.Key, j.LastError = key.String, string(lastErr[:min(len(lastErr), cut)])

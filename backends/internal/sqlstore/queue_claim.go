@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -25,20 +24,24 @@ SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,
 WHERE queue = ? AND state = 'running' AND expires_at <= {now}`}
 
 	// qJobClaim leases up to a number of claimable jobs of a queue,
-	// whatever their partition, in id (push) order, to an owner until now
-	// + the visibility timeout in microseconds, counting an attempt. The
-	// sub-select reads the jobs as they were before the update, so it
-	// takes at most one job of a key (the later ones have an older one
-	// ready); where the store has row locks it skips the jobs other claims
-	// hold, and two claims never take two jobs of one key: the later job
-	// reads the earlier one as ready (its last committed state) or
-	// running, either of which holds it back. RETURNING promises no order:
-	// the caller sorts by id. Arguments: owner, visibility, queue, limit.
+	// whatever their partition, in claim order (the highest priority
+	// first, then id: push order), to an owner until now + the visibility
+	// timeout in microseconds, counting an attempt. The sub-select walks
+	// queue_jobs_ready (queue, state, priority DESC, id) in that order and
+	// stops after the limit, as it did in id order before priorities: no
+	// sort. It reads the jobs as they were before the update, so it takes
+	// at most one job of a key (the later ones have an older one ready,
+	// whatever their priority); where the store has row locks it skips the
+	// jobs other claims hold, and two claims never take two jobs of one
+	// key: the later job reads the earlier one as ready (its last
+	// committed state) or running, either of which holds it back.
+	// RETURNING promises no order: the caller sorts in claim order
+	// (backends.ClaimOrder). Arguments: owner, visibility, queue, limit.
 	qJobClaim = Query{SQL: `UPDATE {p}queue_jobs
 SET state = 'running', owner = ?, attempt = attempt + 1, expires_at = {now} + ?
 WHERE id IN (SELECT j.id FROM {p}queue_jobs j{index queue_jobs_ready}
   WHERE j.queue = ? AND ` + jobClaimable + `
-  ORDER BY j.id LIMIT ?{skiplocked})
+  ORDER BY j.priority DESC, j.id LIMIT ?{skiplocked})
 RETURNING ` + jobColumns}
 )
 
@@ -46,8 +49,8 @@ const (
 	// jobKeyFree is true when job j (a queue_jobs row aliased j) may start
 	// as far as its key goes: it has no key, or no job of its key is
 	// running and no older one is ready (a delayed one included), so that
-	// the jobs of one key run one at a time in push order. Two point
-	// lookups in queue_jobs_key.
+	// the jobs of one key run one at a time in push order, whatever their
+	// priorities. Two point lookups in queue_jobs_key.
 	jobKeyFree = `(j.unique_key IS NULL OR (
   NOT EXISTS (SELECT 1 FROM {p}queue_jobs k{index queue_jobs_key}
     WHERE k.queue = j.queue AND k.unique_key = j.unique_key AND k.state = 'running')
@@ -61,10 +64,11 @@ const (
 
 // Claim first returns running jobs whose visibility expired to the queue
 // (or the dead set), then leases up to max claimable jobs of the queue, in
-// push order, all in one transaction. Each claim takes the oldest
-// claimable jobs of the whole queue, whatever their partition: on SQLite
-// claims never run at once (one writer); elsewhere they skip each other's
-// jobs.
+// claim order (the highest priority first, then push order), all in one
+// transaction, and returns them in that order. Each claim takes the first
+// claimable jobs of the whole queue in that order, whatever their
+// partition: on SQLite claims never run at once (one writer); elsewhere
+// they skip each other's jobs.
 func (s *Core) Claim(ctx context.Context, queue, owner string, max int) ([]backends.Job, error) {
 	if err := backends.CheckClaimJobs(queue, owner, max); err != nil {
 		return nil, err
@@ -94,7 +98,7 @@ func (s *Core) Claim(ctx context.Context, queue, owner string, max int) ([]backe
 	if err != nil {
 		return nil, backends.ClaimJobsError(queue, owner, err)
 	}
-	slices.SortFunc(jobs, func(a, b backends.Job) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(jobs, backends.ClaimOrder)
 	if jobs == nil {
 		jobs = []backends.Job{}
 	}

@@ -17,7 +17,8 @@ var (
 	qJobDead = Query{SQL: "SELECT " + jobColumns + " FROM {p}queue_jobs WHERE queue = ? AND state = 'dead' ORDER BY id LIMIT ?"}
 
 	// qJobRequeueDead makes every dead job ready now with attempts reset;
-	// last_error is kept as a record of why it died. Argument: queue.
+	// last_error is kept as a record of why it died, and the priority as
+	// it was pushed. Argument: queue.
 	qJobRequeueDead = Query{SQL: `UPDATE {p}queue_jobs{index queue_jobs_state} SET state = 'ready', attempt = 0, owner = NULL, expires_at = 0,
   available_at = {now} WHERE queue = ? AND state = 'dead'`}
 
@@ -38,7 +39,7 @@ var (
 // scanPartialJob cuts what comes back to the bytes. A page takes its ids
 // from an index alone and reads only the rows of the page.
 const partialJobColumns = "j.id, j.`partition`, SUBSTR(j.payload, 1, ?), LENGTH(j.payload),\n" +
-	"  j.unique_key, j.attempt, j.enqueued_at, j.available_at, SUBSTR(j.last_error, 1, ?)"
+	"  j.unique_key, j.priority, j.attempt, j.enqueued_at, j.available_at, SUBSTR(j.last_error, 1, ?)"
 
 var (
 	// qJobDeadPage: cut, cut, queue, limit, offset.
@@ -178,7 +179,7 @@ func scanPartialJob(r Scanner, queue string, cut int) (backends.PartialJob, erro
 	var key sql.NullString
 	var enq, avail int64
 	var lastErr []byte
-	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &j.PayloadSize, &key, &j.Attempt, &enq, &avail, &lastErr); err != nil {
+	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &j.PayloadSize, &key, &j.Priority, &j.Attempt, &enq, &avail, &lastErr); err != nil {
 		return j, err
 	}
 	j.Key, j.LastError = key.String, string(lastErr[:min(len(lastErr), cut)])

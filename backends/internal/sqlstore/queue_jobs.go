@@ -20,7 +20,8 @@ import (
 // The column unique_key holds the job's key (NULL when it has none)
 // whether or not the queue is unique: the key also picks the partition
 // (backends.KeyPartition), and the jobs of one key run one at a time in
-// push order (Claim).
+// push order (Claim). The column priority holds the job's priority, set by
+// its push and never changed after: a claim takes the highest first.
 //
 // Every time comparison is made in SQL against {now}. Every write that
 // acts on a job someone holds is one conditional statement on the job's
@@ -37,7 +38,7 @@ import (
 // building blocks here.
 
 // jobColumns are the columns ScanJob reads, in order.
-const jobColumns = "id, `partition`, payload, unique_key, attempt, enqueued_at, available_at, owner, expires_at, last_error"
+const jobColumns = "id, `partition`, payload, unique_key, priority, attempt, enqueued_at, available_at, owner, expires_at, last_error"
 
 // qQueueConfig reads a queue's partition count and config; the caller adds
 // the lock it needs ("", "{share}" or "{lock}"). No row: the queue is
@@ -89,7 +90,7 @@ func ScanJob(r Scanner, queue string) (backends.Job, error) {
 	j := backends.Job{Queue: queue}
 	var key, owner sql.NullString
 	var enq, avail, exp int64
-	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &key, &j.Attempt, &enq, &avail, &owner, &exp, &j.LastError); err != nil {
+	if err := r.Scan(&j.ID, &j.Partition, &j.Payload, &key, &j.Priority, &j.Attempt, &enq, &avail, &owner, &exp, &j.LastError); err != nil {
 		return j, err
 	}
 	j.Key, j.Owner = key.String, owner.String

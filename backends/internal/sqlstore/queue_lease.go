@@ -53,10 +53,10 @@ WHERE id = ? AND queue = ? AND owner = ? AND state = 'running' AND expires_at > 
 	qJobExpiry = Query{SQL: `SELECT expires_at FROM {p}queue_jobs WHERE id = ? AND owner = ?`}
 
 	// qJobReturn puts a job back as ready, taking back the attempt its
-	// claim counted. available_at and the id are unchanged, so the job
-	// keeps its place (in id order, and in (available_at, id) order for
-	// MySQL's skip_locked claims); last_error is kept. Arguments: id,
-	// queue, owner.
+	// claim counted. available_at, the priority and the id are unchanged,
+	// so the job keeps its place (in (priority, id) claim order, and in
+	// (priority, available_at, id) order for MySQL's skip_locked claims);
+	// last_error is kept. Arguments: id, queue, owner.
 	qJobReturn = Query{SQL: `UPDATE {p}queue_jobs
 SET state = 'ready', owner = NULL, expires_at = 0, attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END
 WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}

@@ -30,12 +30,12 @@ ORDER BY id LIMIT 1 FOR UPDATE`,
 	// qJobPush inserts a ready job available at now + the delay in
 	// microseconds, and returns it (MySQL, which has no RETURNING: reads it
 	// back by id, qJobByID). Arguments: queue, partition, payload, key,
-	// delay.
+	// priority, delay.
 	qJobPush = Query{
-		SQL: "INSERT INTO {p}queue_jobs (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\n" +
-			"VALUES (?, ?, ?, ?, 0, 'ready', {now} + ?, {now}, '')\nRETURNING " + jobColumns,
-		MySQL: "INSERT INTO {p}queue_jobs (queue, `partition`, payload, unique_key, attempt, state, available_at, enqueued_at, last_error)\n" +
-			"VALUES (?, ?, ?, ?, 0, 'ready', {now} + ?, {now}, '')",
+		SQL: "INSERT INTO {p}queue_jobs (queue, `partition`, payload, unique_key, priority, attempt, state, available_at, enqueued_at, last_error)\n" +
+			"VALUES (?, ?, ?, ?, ?, 0, 'ready', {now} + ?, {now}, '')\nRETURNING " + jobColumns,
+		MySQL: "INSERT INTO {p}queue_jobs (queue, `partition`, payload, unique_key, priority, attempt, state, available_at, enqueued_at, last_error)\n" +
+			"VALUES (?, ?, ?, ?, ?, 0, 'ready', {now} + ?, {now}, '')",
 	}
 
 	// qJobByID reads one job back (MySQL's push).
@@ -102,7 +102,7 @@ func PushJob(ctx context.Context, c Conn, d *Dialect, cfg backends.QueueConfig, 
 	if payload == nil {
 		payload = []byte{} // the column is NOT NULL
 	}
-	args := []any{cfg.Name, partition, payload, NullKey(req.Key), NonNegMicros(req.Delay)}
+	args := []any{cfg.Name, partition, payload, NullKey(req.Key), req.Priority, NonNegMicros(req.Delay)}
 	if d.Flavor != MySQL {
 		return ScanJob(c.QueryRow(ctx, d.Text(qJobPush), args...), cfg.Name)
 	}
