@@ -193,6 +193,13 @@ type Crons interface {
 	// schedule or timezone change, a repair) it also sets next_exec. An
 	// operator's pause of the task is kept.
 	PutCron(ctx context.Context, name string, def json.RawMessage, next time.Time, resetNext bool) error
+	// SetNextExec sets task name's next_exec to to (zero: none) if it is
+	// from (zero: none), in one conditional write, and reports whether it
+	// did; an absent task is not set (false). The scheduler arms a task
+	// that runs after others with it, and clears a time that an earlier
+	// run already answered, without touching the definition that an
+	// apply may be rewriting.
+	SetNextExec(ctx context.Context, name string, from, to time.Time) (bool, error)
 	// DeleteCron removes the task, and an operator's pause of it with it.
 	// Running occurrences keep their rows and finish; absent is not an
 	// error.

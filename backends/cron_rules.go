@@ -219,3 +219,16 @@ func FinishOne(ctx context.Context, c interface {
 	}
 	return errs[0]
 }
+
+// CheckSetNextExec checks a SetNextExec request before anything is
+// written: a task name, and two different times (a store that counts
+// changed rows would report a write of the same time as no match).
+func CheckSetNextExec(name string, from, to time.Time) error {
+	if name == "" {
+		return errors.New("set next_exec: empty name")
+	}
+	if from.Equal(to) {
+		return fmt.Errorf("set next_exec of cron %q: from and to are both %v", name, from)
+	}
+	return nil
+}

@@ -217,6 +217,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Semaphore: d.semaphore,
 		RateLimit: d.rateLimit,
 		Queue:     d.queue,
+		After:     d.afterTasks,
+		Notices:   d.hosts,
 		Log:       d.log.Named("scheduler"),
 		Observer:  d.metrics,
 		// The spec of the moment: a reload may change child_env.
@@ -231,6 +233,18 @@ func (d *Daemon) Spec() *spec.Spec {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.spec
+}
+
+// afterTasks lists the cron tasks of backend bn that the spec of the
+// moment declares with after.
+func (d *Daemon) afterTasks(bn string) []string {
+	var out []string
+	for n, t := range d.Spec().Cron {
+		if t.Backend == bn && len(t.After) > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // cronBackends lists the opened backends that can hold cron tasks.

@@ -120,7 +120,7 @@ func (d *Dashboard) cronRows(ctx context.Context, s *spec.Spec, e *reconcile.Eng
 	rows := map[string]*taskRow{}
 	for _, n := range names {
 		t := s.Cron[n]
-		rows[n] = &taskRow{Name: n, Backend: t.Backend, Schedule: t.Schedule, Timezone: t.Timezone}
+		rows[n] = &taskRow{Name: n, Backend: t.Backend, Schedule: t.When(), Timezone: t.Timezone}
 	}
 	order, groups := byBackend(names, func(n string) string { return s.Cron[n].Backend })
 	for _, bn := range order {
@@ -167,8 +167,8 @@ func readCrons(ctx context.Context, bn string, b backends.Backend, names []strin
 		row.Applied, row.NextRun, row.Running = true, st.NextExec, st.Running
 		row.Pause, row.PausedInSpec = st.Paused, backends.DefPaused(st.Def)
 		if def, derr := appliedTask(st.Def); derr == nil {
-			row.Differs = def.Schedule != row.Schedule || def.Timezone != row.Timezone
-			row.Schedule, row.Timezone = def.Schedule, def.Timezone
+			row.Differs = def.When() != row.Schedule || def.Timezone != row.Timezone
+			row.Schedule, row.Timezone = def.When(), def.Timezone
 		}
 		h, herr := cr.History(ctx, n, 1)
 		if herr != nil {

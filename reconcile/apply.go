@@ -295,7 +295,9 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 			if err != nil {
 				return err
 			}
-			reset = m[d.addr.Name] == nil || m[d.addr.Name].NextExec.IsZero()
+			// A task that runs after others has no next_exec until they
+			// trigger it: only a missing row is repaired.
+			reset = m[d.addr.Name] == nil || (m[d.addr.Name].NextExec.IsZero() && len(d.cron.After) == 0)
 		}
 		var next time.Time
 		if reset {
@@ -307,10 +309,12 @@ func (e *Engine) put(ctx context.Context, c *Change, d *object, limit int) error
 			if c.Action == Create && d.cron.RunOnCreate {
 				next = now
 			}
-			if next.IsZero() {
+			if next.IsZero() && len(d.cron.After) == 0 {
 				return fmt.Errorf("schedule %q has no occurrence after %s", d.cron.Schedule, now.Format(time.RFC3339))
 			}
-			next = next.UTC()
+			if !next.IsZero() {
+				next = next.UTC()
+			}
 		}
 		return adm.PutCron(ctx, d.addr.Name, d.raw, next, reset)
 	case d.queue != nil:

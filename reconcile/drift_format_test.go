@@ -104,3 +104,39 @@ func TestPlanShowsJitterAndItsOffset(t *testing.T) {
 		t.Errorf("a changed jitter: plan\n%s", out)
 	}
 }
+
+// TestPlanApplyTaskAfterOthers: plan shows a task's after list; apply
+// creates it with no next_exec, which is not drift; an armed next_exec
+// (its parents triggered it) survives a plan-and-apply; moving it from a
+// schedule to after clears next_exec, with a note saying when it runs.
+func TestPlanApplyTaskAfterOthers(t *testing.T) {
+	f := newFixture(t)
+	const parent = "  import: {schedule: \"@hourly\", command: \"true\"}\n"
+	f.write("cron:\n" + parent + "  report: {schedule: \"@daily\", command: \"true\"}\n")
+	f.apply(reconcile.Options{})
+	f.write("cron:\n" + parent + "  report: {after: [import], command: \"true\"}\n")
+	out := text(f.plan(reconcile.Options{}))
+	for _, want := range []string{`~ after: "" -> [import]`, "next_exec is cleared: the task runs when a run of import succeeds"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	f.apply(reconcile.Options{})
+	st := f.handle("embedded").Crons()
+	m, err := st.ObserveCrons(t.Context(), []string{"report"})
+	if err != nil || m["report"] == nil || !m["report"].NextExec.IsZero() {
+		t.Fatalf("after apply: %+v %v, want report with no next_exec", m["report"], err)
+	}
+	if p := f.plan(reconcile.Options{}); p.HasChanges() || len(p.Drift) != 0 {
+		t.Fatalf("a task after others, not yet triggered, reads as a change or drift:\n%s", text(p))
+	}
+	armed := time.Now().UTC().Truncate(time.Millisecond)
+	if set, err := st.SetNextExec(t.Context(), "report", time.Time{}, armed); err != nil || !set {
+		t.Fatalf("arm: %v %v", set, err)
+	}
+	f.apply(reconcile.Options{})
+	m, err = st.ObserveCrons(t.Context(), []string{"report"})
+	if err != nil || m["report"] == nil || !m["report"].NextExec.Equal(armed) {
+		t.Fatalf("after a second apply: %+v %v, want the armed time %v kept", m["report"], err, armed)
+	}
+}

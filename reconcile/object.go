@@ -185,6 +185,23 @@ func optStrAttr(name, v string) attr {
 	return strAttr(name, v)
 }
 
+// scheduleAttr is a task's schedule, left out for a task that runs after
+// others.
+func scheduleAttr(c *spec.CronTask) attr {
+	if c.Schedule == "" {
+		return attr{"schedule", "", nil}
+	}
+	return attr{"schedule", strconv.Quote(c.Schedule), c.Schedule}
+}
+
+// afterAttr is the tasks a task runs after, left out when none.
+func afterAttr(c *spec.CronTask) attr {
+	if len(c.After) == 0 {
+		return attr{"after", "", nil}
+	}
+	return attr{"after", "[" + strings.Join(c.After, ", ") + "]", c.After}
+}
+
 // optDurAttr is a duration that is usually unset: left out of the plan
 // when 0.
 func optDurAttr(name string, d time.Duration) attr {
@@ -215,7 +232,7 @@ func (o *object) attrs() []attr {
 	case o.cron != nil:
 		c := o.cron
 		return []attr{
-			strAttr("backend", c.Backend), {"schedule", strconv.Quote(c.Schedule), c.Schedule}, strAttr("timezone", c.Timezone),
+			strAttr("backend", c.Backend), scheduleAttr(c), afterAttr(c), strAttr("timezone", c.Timezone),
 			jitterAttr(c),
 			commandOrPushAttr(c), strAttr("workdir", c.Workdir), envAttr(c.Env),
 			limitAttr("timeout", c.Timeout), durAttr("kill_grace", c.KillGrace),

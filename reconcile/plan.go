@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/coordd/coordd/backends"
 	"github.com/coordd/coordd/spec"
@@ -516,7 +518,7 @@ func (e *Engine) planDesired(p *Plan, d *object, en *backends.InventoryEntry, ob
 	}
 	c.Attrs = diffAttrs(applied, d)
 	if d.cron != nil && applied.cron != nil {
-		c.schedChanged = applied.cron.Schedule != d.cron.Schedule || applied.cron.Timezone != d.cron.Timezone || applied.cron.Jitter != d.cron.Jitter
+		c.schedChanged = scheduleChanged(applied.cron, d.cron)
 	}
 
 	if applied.placement() != d.placement() {
@@ -632,7 +634,11 @@ func updateNotes(old, d *object, obs *observations) []string {
 			notes = append(notes, fmt.Sprintf("%d holder(s) keep their slots until they release; nobody is admitted above %d", held, d.sem.Limit))
 		}
 	case d.cron != nil:
-		if old.cron.Schedule != d.cron.Schedule || old.cron.Timezone != d.cron.Timezone || old.cron.Jitter != d.cron.Jitter {
+		switch {
+		case !scheduleChanged(old.cron, d.cron):
+		case len(d.cron.After) > 0:
+			notes = append(notes, "next_exec is cleared: the task runs when "+afterWhen(d.cron))
+		default:
 			notes = append(notes, "next_exec is recomputed from the new schedule")
 		}
 		if !jsonEqual(mustJSON(old.cron.Command), mustJSON(d.cron.Command)) {
@@ -655,6 +661,21 @@ func updateNotes(old, d *object, obs *observations) []string {
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// scheduleChanged reports whether a task's times change from old to new:
+// its schedule, timezone, jitter or the tasks it runs after.
+func scheduleChanged(old, new *spec.CronTask) bool {
+	return old.Schedule != new.Schedule || old.Timezone != new.Timezone || old.Jitter != new.Jitter ||
+		!slices.Equal(old.After, new.After)
+}
+
+// afterWhen says when a task with after runs, for plan notes.
+func afterWhen(c *spec.CronTask) string {
+	if len(c.After) == 1 {
+		return "a run of " + c.After[0] + " succeeds"
+	}
+	return "each of " + strings.Join(c.After, ", ") + " has succeeded since its last run"
 }
 
 // driftNotes compares what a backend holds with what was applied.
@@ -685,7 +706,7 @@ func driftNotes(d *object, limit int, obs *observations) []string {
 		if !jsonEqual(st.Def, d.raw) {
 			notes = append(notes, "definition in backend differs from the applied one")
 		}
-		if st.NextExec.IsZero() {
+		if st.NextExec.IsZero() && len(d.cron.After) == 0 {
 			notes = append(notes, "next_exec is missing; apply recomputes it")
 		}
 		return notes

@@ -57,6 +57,8 @@ func (s *Scheduler) pass(ctx context.Context, bn string, b backends.Backend, swe
 	if sweep {
 		s.reap(ctx, cb)
 		retryIn = s.retries(ctx, cb)
+		// Before the due tasks: a task armed here is claimed in this pass.
+		s.triggerAfter(ctx, bn, cb)
 	}
 	due, nextAt, err := cb.DueTasks(ctx, batch)
 	if err != nil {

@@ -57,6 +57,13 @@ type Config struct {
 	// inherit (spec.Spec.ChildEnvUnset: the backends' secrets). It is
 	// called at each start, so that it follows reloads.
 	ChildEnvUnset func() []string
+	// After lists the cron tasks of backend bn that run after other tasks
+	// (the local spec's; their after lists are read from the applied
+	// definitions), and Notices is the cluster's record in which their
+	// triggers are kept. Nil: no task is triggered by another (coordd
+	// cron run).
+	After   func(bn string) []string
+	Notices backends.Notices
 }
 
 // Observer is told about runs as they start and finish.
@@ -145,6 +152,9 @@ type Scheduler struct {
 	// process its due times last waited for (logged once per run). Only
 	// Run's goroutine uses it.
 	waitingFor map[string]string
+	// afterSeen caches, per afterDeclared id, when the leader first saw a
+	// task's after list. Only Run's goroutine uses it.
+	afterSeen map[string]time.Time
 }
 
 // New returns a scheduler; Run starts its loop.
@@ -167,7 +177,8 @@ func New(cfg Config) *Scheduler {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), runCtx: ctx, cancelRuns: cancel,
 		offsets: map[string]clockOffset{}, batch: map[backends.Crons]*cronBatchers{},
-		own: map[string]bool{}, replace: map[string]func(string){}, waitingFor: map[string]string{}}
+		own: map[string]bool{}, replace: map[string]func(string){}, waitingFor: map[string]string{},
+		afterSeen: map[string]time.Time{}}
 }
 
 // supervise marks owner's run as this scheduler's own, before its claim is

@@ -111,7 +111,7 @@ func startWith(t *testing.T, path, name string, poll, sweep time.Duration) *host
 }
 
 // startLogging is startWith with the scheduler's logger.
-func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, log hclog.Logger) *host {
+func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, log hclog.Logger, opts ...func(*Config)) *host {
 	t.Helper()
 	st := openStore(t, path)
 	h := &host{store: st}
@@ -120,7 +120,7 @@ func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, lo
 		t.Fatal(err)
 	}
 	h.el = el
-	h.s = New(Config{
+	cfg := Config{
 		Host: name, Elector: h.el,
 		Backends: func() map[string]backends.Backend { return map[string]backends.Backend{"embedded": st} },
 		Semaphore: func(sem string) (*semaphore.Client, backends.SemaphoreConfig, error) {
@@ -138,7 +138,11 @@ func startLogging(t *testing.T, path, name string, poll, sweep time.Duration, lo
 		Log:    log,
 		Stdout: testWriter{t},
 		Poll:   poll, Sweep: sweep,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h.s = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

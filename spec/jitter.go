@@ -57,12 +57,25 @@ func (j jittered) String() string { return j.s.String() }
 // timezone, each occurrence moved by its jitter's offset. The scheduler
 // and reconcile read applied definitions through it, as Load does.
 func TaskSchedule(t *CronTask) (Schedule, error) {
+	if len(t.After) > 0 {
+		return Never, nil
+	}
 	s, err := ParseSchedule(t.Schedule, t.Timezone)
 	if err != nil {
 		return nil, err
 	}
 	return Jittered(s, JitterOffset(t.Name, t.Jitter)), nil
 }
+
+// Never is the schedule of a task that runs after other tasks: it has no
+// time of its own (Next is zero), so its next_exec is set only when its
+// parents trigger it.
+var Never Schedule = never{}
+
+type never struct{}
+
+func (never) Next(time.Time) time.Time { return time.Time{} }
+func (never) String() string           { return "after" }
 
 // jitterSamples is how many occurrences checkJitter looks at.
 const jitterSamples = 200

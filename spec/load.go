@@ -356,6 +356,7 @@ func load(ins []input, readErrs Errors, r *reader, opts LoadOptions) (*Spec, err
 	l.decodeSemaphores(s)
 	l.decodeRateLimits(s) // before the kinds that name a rate limit
 	l.decodeCron(s)
+	l.checkAfter(s)
 	l.decodeQueues(s)
 	s.backendEnv = l.sortedEnv()
 	if errs := l.errs.result(); errs != nil {

@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -225,7 +226,7 @@ func (l *loader) decodeSemaphores(s *Spec) {
 }
 
 var cronFields = []string{
-	"backend", "schedule", "timezone", "jitter", "command", "push", "workdir", "env", "timeout", "kill_grace",
+	"backend", "schedule", "after", "timezone", "jitter", "command", "push", "workdir", "env", "timeout", "kill_grace",
 	"catch_up", "catch_up_limit", "starting_deadline", "overlap", "max_attempts", "retry_backoff", "on_host_loss",
 	"semaphore", "rate_limit", "run_on_create", "history_limit", "prevent_destroy", "run_lease", "paused", "on_failure",
 }
@@ -260,20 +261,19 @@ func (l *loader) decodeCron(s *Spec) {
 			}
 		}
 		o.Jitter, _ = fs.duration("jitter", 0, 0)
-		if !fs.has("schedule") {
-			fs.missing("schedule", ", e.g. \"0 4 * * *\"")
-		} else if expr, ok := fs.str("schedule", false); ok {
-			o.Schedule = strings.Join(strings.Fields(expr), " ")
-			sched, err := parseScheduleIn(o.Schedule, loc)
-			if err != nil {
-				fs.errf("schedule", "%v", err)
-			} else if msg := secondsField(o.Schedule); msg != "" {
-				fs.errf("schedule", "%s", msg)
-			} else if err := checkJitter(sched, o.Jitter); err != nil {
-				fs.errf("jitter", "%v", err)
-			} else if locOK {
-				o.Sched = Jittered(sched, JitterOffset(name, o.Jitter))
+		switch {
+		case fs.has("after") && fs.has("schedule"):
+			fs.errf("after", "a task runs on a schedule or after other tasks, not both: remove schedule or after")
+		case fs.has("after"):
+			o.After = l.cronAfter(fs, name)
+			o.Sched = Never
+			if fs.has("jitter") {
+				fs.errf("jitter", "a task that runs after other tasks has no schedule to move: remove jitter")
 			}
+		case !fs.has("schedule"):
+			fs.missing("schedule", ", e.g. \"0 4 * * *\" (or after: the tasks it follows)")
+		default:
+			l.cronSchedule(fs, o, loc, locOK)
 		}
 		switch {
 		case fs.has("push") && fs.has("command"):
@@ -323,9 +323,146 @@ func (l *loader) decodeCron(s *Spec) {
 		if o.OnFailure != nil && o.HistoryLimit == 0 && fs.has("history_limit") {
 			fs.errf("history_limit", "must be at least 1 with on_failure: the hook finds failed runs in the history")
 		}
+		if len(o.After) > 0 && o.HistoryLimit == 0 && fs.has("history_limit") {
+			fs.errf("history_limit", "must be at least 1 with after: the task's last run in its history marks the successes it has answered")
+		}
 		o.PreventDestroy = fs.boolean("prevent_destroy")
 		s.Cron[name] = o
 	}
+}
+
+// cronSchedule reads a cron task's schedule in loc (locOK: the timezone
+// was read) and checks its jitter against it.
+func (l *loader) cronSchedule(fs *fieldSet, o *CronTask, loc *time.Location, locOK bool) {
+	expr, ok := fs.str("schedule", false)
+	if !ok {
+		return
+	}
+	o.Schedule = strings.Join(strings.Fields(expr), " ")
+	sched, err := parseScheduleIn(o.Schedule, loc)
+	if err != nil {
+		fs.errf("schedule", "%v", err)
+	} else if msg := secondsField(o.Schedule); msg != "" {
+		fs.errf("schedule", "%s", msg)
+	} else if err := checkJitter(sched, o.Jitter); err != nil {
+		fs.errf("jitter", "%v", err)
+	} else if locOK {
+		o.Sched = Jittered(sched, JitterOffset(o.Name, o.Jitter))
+	}
+}
+
+// cronAfter reads a cron task's after: a non-empty list of declared cron
+// tasks, each named once, not the task itself. That they share the
+// task's backend and form no circle is checked once every task is read
+// (checkAfter).
+func (l *loader) cronAfter(fs *fieldSet, name string) []string {
+	n, ok := fs.scalar("after")
+	if !ok {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		fs.errf("after", "must be a list of cron task names, got %s", describe(n, false))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		fs.errf("after", "must name at least one cron task")
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i, e := range n.Content {
+		if e.Kind == yaml.AliasNode {
+			continue
+		}
+		addr := fmt.Sprintf("%s.after[%d]", fs.addr, i)
+		v := e.Value
+		switch {
+		case e.Kind != yaml.ScalarNode || e.ShortTag() != tagStr:
+			l.errAt(fs.file, e, addr, "must be the name of a cron task, got %s", describe(e, false))
+		case v == name:
+			l.errAt(fs.file, e, addr, "a task cannot run after itself")
+		case seen[v]:
+			l.errAt(fs.file, e, addr, "task %s is named twice", quote(v))
+		default:
+			seen[v] = true
+			if _, declared := l.named["cron"][v]; !declared {
+				l.errAt(fs.file, e, addr, "cron task %s is not declared%s", quote(v), didYouMean(v, l.sortedNames("cron")))
+				continue
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// checkAfter checks what cronAfter cannot see alone: each task named in
+// after is on the same backend as the task that follows it (the
+// scheduler reads the parents' history in the store where it arms the
+// task), and no task follows itself through others.
+func (l *loader) checkAfter(s *Spec) {
+	for _, name := range l.sortedNames("cron") {
+		o := s.Cron[name]
+		if o == nil {
+			continue
+		}
+		for _, p := range o.After {
+			if po := s.Cron[p]; po != nil && po.Backend != o.Backend {
+				l.errs.add(&Error{Pos: o.Pos, Address: "cron." + name + ".after",
+					Msg: fmt.Sprintf("task %s is on backend %s and this one on %s: a task runs after tasks of its own backend", quote(p), quote(po.Backend), quote(o.Backend))})
+			}
+		}
+	}
+	if circle := afterCircle(s.Cron); circle != nil {
+		l.errs.add(&Error{Pos: s.Cron[circle[0]].Pos, Address: "cron." + circle[0] + ".after",
+			Msg: fmt.Sprintf("tasks run after each other in a circle (%s): none of them would ever run", strings.Join(circle, " -> "))})
+	}
+}
+
+// afterCircle returns one circle of after (its tasks, the first repeated
+// at the end), or nil when there is none: a depth-first walk in name
+// order, so that one spec always reports the same circle.
+func afterCircle(tasks map[string]*CronTask) []string {
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	var walk func(n string) []string
+	walk = func(n string) []string {
+		state[n] = onPath
+		path = append(path, n)
+		if t := tasks[n]; t != nil {
+			for _, p := range t.After {
+				switch state[p] {
+				case onPath:
+					i := slices.Index(path, p)
+					return append(slices.Clone(path[i:]), p)
+				case unseen:
+					if c := walk(p); c != nil {
+						return c
+					}
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		state[n] = done
+		return nil
+	}
+	names := make([]string, 0, len(tasks))
+	for n := range tasks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if state[n] == unseen {
+			if c := walk(n); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
 }
 
 // command reads a cron command: a list runs directly, a string with

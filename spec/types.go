@@ -174,10 +174,16 @@ type Command struct {
 
 // CronTask runs Command on exactly one server per scheduled time.
 type CronTask struct {
-	Name     string `json:"-"`
-	Backend  string `json:"backend"`
-	Schedule string `json:"schedule"`
-	Timezone string `json:"timezone"`
+	Name    string `json:"-"`
+	Backend string `json:"backend"`
+	// Schedule is the cron expression; empty for a task that runs After
+	// other tasks instead.
+	Schedule string `json:"schedule,omitempty"`
+	// After names the tasks (on the same backend) whose successes trigger
+	// this one: it runs once each time every one of them has succeeded
+	// since its previous trigger. Exclusive with Schedule.
+	After    []string `json:"after,omitempty"`
+	Timezone string   `json:"timezone"`
 	// Jitter moves every scheduled time by a fixed offset in [0, Jitter)
 	// taken from the task's name (JitterOffset).
 	Jitter  time.Duration `json:"jitter,omitempty"`
@@ -220,6 +226,15 @@ type CronTask struct {
 
 	// Sched is the parsed schedule; never nil after a successful load.
 	Sched Schedule `json:"-"`
+}
+
+// When is how a task's times come: its schedule, or "after a, b" for a
+// task that runs after others.
+func (t *CronTask) When() string {
+	if len(t.After) > 0 {
+		return "after " + strings.Join(t.After, ", ")
+	}
+	return t.Schedule
 }
 
 // CronPush is a cron task's push: one job to Queue per scheduled time,

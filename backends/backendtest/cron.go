@@ -68,6 +68,68 @@ func testCronAdmin(t *testing.T, h Harness) {
 			t.Errorf("observe of no names returned %d", len(m))
 		}
 	})
+	t.Run("SetNextExec", func(t *testing.T) {
+		t.Parallel()
+		b, open := fresh(t, h)
+		c := cronsOf(t, b)
+		ctx := t.Context()
+		def := cronDef(7)
+		at := time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
+		later := at.Add(time.Hour)
+		set := func(c backends.Crons, from, to time.Time, want bool, what string) {
+			t.Helper()
+			got, err := c.SetNextExec(ctx, "after", from, to)
+			ok(t, err, what)
+			if got != want {
+				t.Fatalf("%s: set %v, want %v", what, got, want)
+			}
+		}
+		set(c, time.Time{}, at, false, "set on an absent task")
+		ok(t, c.PutCron(ctx, "after", def, time.Time{}, true), "put with no next")
+		set(c, at, later, false, "set from a time it does not hold")
+		wantCron(t, c, "after", def, time.Time{})
+		set(c, time.Time{}, at, true, "arm from none")
+		wantCron(t, c, "after", def, at)
+		set(c, time.Time{}, later, false, "arm again from none")
+		set(c, later, time.Time{}, false, "clear from a time it does not hold")
+		wantCron(t, c, "after", def, at)
+		set(c, at, later, true, "move")
+		set(c, later, time.Time{}, true, "clear")
+		wantCron(t, c, "after", def, time.Time{})
+		_, err := c.SetNextExec(ctx, "after", at, at)
+		if err == nil {
+			t.Fatal("set from a time to the same time: no error")
+		}
+
+		// Two handles arming from none at once: exactly one does.
+		handles := []backends.Crons{c, cronsOf(t, open()), cronsOf(t, open()), cronsOf(t, open())}
+		won := make(chan bool, len(handles))
+		for i, hc := range handles {
+			go func() {
+				got, err := hc.SetNextExec(ctx, "after", time.Time{}, at.Add(time.Duration(i)*time.Second))
+				if err != nil {
+					t.Errorf("concurrent arm %d: %v", i, err)
+				}
+				won <- got
+			}()
+		}
+		wins := 0
+		for range handles {
+			if <-won {
+				wins++
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("%d of %d concurrent arms from none succeeded, want 1", wins, len(handles))
+		}
+		// A definition-only put keeps the armed time.
+		ok(t, c.PutCron(ctx, "after", cronDef(8), time.Time{}, false), "put def only")
+		m, err := c.ObserveCrons(ctx, []string{"after"})
+		ok(t, err, "observe")
+		if m["after"] == nil || m["after"].NextExec.IsZero() {
+			t.Fatalf("after a definition-only put: %+v, want the armed time kept", m["after"])
+		}
+	})
 	t.Run("Delete", func(t *testing.T) {
 		t.Parallel()
 		b, _ := fresh(t, h)

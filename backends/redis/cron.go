@@ -46,6 +46,10 @@ const cronDefaultHistory = 100
 // (lua/cron_put.lua).
 var cronPutScript = luaScript("cron_put.lua")
 
+// cronSetNextScript sets a task's next_exec if it holds a given time
+// (lua/cron_set_next.lua).
+var cronSetNextScript = luaScript("cron_set_next.lua")
+
 // cronDeleteScript removes a task (lua/cron_delete.lua).
 var cronDeleteScript = luaScript("cron_delete.lua")
 
@@ -108,6 +112,22 @@ func (s *Store) PutCron(ctx context.Context, name string, def json.RawMessage, n
 		return fmt.Errorf("put cron %q: %w", name, err)
 	}
 	return nil
+}
+
+// SetNextExec sets next_exec to to if it holds from (zero: none).
+func (s *Store) SetNextExec(ctx context.Context, name string, from, to time.Time) (bool, error) {
+	if err := s.writable(); err != nil {
+		return false, fmt.Errorf("set next_exec of cron %q: %w", name, err)
+	}
+	if err := backends.CheckSetNextExec(name, from, to); err != nil {
+		return false, err
+	}
+	keys := []string{s.keys.cronNext(), s.keys.cronDefs()}
+	n, err := cronSetNextScript.Run(ctx, s.rdb, keys, name, cronNextArg(from), cronNextArg(to)).Int()
+	if err != nil {
+		return false, fmt.Errorf("set next_exec of cron %q: %w", name, err)
+	}
+	return n == 1, nil
 }
 
 // DeleteCron removes the task; absent is not an error.

@@ -201,6 +201,7 @@ type cronListJSON struct {
 	Name     string       `json:"name"`
 	Backend  string       `json:"backend"`
 	Schedule string       `json:"schedule"`
+	After    []string     `json:"after,omitempty"`
 	Timezone string       `json:"timezone"`
 	Applied  bool         `json:"applied"`
 	NextRun  *time.Time   `json:"next_run,omitempty"`
@@ -286,7 +287,7 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 	rows := map[string]*cronListJSON{}
 	for _, n := range names {
 		t := s.Cron[n]
-		rows[n] = &cronListJSON{Name: n, Backend: t.Backend, Schedule: t.Schedule, Timezone: t.Timezone}
+		rows[n] = &cronListJSON{Name: n, Backend: t.Backend, Schedule: t.Schedule, After: t.After, Timezone: t.Timezone}
 	}
 	for bn, ns := range byBackend {
 		b, err := openCron(ctx, s, bn, true)
@@ -360,7 +361,11 @@ func cronList(ctx context.Context, c *command, env *cliEnv, args []string) int {
 		if r.Paused {
 			next = env.paint(stateColour("paused"), r.cell())
 		}
-		fmt.Fprintf(tw, "cron.%s\t%s\t%s\t%s\t%s\n", r.Name, r.Schedule, r.Timezone, next, last)
+		when := r.Schedule
+		if len(r.After) > 0 {
+			when = "after " + strings.Join(r.After, ", ")
+		}
+		fmt.Fprintf(tw, "cron.%s\t%s\t%s\t%s\t%s\n", r.Name, when, r.Timezone, next, last)
 	}
 	tw.Flush()
 	for _, r := range out {

@@ -30,6 +30,12 @@ ON DUPLICATE KEY UPDATE def = VALUES(def), updated = VALUES(updated),
   next_exec = IF(?, VALUES(next_exec), next_exec)`,
 	}
 
+	// qCronSetNext and qCronSetNextFromNone set a task's next_exec when it
+	// holds the given time, or none. Arguments: next_exec (NULL: none),
+	// name[, the time it must hold].
+	qCronSetNext         = Query{SQL: `UPDATE {p}cron_tasks SET next_exec = ? WHERE name = ? AND next_exec = ?`}
+	qCronSetNextFromNone = Query{SQL: `UPDATE {p}cron_tasks SET next_exec = ? WHERE name = ? AND next_exec IS NULL`}
+
 	// qCronDelete removes the task row only; occurrences keep their rows.
 	qCronDelete = Query{SQL: `DELETE FROM {p}cron_tasks WHERE name = ?`}
 
@@ -56,6 +62,22 @@ func (s *Core) PutCron(ctx context.Context, name string, def json.RawMessage, ne
 		return fmt.Errorf("put cron %q: %w", name, err)
 	}
 	return nil
+}
+
+// SetNextExec sets next_exec to to if it holds from (zero: none).
+func (s *Core) SetNextExec(ctx context.Context, name string, from, to time.Time) (bool, error) {
+	if err := backends.CheckSetNextExec(name, from, to); err != nil {
+		return false, err
+	}
+	q, args := qCronSetNext, []any{ToNullMicros(to), name, from.UnixMicro()}
+	if from.IsZero() {
+		q, args = qCronSetNextFromNone, args[:2]
+	}
+	n, err := Affected(s.DB.WriteOne(ctx, s.DB.Dialect().Text(q), args...))
+	if err != nil {
+		return false, fmt.Errorf("set next_exec of cron %q: %w", name, err)
+	}
+	return n == 1, nil
 }
 
 // DeleteCron removes the task; absent is not an error.
