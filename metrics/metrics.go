@@ -276,7 +276,7 @@ var (
 	descCronPaused = prometheus.NewDesc("coordd_cron_paused",
 		"1 while the cron task is paused (coordd cron pause, or paused: true in the spec): the scheduler starts none of its occurrences; else 0.", []string{"task", "backend"}, nil)
 	descCronNext = prometheus.NewDesc("coordd_cron_next_run_timestamp_seconds",
-		"Unix time (backend clock) of the cron task's next scheduled time not yet claimed (next_exec): far in the past while no server runs the task (every host down, paused, no leader), which is how silence shows.", []string{"task", "backend"}, nil)
+		"Unix time (backend clock) of the cron task's next scheduled time not yet claimed (next_exec): far in the past while no server runs the task (every host down, paused, no leader), which is how silence shows. Absent while the task has no next time (a task that runs after others, waiting for them).", []string{"task", "backend"}, nil)
 	descCronLastSuccess = prometheus.NewDesc("coordd_cron_last_success_timestamp_seconds",
 		"Unix time at which the cron task's latest successful run finished, as this process has seen it: each scrape reads the task's latest run in the backend's history; absent until a successful one was seen since the process started.", []string{"task", "backend"}, nil)
 	descLossHold = prometheus.NewDesc("coordd_backend_loss_hold_until_timestamp_seconds",
@@ -498,8 +498,10 @@ func (c *collector) observe(ctx context.Context, o Objects) []prometheus.Metric 
 			if st == nil {
 				continue
 			}
-			out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend),
-				gauge(descCronNext, float64(st.NextExec.UnixNano())/1e9, n, o.Backend))
+			out = append(out, gauge(descCronPaused, b2f(st.IsPaused()), n, o.Backend))
+			if !st.NextExec.IsZero() {
+				out = append(out, gauge(descCronNext, float64(st.NextExec.UnixNano())/1e9, n, o.Backend))
+			}
 			if at, found, err := c.m.lastSuccess(ctx, ca, o.Backend, n); err != nil {
 				ok = false
 			} else if found {

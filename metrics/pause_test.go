@@ -99,3 +99,24 @@ func TestMetricsCronNextRunAndLastSuccess(t *testing.T) {
 
 // metricValue is testenv.MetricValue.
 var metricValue = testenv.MetricValue
+
+// TestMetricsCronNextRunAbsentWithoutNextTime: a task with no next time
+// (after others, waiting for them) has no next run series, which an
+// alert on silence would read as a task overdue since year 1.
+func TestMetricsCronNextRunAbsentWithoutNextTime(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	defer st.Close()
+	if err := st.PutCron(ctx, "report", json.RawMessage(`{"after":["import"],"command":{"argv":["true"]}}`), time.Time{}, true); err != nil {
+		t.Fatal(err)
+	}
+	src := &source{objs: []metrics.Objects{{Backend: "local", B: st, Crons: []string{"report"}}}}
+	base := serve(t, metrics.New(src))
+	_, body := get(t, base+"/metrics")
+	if strings.Contains(body, `coordd_cron_next_run_timestamp_seconds{backend="local",task="report"}`) {
+		t.Errorf("a next run series for a task with no next time:\n%s", body)
+	}
+	if !hasLine(body, `coordd_cron_paused{backend="local",task="report"} 0`) {
+		t.Errorf("no paused line for the task:\n%s", body)
+	}
+}
