@@ -171,9 +171,11 @@ func TestAfterWaitsForEveryParent(t *testing.T) {
 }
 
 // succeed records one succeeded manual run of task and returns when it
-// finished.
+// finished, a few milliseconds after anything before it (the embedded
+// store keeps times to the millisecond).
 func succeed(t *testing.T, s *sqlite.Store, task string) time.Time {
 	t.Helper()
+	time.Sleep(5 * time.Millisecond)
 	ctx := t.Context()
 	occ, err := s.ClaimOccurrence(ctx, backends.ClaimRequest{Task: task, Attempt: 1, Owner: newOwner(), Host: "h", Lease: time.Minute, Manual: true})
 	if err != nil {
@@ -212,7 +214,6 @@ func TestAfterArmsATimeOnce(t *testing.T) {
 	if _, err := st.MarkNotice(ctx, afterDeclared("b", []string{"a"})); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
 	f1 := succeed(t, st, "a")
 	f2 := succeed(t, st, "a")
 	raw, _ := json.Marshal(def)
