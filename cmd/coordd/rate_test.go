@@ -16,7 +16,7 @@ import (
 // at once, each its own client of the store, start their commands no
 // faster than the limit allows. Every command writes its start time; over
 // any window of those times, the starts never exceed rate × window +
-// burst (with 150 ms for the time between a grant and its command's
+// burst (with 250 ms for the time between a grant and its command's
 // start, a process spawn under load). The idle limit grants its burst at
 // once, --no-wait exits 75 when no permit is due, and the command gets
 // COORDD_RATE_LIMIT. On every backend that holds rate limits.
@@ -26,8 +26,13 @@ func TestRateRunWitnessAcrossProcesses(t *testing.T) {
 	}
 }
 
+// rateIv is the interval of the witness tests' limit (2/1s), and
+// rateSpawn the slack for the time between a grant and its command's
+// start (a process spawn on a loaded machine, which can bunch starts up).
+const rateIv, rateSpawn = 500 * time.Millisecond, 250 * time.Millisecond
+
 func rateRunWitness(t *testing.T, typ string) {
-	const decl = "rate_limits:\n  api: {rate: 4/1s, burst: 2}\n" // one per 250ms
+	const decl = "rate_limits:\n  api: {rate: 2/1s, burst: 2}\n" // one per 500ms
 	yaml := decl
 	if typ != "sqlite" {
 		yaml = hostsBackend(t, typ) + decl
@@ -47,8 +52,14 @@ func rateRunWitness(t *testing.T, typ string) {
 		t.Fatalf("the burst took %v: an idle limit should grant it at once", d)
 	}
 	out, code := env.Run(t, "rate", "run", "api", "-f", p, "--no-wait", "--", "sh", "-c", cmd)
-	if code != 75 || !strings.Contains(out, "no permit granted") {
-		t.Fatalf("a permit beyond the burst with --no-wait: exit %d, want 75\n%s", code, out)
+	switch took := time.Since(start); {
+	case code == 75 && strings.Contains(out, "no permit granted"):
+	case code == 0 && took >= rateIv:
+		// Three process starts outlasted an interval (a loaded machine):
+		// the next permit was due, and granting it was right.
+		t.Logf("the burst and one more took %v, over one interval: the third permit was due", took)
+	default:
+		t.Fatalf("a permit beyond the burst with --no-wait %v after the first: exit %d, want 75\n%s", took, code, out)
 	}
 
 	// Six processes at a time, as fast as they get permits, for 3 s.
@@ -87,7 +98,7 @@ func rateRunWitness(t *testing.T, typ string) {
 		starts = append(starts, time.Unix(0, ns))
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	const iv, burst, spawn = 250 * time.Millisecond, 2, 150 * time.Millisecond
+	const iv, burst, spawn = rateIv, 2, rateSpawn
 	for i := range starts {
 		for j := i; j < len(starts); j++ {
 			w := starts[j].Sub(starts[i])
@@ -106,7 +117,7 @@ func rateRunWitness(t *testing.T, typ string) {
 
 // TestQueueWorkWithRateLimit: two `coordd queue work` processes of a queue
 // that names a rate limit start its jobs no faster than rate × window +
-// burst over any window (150 ms for a process spawn), and drain it, on
+// burst over any window (250 ms for a process spawn), and drain it, on
 // every backend that holds rate limits.
 func TestQueueWorkWithRateLimit(t *testing.T) {
 	for _, typ := range []string{"sqlite", "mysql", "postgres", "redis"} {
@@ -115,7 +126,7 @@ func TestQueueWorkWithRateLimit(t *testing.T) {
 }
 
 func queueWorkRateLimit(t *testing.T, typ string) {
-	const decl = "rate_limits:\n  api: {rate: 4/1s, burst: 2}\nqueues:\n  q: {rate_limit: api}\n" // one per 250ms
+	const decl = "rate_limits:\n  api: {rate: 2/1s, burst: 2}\nqueues:\n  q: {rate_limit: api}\n" // one per 500ms
 	yaml := decl
 	if typ != "sqlite" {
 		yaml = hostsBackend(t, typ) + decl
@@ -156,7 +167,7 @@ func queueWorkRateLimit(t *testing.T, typ string) {
 		t.Fatalf("%d jobs ran, want %d", len(starts), jobs)
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
-	const iv, burst, spawn = 250 * time.Millisecond, 2, 150 * time.Millisecond
+	const iv, burst, spawn = rateIv, 2, rateSpawn
 	for i := range starts {
 		for j := i; j < len(starts); j++ {
 			w := starts[j].Sub(starts[i])
