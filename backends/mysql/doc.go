@@ -137,7 +137,12 @@
 // backoff doubling from 2 ms. Gap locks make such deadlocks possible when
 // two transactions create the same absent row (a new semaphore, the first
 // leader or apply lock row); a duplicate key on those inserts (1062) is
-// retried the same way, and the retry then finds the row.
+// retried the same way, and the retry then finds the row. A statement that
+// changes one holder's row reaches it by a unique key (the owner index with
+// a hint, or the primary key), never by a range: on a small table the
+// optimizer reads an instance's whole primary key range for a statement that
+// names the owner, locking its neighbours' rows, and two releases of one
+// instance then deadlock until the retries run out.
 //
 // # The leader lease and fencing
 //

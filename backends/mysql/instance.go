@@ -26,17 +26,23 @@ const (
 	qInstShare = "SELECT lim FROM `{p}semaphores` WHERE name = ? LOCK IN SHARE MODE"
 
 	// qInstExtend renews a live lease of its owner in one autocommit
-	// statement; the new expiry comes back in the OK packet. Arguments:
-	// lease, name, key, owner.
-	qInstExtend = "UPDATE `{p}semaphore_instance_slots` SET expires_at = LAST_INSERT_ID(" + nowSQL + " + ?)\n" +
+	// statement; the new expiry comes back in the OK packet. The index hint
+	// keeps it on the owner's row: on a small table the optimizer reads the
+	// instance's primary key range instead and locks every holder's row.
+	// Arguments: lease, name, key, owner.
+	qInstExtend = "UPDATE `{p}semaphore_instance_slots` FORCE INDEX (semaphore_instance_slots_owner) SET expires_at = LAST_INSERT_ID(" + nowSQL + " + ?)\n" +
 		"WHERE name = ? AND ikey = ? AND owner = ? AND expires_at > " + nowSQL
 
-	// qInstOwned finds (and locks) owner's holder row and whether its lease
-	// is live.
-	qInstOwned = "SELECT expires_at > " + nowSQL + " FROM `{p}semaphore_instance_slots` WHERE name = ? AND ikey = ? AND owner = ? FOR UPDATE"
+	// qInstOwned finds (and locks) owner's holder row: its slot and whether
+	// its lease is live.
+	qInstOwned = "SELECT slot, expires_at > " + nowSQL + " FROM `{p}semaphore_instance_slots` FORCE INDEX (semaphore_instance_slots_owner) WHERE name = ? AND ikey = ? AND owner = ? FOR UPDATE"
 
-	// qInstFree deletes owner's holder row.
-	qInstFree = "DELETE FROM `{p}semaphore_instance_slots` WHERE name = ? AND ikey = ? AND owner = ?"
+	// qInstFree deletes a holder row by its primary key. Deleting by owner
+	// would read the instance's primary key range (the optimizer's choice
+	// on a small table) and wait for the rows other releases locked through
+	// the owner index: two releases of one instance would deadlock.
+	// Arguments: name, key, slot.
+	qInstFree = "DELETE FROM `{p}semaphore_instance_slots` WHERE name = ? AND ikey = ? AND slot = ?"
 
 	// qInstWaiting counts an instance's live waiters.
 	qInstWaiting = "SELECT count(*) FROM `{p}semaphore_instance_waiters` WHERE name = ? AND ikey = ? AND expires_at > " + nowSQL
@@ -135,14 +141,15 @@ func (s *Store) instRelease(ctx context.Context, name, key, owner string) error 
 		if err := c.QueryRow(ctx, qInstShare, name).Scan(&lim); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		err := c.QueryRow(ctx, qInstOwned, name, key, owner).Scan(&wasLive)
+		var slot int
+		err := c.QueryRow(ctx, qInstOwned, name, key, owner).Scan(&slot, &wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return backends.ErrLost
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := c.Exec(ctx, qInstFree, name, key, owner); err != nil {
+		if _, err := c.Exec(ctx, qInstFree, name, key, slot); err != nil {
 			return err
 		}
 		return c.QueryRow(ctx, qInstWaiting, name, key).Scan(&waiting)

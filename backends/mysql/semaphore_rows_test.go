@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -77,4 +78,57 @@ func TestSlotRowStateFollowsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("last holder of a drained semaphore gone")
+}
+
+// TestInstanceHolderTouchesOnlyItsRow: the extend and the release of one
+// holder of an instance lock that holder's row and no other. Were they to
+// read the instance's primary key range (the optimizer's choice on a small
+// table when the statement names the owner), a holder would wait for its
+// neighbour's row lock, and two releases of one instance would deadlock:
+// each locks its own row through the owner index, then waits for the
+// other's.
+func TestInstanceHolderTouchesOnlyItsRow(t *testing.T) {
+	s := migrated(t, testenv.MySQLDSN(t), "il_")
+	ctx := t.Context()
+	err := s.PutSemaphore(ctx, backends.SemaphoreConfig{Name: "k", Limit: 3, Lease: time.Minute, Mode: spec.ModeLease, MaxWaiting: -1, Keyed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := backends.SemRef{Name: "k", Key: "x"}
+	for _, owner := range []string{"a", "b", "c"} {
+		if _, err := s.TryAcquire(ctx, ref, backends.AcquireRequest{Owner: owner, Host: "h", PID: 1, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold b's row locked, as b's own release does before it deletes it.
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var slot int
+	err = tx.QueryRowContext(ctx, "SELECT slot FROM il_semaphore_instance_slots FORCE INDEX (semaphore_instance_slots_owner)\n"+
+		"WHERE name = 'k' AND ikey = 'x' AND owner = 'b' FOR UPDATE").Scan(&slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"a", "c"} {
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if _, err := s.Extend(short, ref, owner, time.Minute); err != nil {
+			t.Errorf("extend %s while another holder's row is locked: %v", owner, err)
+		}
+		if err := s.Release(short, ref, owner); err != nil {
+			t.Errorf("release %s while another holder's row is locked: %v", owner, err)
+		}
+		cancel()
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, ref, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if rows := instanceRows(t, s, "k"); len(rows) != 0 {
+		t.Errorf("rows left after every holder released: %v", rows)
+	}
 }
