@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,23 +74,64 @@ func (s *Scheduler) triggerAfter(ctx context.Context, bn string, cb *cronBackend
 		return
 	}
 	slices.Sort(names)
+	var tasks []*task
+	var parents []string
 	for _, name := range names {
 		st := states[name]
-		if st == nil || !s.leading() {
+		if st == nil {
 			continue
 		}
 		t, err := parseTask(name, st.Def)
 		if err != nil || len(t.def.After) == 0 {
 			continue // not applied, or applied with a schedule
 		}
-		if err := s.triggerOne(ctx, cb, t, st.NextExec); err != nil && ctx.Err() == nil {
-			s.log.Warn("arming a task that runs after others failed", "task", name, "error", err)
+		tasks = append(tasks, t)
+		for _, p := range t.def.After {
+			if states[p] == nil && !slices.Contains(parents, p) {
+				parents = append(parents, p)
+			}
+		}
+	}
+	if len(parents) > 0 {
+		more, err := cb.ObserveCrons(ctx, parents)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reading the tasks that others run after failed", "backend", bn, "error", err)
+			}
+			return
+		}
+		maps.Copy(states, more)
+	}
+	ordered := inOrder(states)
+	for _, t := range tasks {
+		if !s.leading() {
+			return
+		}
+		if err := s.triggerOne(ctx, cb, t, states[t.name].NextExec, ordered); err != nil && ctx.Err() == nil {
+			s.log.Warn("arming a task that runs after others failed", "task", t.name, "error", err)
 		}
 	}
 }
 
-// triggerOne arms t if its parents call for it; armed is its next_exec.
-func (s *Scheduler) triggerOne(ctx context.Context, cb *cronBackend, t *task, armed time.Time) error {
+// inOrder reports, for each applied task of states, whether its runs
+// finish in the order they start (overlap forbid or replace): the history
+// of such a parent is read only back to the floor.
+func inOrder(states map[string]*backends.CronState) map[string]bool {
+	out := make(map[string]bool, len(states))
+	for name, st := range states {
+		if st == nil {
+			continue
+		}
+		if pt, err := parseTask(name, st.Def); err == nil && pt.def.Overlap != spec.OverlapAllow {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// triggerOne arms t if its parents call for it; armed is its next_exec
+// and ordered tells the parents whose runs finish in order (inOrder).
+func (s *Scheduler) triggerOne(ctx context.Context, cb *cronBackend, t *task, armed time.Time, ordered map[string]bool) error {
 	last, err := latestScheduled(ctx, cb, t.name)
 	if err != nil {
 		return err
@@ -111,7 +153,7 @@ func (s *Scheduler) triggerOne(ctx context.Context, cb *cronBackend, t *task, ar
 	}
 	floor := later(since, last)
 	for range afterFenceLoops {
-		at, ok, err := parentsSucceeded(ctx, cb, t, floor)
+		at, ok, err := parentsSucceeded(ctx, cb, t, floor, ordered)
 		if err != nil || !ok {
 			return err
 		}
@@ -168,10 +210,10 @@ func latestScheduled(ctx context.Context, cb *cronBackend, task string) (time.Ti
 
 // parentsSucceeded returns, when every parent of t has a success that
 // finished after floor, the latest of the earliest such successes.
-func parentsSucceeded(ctx context.Context, cb *cronBackend, t *task, floor time.Time) (time.Time, bool, error) {
+func parentsSucceeded(ctx context.Context, cb *cronBackend, t *task, floor time.Time, ordered map[string]bool) (time.Time, bool, error) {
 	var at time.Time
 	for _, p := range t.def.After {
-		first, ok, err := firstSuccessAfter(ctx, cb, p, floor)
+		first, ok, err := firstSuccessAfter(ctx, cb, p, floor, ordered[p])
 		if err != nil || !ok {
 			return time.Time{}, false, err
 		}
@@ -182,18 +224,11 @@ func parentsSucceeded(ctx context.Context, cb *cronBackend, t *task, floor time.
 
 // firstSuccessAfter is the earliest finishing time, after floor, of a
 // succeeded run of task. History is newest first by start; a task whose
-// runs never overlap (overlap forbid or replace) finishes them in that
-// order, so the read stops at the first run that ended by floor. One
+// runs never overlap (ordered: overlap forbid or replace) finishes them in
+// that order, so the read stops at the first run that ended by floor. One
 // whose runs may overlap is read whole.
-func firstSuccessAfter(ctx context.Context, cb *cronBackend, task string, floor time.Time) (time.Time, bool, error) {
-	whole := true
-	if m, err := cb.ObserveCrons(ctx, []string{task}); err != nil {
-		return time.Time{}, false, err
-	} else if st := m[task]; st != nil {
-		if pt, err := parseTask(task, st.Def); err == nil && pt.def.Overlap != spec.OverlapAllow {
-			whole = false
-		}
-	}
+func firstSuccessAfter(ctx context.Context, cb *cronBackend, task string, floor time.Time, ordered bool) (time.Time, bool, error) {
+	whole := !ordered
 	n := afterFirstPage
 	if whole {
 		n = 0

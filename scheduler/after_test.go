@@ -226,14 +226,14 @@ func TestAfterArmsATimeOnce(t *testing.T) {
 	if _, err := st.MarkNotice(ctx, afterArmed("b", f1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.triggerOne(ctx, cb, tb, time.Time{}); err != nil {
+	if err := s.triggerOne(ctx, cb, tb, time.Time{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextExec(t, st, "b"); !got.Equal(f2) {
 		t.Fatalf("armed at %v, want the second success %v (the first was armed before)", got, f2)
 	}
 	// Armed, it waits for its claim: nothing else is armed.
-	if err := s.triggerOne(ctx, cb, tb, f2); err != nil {
+	if err := s.triggerOne(ctx, cb, tb, f2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextExec(t, st, "b"); !got.Equal(f2) {
@@ -251,13 +251,13 @@ func TestAfterArmsATimeOnce(t *testing.T) {
 	if set, err := st.SetNextExec(ctx, "b", time.Time{}, f2); err != nil || !set {
 		t.Fatalf("stale arm: %v %v", set, err)
 	}
-	if err := s.triggerOne(ctx, cb, tb, f2); err != nil {
+	if err := s.triggerOne(ctx, cb, tb, f2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextExec(t, st, "b"); !got.IsZero() {
 		t.Fatalf("a time the task already ran stays armed at %v", got)
 	}
-	if err := s.triggerOne(ctx, cb, tb, time.Time{}); err != nil {
+	if err := s.triggerOne(ctx, cb, tb, time.Time{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextExec(t, st, "b"); !got.IsZero() {
@@ -265,7 +265,7 @@ func TestAfterArmsATimeOnce(t *testing.T) {
 	}
 	// A new success triggers again.
 	f3 := succeed(t, st, "a")
-	if err := s.triggerOne(ctx, cb, tb, time.Time{}); err != nil {
+	if err := s.triggerOne(ctx, cb, tb, time.Time{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := nextExec(t, st, "b"); !got.Equal(f3) {

@@ -168,3 +168,32 @@ func testQueuePriority(t *testing.T, h Harness) {
 		wantCounts(t, adm, "q", 0, 0, 0, 0)
 	})
 }
+
+// UrgentFirstAfterMigration is the end of each SQL store's test of the
+// migration that added priorities: old holds the ids of the jobs of queue
+// pushed before it, in push order. A job pushed now with a priority is
+// claimed before them, and they keep priority 0 and their order.
+func UrgentFirstAfterMigration(t *testing.T, b backends.Backend, queue string, old []int64) {
+	t.Helper()
+	ctx := t.Context()
+	q := b.Queues()
+	urgent, err := q.Push(ctx, queue, backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := q.Claim(ctx, queue, "w", len(old)+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want []string
+	for _, j := range claimed {
+		got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
+	}
+	want = append(want, fmt.Sprintf("%d/3", urgent.ID))
+	for _, id := range old {
+		want = append(want, fmt.Sprintf("%d/0", id))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("queue %s: claimed %v (id/priority), want %v", queue, got, want)
+	}
+}

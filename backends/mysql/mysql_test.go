@@ -474,24 +474,6 @@ FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_nam
 		}
 	}
 	for _, q := range []string{"part", "skip"} {
-		urgent, err := r.Push(ctx, q, backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		claimed, err := r.Claim(ctx, q, "w", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, j := range claimed {
-			got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
-		}
-		want := []string{fmt.Sprintf("%d/3", urgent.ID)}
-		for _, id := range old[q] {
-			want = append(want, fmt.Sprintf("%d/0", id))
-		}
-		if strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Fatalf("claim %s: claimed %v (id/priority), want %v", q, got, want)
-		}
+		backendtest.UrgentFirstAfterMigration(t, r, q, old[q])
 	}
 }

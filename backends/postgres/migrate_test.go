@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/backends"
+	"github.com/coordd/coordd/backends/backendtest"
 	"github.com/coordd/coordd/backends/postgres"
 	"github.com/coordd/coordd/internal/testenv"
 	"github.com/coordd/coordd/spec"
@@ -246,23 +247,5 @@ func TestQueuePriorityMigration(t *testing.T) {
 	if !strings.HasSuffix(def, "(queue, state, priority DESC, id)") {
 		t.Errorf("queue_jobs_ready is %s, want (queue, state, priority DESC, id)", def)
 	}
-	urgent, err := r.Push(ctx, "q", backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := r.Claim(ctx, "q", "w", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, j := range claimed {
-		got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
-	}
-	want := []string{fmt.Sprintf("%d/3", urgent.ID)}
-	for _, id := range old {
-		want = append(want, fmt.Sprintf("%d/0", id))
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("claimed %v (id/priority), want %v", got, want)
-	}
+	backendtest.UrgentFirstAfterMigration(t, r, "q", old)
 }

@@ -451,23 +451,5 @@ func TestQueuePriorityMigration(t *testing.T) {
 	if got := strings.Join(cols, ", "); got != "queue, state, priority DESC, id" {
 		t.Errorf("queue_jobs_ready is (%s), want (queue, state, priority DESC, id)", got)
 	}
-	urgent, err := r.Push(ctx, "q", backends.PushRequest{Payload: []byte("urgent"), Priority: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := r.Claim(ctx, "q", "w", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, j := range jobs {
-		got = append(got, fmt.Sprintf("%d/%d", j.ID, j.Priority))
-	}
-	want := []string{fmt.Sprintf("%d/3", urgent.ID)}
-	for _, id := range old {
-		want = append(want, fmt.Sprintf("%d/0", id))
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("claimed %v (id/priority), want %v", got, want)
-	}
+	backendtest.UrgentFirstAfterMigration(t, r, "q", old)
 }
