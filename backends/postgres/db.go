@@ -30,6 +30,7 @@ func newDialect(schema, prefix string) *sqlstore.Dialect {
 		Share:         " FOR SHARE",
 		Table:         func(name string) string { return quoteIdent(schema) + "." + quoteIdent(prefix+name) },
 		ClockCounters: true,
+		HeldByID:      true,
 		Numbered:      true,
 		DoubleQuoted:  true,
 		List:          arrayList,

@@ -46,6 +46,10 @@ const (
 //	         after a table (and its alias): the index to read it by, where
 //	         the store names one (" INDEXED BY name", " FORCE INDEX
 //	         (name)"); nothing where the planner picks
+//	{held}   a claimed job's owner still holds it: "queue = ? AND owner =
+//	         ? AND state = 'running'" (two parameters), after a condition
+//	         on its id; written so that only the id can be an index
+//	         condition where Dialect.HeldByID says so
 //	?        a bound parameter ($1, $2, ... on PostgreSQL)
 //	{in}     a list of values after a column: "x {in}" is true when x is
 //	         one of them (Dialect.In)
@@ -81,6 +85,13 @@ type Dialect struct {
 	// Table turns a table's base name into the name to write in SQL
 	// ({p}name): prefixed, schema-qualified and quoted as the store needs.
 	Table func(name string) string
+	// HeldByID renders {held} so that the planner cannot use it to pick
+	// an index (IS NOT DISTINCT FROM rather than =): PostgreSQL's
+	// statistics of a queue table, gathered while it was nearly empty,
+	// make a scan of every running job of the queue (queue_jobs_expiry,
+	// queue_jobs_state) look as cheap as the primary key, and a statement
+	// for one job then reads them all.
+	HeldByID bool
 	// ClockCounters: {next:c} is at least the store's clock in µs (a
 	// server with replicas that a failover may put behind); without it,
 	// c + 1 (SQLite: one file, no replica).
@@ -188,6 +199,13 @@ func (d *Dialect) Render(t string) string {
 			return "GREATEST(" + col + " + 1, {now})"
 		})
 	}
+	if strings.Contains(out, "{held}") {
+		held := heldText
+		if d.HeldByID {
+			held = heldByIDText
+		}
+		out = strings.ReplaceAll(out, "{held}", held)
+	}
 	out = strings.ReplaceAll(out, "{now}", d.Now)
 	out = strings.ReplaceAll(out, "{lock}", d.Lock)
 	if strings.Contains(out, "{json") {
@@ -225,6 +243,14 @@ func (d *Dialect) NextCounter(last, now int64) int64 {
 	}
 	return last + 1
 }
+
+// {held} rendered, with and without Dialect.HeldByID. Both take the
+// queue and the owner, in that order; neither is ever NULL for a job a
+// claim returned, so the two say the same.
+const (
+	heldText     = `queue = ? AND owner = ? AND state = 'running'`
+	heldByIDText = `(queue, owner, state) IS NOT DISTINCT FROM (?, ?, 'running')`
+)
 
 // nextToken matches {next:col}.
 var nextToken = regexp.MustCompile(`\{next:[A-Za-z0-9_.@]+\}`)

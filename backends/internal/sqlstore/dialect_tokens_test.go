@@ -26,3 +26,23 @@ func TestRenderLockAndIndexTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderHeldToken: {held} takes the queue and the owner as its two
+// parameters in both forms, in that order, after the id's.
+func TestRenderHeldToken(t *testing.T) {
+	const tmpl = "DELETE FROM {p}jobs WHERE id = ? AND {held}"
+	name := func(n string) string { return n }
+	for _, c := range []struct {
+		what string
+		d    *Dialect
+		want string
+	}{
+		{"plain", &Dialect{Table: name}, "DELETE FROM jobs WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'"},
+		{"by id", &Dialect{Table: name, HeldByID: true, Numbered: true},
+			"DELETE FROM jobs WHERE id = $1 AND (queue, owner, state) IS NOT DISTINCT FROM ($2, $3, 'running')"},
+	} {
+		if got := c.d.Render(tmpl); got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.what, got, c.want)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 // count of 0 is ErrLost.
 var (
 	// qJobAck deletes a job. Arguments: id, queue, owner.
-	qJobAck = Query{SQL: `DELETE FROM {p}queue_jobs WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
+	qJobAck = Query{SQL: `DELETE FROM {p}queue_jobs WHERE id = ? AND {held}`}
 
 	// qJobRetry returns a job to the queue, available after the backoff in
 	// microseconds, or moves it to the dead set once it used max_attempts
@@ -28,13 +28,13 @@ SET state = CASE WHEN ? > 0 AND attempt >= ? THEN 'dead' ELSE 'ready' END,
   owner = NULL, expires_at = 0,
   available_at = CASE WHEN ? > 0 AND attempt >= ? THEN {now} ELSE {now} + ? END, last_error = ?,
   attempt_errors = ?
-WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
+WHERE id = ? AND {held}`}
 
 	// qJobAttemptErrors reads a held job's attempt errors and the store's
 	// clock, for the retry to add one (no row: the owner lost the job).
 	// Arguments: id, queue, owner.
 	qJobAttemptErrors = Query{SQL: `SELECT COALESCE(attempt_errors, ''), {now} FROM {p}queue_jobs
-WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
+WHERE id = ? AND {held}`}
 
 	// qJobExtend renews a job's visibility deadline to now + the
 	// visibility timeout in microseconds, only while it has not expired,
@@ -42,10 +42,10 @@ WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
 	// qJobExpiry). Arguments: visibility, id, queue, owner.
 	qJobExtend = Query{
 		SQL: `UPDATE {p}queue_jobs SET expires_at = {now} + ?
-WHERE id = ? AND queue = ? AND owner = ? AND state = 'running' AND expires_at > {now}
+WHERE id = ? AND {held} AND expires_at > {now}
 RETURNING expires_at`,
 		MySQL: `UPDATE {p}queue_jobs SET expires_at = {now} + ?
-WHERE id = ? AND queue = ? AND owner = ? AND state = 'running' AND expires_at > {now}`,
+WHERE id = ? AND {held} AND expires_at > {now}`,
 	}
 
 	// qJobExpiry reads back the renewed deadline in the same transaction
@@ -59,8 +59,14 @@ WHERE id = ? AND queue = ? AND owner = ? AND state = 'running' AND expires_at > 
 	// last_error is kept. Arguments: id, queue, owner.
 	qJobReturn = Query{SQL: `UPDATE {p}queue_jobs
 SET state = 'ready', owner = NULL, expires_at = 0, attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END
-WHERE id = ? AND queue = ? AND owner = ? AND state = 'running'`}
+WHERE id = ? AND {held}`}
 )
+
+// HeldJobQueries are the statements that act on one claimed job while its
+// owner holds it ({held}), for the stores' tests of their query plans.
+var HeldJobQueries = map[string]Query{
+	"ack": qJobAck, "retry": qJobRetry, "attempt errors": qJobAttemptErrors, "extend": qJobExtend, "return": qJobReturn,
+}
 
 // Ack deletes a finished job while j.Owner still holds it (ErrLost).
 func (s *Core) Ack(ctx context.Context, j backends.Job) error {
