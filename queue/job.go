@@ -18,7 +18,7 @@ import (
 // the worker claims the next jobs while the backend records this one (an
 // ack waits for a commit, which the backend's group commit then shares
 // with the next claim's). The finishing tokens bound the acks and retries
-// in flight to the concurrency.
+// in flight to twice the concurrency (finishingPerSlot).
 func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
 	l := &Lease{Job: j, ClaimedAt: sentAt, Visibility: w.vis, deadline: sentAt.Add(w.vis - Margin(w.vis))}
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))

@@ -94,6 +94,54 @@ func TestAckDoesNotHoldTheSlot(t *testing.T) {
 	}
 }
 
+// TestAcksInFlightAreBounded: while acks wait on the backend, a worker
+// keeps claiming until twice Concurrency acks are on their way, and no
+// further: the next handler to return keeps its slot until an ack is done.
+func TestAcksInFlightAreBounded(t *testing.T) {
+	st := newStore(t, queueConfig("q"))
+	r := &recording{Store: st, hold: make(chan struct{}), acking: make(chan int64, 4)}
+	c := newClient(t, r)
+	ctx := context.Background()
+	for i := range 4 {
+		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan string, 4)
+	var stats queue.Stats
+	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 1, Drain: true, Stats: &stats}, func(_ context.Context, j backends.Job) error {
+		started <- string(j.Payload)
+		return nil
+	})
+	for i := range 3 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d jobs started while acks were held, want 3", i)
+		}
+	}
+	for range 2 {
+		<-r.acking // two acks wait on hold
+	}
+	select {
+	case p := <-started:
+		t.Fatalf("job %s started with two acks held and a third waiting to be sent", p)
+	case id := <-r.acking:
+		t.Fatalf("a third ack (job %d) was sent while two were held", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(r.hold)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(started); n != 1 {
+		t.Fatalf("%d more jobs started after the acks went through, want 1", n)
+	}
+	if stats.Acked.Load() != 4 {
+		t.Fatalf("acked %d, want 4", stats.Acked.Load())
+	}
+}
+
 // TestClaimsGatherABatch: with a backlog, a worker whose handlers finish
 // together claims them a batch at a time, not one job per freed slot.
 func TestClaimsGatherABatch(t *testing.T) {

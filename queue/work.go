@@ -28,6 +28,18 @@ const (
 	gatherWait = 2 * time.Millisecond
 )
 
+// finishingPerSlot bounds the acks and retries in flight, per handler
+// slot. A backend commits a batch of acks while the acks of the next
+// claim's jobs gather for the batch after it: with one per slot, the
+// handlers of that next claim could not give their slots back until the
+// batch before committed, and every claim waited for a commit (measured on
+// PostgreSQL with 32 workers: 13-15k jobs/s with one, 21-23k with two).
+// Two covers one batch committing and one gathering. A job whose ack is on
+// its way is still running for the backend, so it still counts against
+// its key's order and the queue's limits; a crash then delivers it again,
+// as it would any job whose ack it lost.
+const finishingPerSlot = 2
+
 // worker is one Work call: a claim loop (loop) that takes free handler
 // slots, claims as many jobs, starts a goroutine per job (run, job.go) and,
 // when nothing is claimable, ends a drain or waits for work.
@@ -43,8 +55,9 @@ type worker struct {
 	finish chan struct{} // a handler finished; buffered 1
 
 	// batch is the most jobs one claim takes. slots holds a token per
-	// running handler, finishing one per ack or retry in flight; both
-	// hold at most Concurrency. wg counts the jobs' goroutines.
+	// running handler (at most Concurrency), finishing one per ack or
+	// retry in flight (at most twice Concurrency, see finishingPerSlot).
+	// wg counts the jobs' goroutines.
 	batch     int
 	slots     chan struct{}
 	finishing chan struct{}
@@ -110,8 +123,8 @@ func (w *worker) halted() error {
 // with Drain, the queue holds no ready, delayed or in-flight job (nil). It
 // always waits for the running handlers, and their acks and retries,
 // before returning. A handler's slot is free again once the handler has
-// returned, while its ack or retry is still on its way (at most
-// Concurrency of those are), so that the next claim and the ack's commit
+// returned, while its ack or retry is still on its way (at most twice
+// Concurrency of those are), so that the next claims and the ack's commit
 // overlap. It fails when the queue is absent or the backend keeps failing
 // in a way that will not pass (the queue was deleted), and when a handler
 // returns an error wrapping ErrCannotStart (that error).
@@ -157,7 +170,7 @@ func (c *Client) newWorker(ctx context.Context, queue string, opts WorkerOptions
 	}
 	w := &worker{c: c, queue: queue, vis: cfg.VisibilityTimeout, opts: opts, h: h, logf: opts.Logf, stats: opts.Stats,
 		finish: make(chan struct{}, 1), halt: make(chan struct{}), stop: make(chan struct{}),
-		batch: batch, slots: make(chan struct{}, conc), finishing: make(chan struct{}, conc)}
+		batch: batch, slots: make(chan struct{}, conc), finishing: make(chan struct{}, finishingPerSlot*conc)}
 	if w.logf == nil {
 		w.logf = func(string, ...any) {}
 	}

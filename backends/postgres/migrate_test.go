@@ -209,7 +209,8 @@ func TestPoolMaxConnsBoundsThePool(t *testing.T) {
 // back to version 11, the column gone and queue_jobs_ready as 0001 made
 // it): the jobs stored before keep their push order with priority 0, a job
 // pushed after with a higher priority is claimed first, and the claim
-// index is (queue, state, priority DESC, id).
+// index, once 0013 has run after it, is (queue, priority DESC, id) of the
+// ready jobs.
 func TestQueuePriorityMigration(t *testing.T) {
 	ctx := t.Context()
 	dsn := testenv.PostgresDSN(t)
@@ -244,8 +245,8 @@ func TestQueuePriorityMigration(t *testing.T) {
 	if err := r.DB().QueryRowContext(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = 'coordd' AND indexname = 'coordd_queue_jobs_ready'`).Scan(&def); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(def, "(queue, state, priority DESC, id)") {
-		t.Errorf("queue_jobs_ready is %s, want (queue, state, priority DESC, id)", def)
+	if want := "(queue, priority DESC, id) WHERE (state = 'ready'::text)"; !strings.HasSuffix(def, want) {
+		t.Errorf("queue_jobs_ready is %s, want %s", def, want)
 	}
 	backendtest.UrgentFirstAfterMigration(t, r, "q", old)
 }
