@@ -167,7 +167,8 @@ func (r *riverSetup) drain(b *testing.B, n, workers int, tuned bool) time.Durati
 // 32 workers (River tuned, River's defaults) and with 200; push from 16
 // producers (River's Insert, one job a call, against coordd's Push); and
 // the idle enqueue-to-start latency (one job at a time into an idle
-// worker, p50).
+// worker, p50), with the floor of any push-then-claim wake-up measured
+// beside it (idleFloor).
 func BenchmarkPeersPostgresQueue(b *testing.B) {
 	ctx := context.Background()
 	dsn := testenv.PostgresDSN(b)
@@ -239,14 +240,17 @@ func BenchmarkPeersPostgresQueue(b *testing.B) {
 			peers: pushed[:1], coordd: pushed[1], target: 1.5})
 
 		idle := scale(200) / rounds()
-		lat := alternateLatency(b, []string{"River tuned", "default Work"}, func(i int) []time.Duration {
-			if i == 0 {
+		lat := alternateLatency(b, []string{"River tuned", "floor (a committed INSERT, then an UPDATE by id without the flush)", "default Work"}, func(i int) []time.Duration {
+			switch i {
+			case 0:
 				return rv.idleLatency(b, idle)
+			case 1:
+				return rv.idleFloor(b, idle)
 			}
 			return coorddIdleLatency(b, qc, "idle", payload, idle)
 		})
 		record(row{measure: "PostgreSQL idle enqueue-to-start, p50", unit: "ms", latency: true,
-			peers: lat[:1], coordd: lat[1], limit: 2 * time.Millisecond})
+			peers: lat[:2], coordd: lat[2], limit: 2 * time.Millisecond})
 	}
 }
 
@@ -309,6 +313,48 @@ func (r *riverSetup) idleLatency(b *testing.B, n int) []time.Duration {
 			b.Fatal(err)
 		}
 		out = append(out, (<-started).Sub(t0))
+	}
+	return out
+}
+
+// idleFloor is the least an idle wake-up through the database can cost:
+// after the same idle pause as the latency rows (which on a virtual
+// machine makes every round trip slower than back to back), a
+// single-row INSERT that commits with the WAL flush (a durable push) and
+// then, on another connection, an UPDATE of that row by primary key that
+// commits without it (a claim). It returns each pair's time.
+func (r *riverSetup) idleFloor(b *testing.B, n int) []time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := r.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS idle_floor (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, state text NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	push, err := r.pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer push.Release()
+	claim, err := r.pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer claim.Release()
+	if _, err := claim.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		b.Fatal(err)
+	}
+	defer claim.Exec(ctx, `RESET synchronous_commit`)
+	out := make([]time.Duration, 0, n)
+	for range n {
+		time.Sleep(20 * time.Millisecond) // the pause of the latency rows
+		t0 := time.Now()
+		var id int64
+		if err := push.QueryRow(ctx, `INSERT INTO idle_floor (state) VALUES ('ready') RETURNING id`).Scan(&id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := claim.Exec(ctx, `UPDATE idle_floor SET state = 'running' WHERE id = $1`, id); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, time.Since(t0))
 	}
 	return out
 }
