@@ -61,11 +61,7 @@ func TestAckDoesNotHoldTheSlot(t *testing.T) {
 	r := &recording{Store: st, hold: make(chan struct{}), acking: make(chan int64, 4)}
 	c := newClient(t, r)
 	ctx := context.Background()
-	for i := range 2 {
-		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pushNumbered(t, c, "q", 2)
 	started := make(chan string, 2)
 	var stats queue.Stats
 	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 1, Drain: true, Stats: &stats}, func(_ context.Context, j backends.Job) error {
@@ -102,11 +98,7 @@ func TestAcksInFlightAreBounded(t *testing.T) {
 	r := &recording{Store: st, hold: make(chan struct{}), acking: make(chan int64, 4)}
 	c := newClient(t, r)
 	ctx := context.Background()
-	for i := range 4 {
-		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pushNumbered(t, c, "q", 4)
 	started := make(chan string, 4)
 	var stats queue.Stats
 	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 1, Drain: true, Stats: &stats}, func(_ context.Context, j backends.Job) error {
@@ -150,11 +142,7 @@ func TestClaimsGatherABatch(t *testing.T) {
 	c := newClient(t, r)
 	ctx := context.Background()
 	const jobs = 400
-	for i := range jobs {
-		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pushNumbered(t, c, "q", jobs)
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	err := c.Work(ctx, "q", queue.WorkerOptions{Concurrency: 8, Batch: 8, Drain: true}, func(_ context.Context, j backends.Job) error {
@@ -188,11 +176,7 @@ func TestDefaultClaimTakesFreeSlots(t *testing.T) {
 	r := &recording{Store: st}
 	c := newClient(t, r)
 	ctx := context.Background()
-	for i := range 6 {
-		if _, err := c.Push(ctx, "q", fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pushNumbered(t, c, "q", 6)
 	started := make(chan string, 6)
 	release := make(chan struct{}, 6)
 	wait := work(ctx, c, "q", queue.WorkerOptions{Concurrency: 4, Drain: true}, func(_ context.Context, j backends.Job) error {
@@ -232,4 +216,14 @@ func (r *recording) asks() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]int(nil), r.asked...)
+}
+
+// pushNumbered pushes n jobs to queue q whose payloads are "0" to n-1.
+func pushNumbered(t *testing.T, c *queue.Client, q string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := c.Push(context.Background(), q, fmt.Appendf(nil, "%d", i), queue.PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -32,9 +32,8 @@ const (
 // slot. A backend commits a batch of acks while the acks of the next
 // claim's jobs gather for the batch after it: with one per slot, the
 // handlers of that next claim could not give their slots back until the
-// batch before committed, and every claim waited for a commit (measured on
-// PostgreSQL with 32 workers: 13-15k jobs/s with one, 21-23k with two).
-// Two covers one batch committing and one gathering. A job whose ack is on
+// batch before committed, and every claim waited for a commit (measured
+// on PostgreSQL in docs/benchmarks.md). Two covers one batch committing and one gathering. A job whose ack is on
 // its way is still running for the backend, so it still counts against
 // its key's order and the queue's limits; a crash then delivers it again,
 // as it would any job whose ack it lost.

@@ -69,7 +69,11 @@ func TestClaimWalksTheReadyJobsIndex(t *testing.T) {
 		if err := rows.Scan(&name, &def); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, strings.TrimPrefix(name, "coordd_")+def[strings.Index(def, " USING btree "):])
+		_, cols, ok := strings.Cut(def, " USING btree ")
+		if !ok {
+			t.Fatalf("index %s is not a btree: %s", name, def)
+		}
+		got = append(got, strings.TrimPrefix(name, "coordd_")+" USING btree "+cols)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
