@@ -45,17 +45,9 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
 		}
 	}
 	// Renewals go on after ctx ends, as long as the handler runs.
-	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
-	keepDone := make(chan struct{})
-	go func() {
-		defer close(keepDone)
-		if w.keep(kctx, l) {
-			cancel(ErrLeaseLost)
-		}
-	}()
+	stopKeep := w.keepAlive(ctx, l, func() { cancel(ErrLeaseLost) })
 	err := w.h(hctx, j)
 	stopKeep()
-	<-keepDone
 
 	cannotStart := errors.Is(err, ErrCannotStart)
 	if cannotStart {

@@ -80,23 +80,51 @@ func (l *Lease) markLost() {
 	l.mu.Unlock()
 }
 
-// keep renews l about every visibility/3 until ctx ends. It reports true
-// when the lease was lost: an extend found another owner, or the deadline
-// passed without a successful renewal.
+// keepAlive renews l about every visibility/3 while its handler runs,
+// and calls lost when the lease is lost: an extend found another owner,
+// or the deadline passed without a successful renewal. The renewals run
+// on a timer's goroutine that starts only when the first one is due, so
+// the many jobs that finish within a third of their visibility cost a
+// timer each and no goroutine. stop ends the renewals and waits for one
+// in progress; renewals go on after ctx ends, until stop.
+func (w *worker) keepAlive(ctx context.Context, l *Lease, lost func()) (stop func()) {
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	t := time.AfterFunc(w.renewEvery(), func() {
+		defer close(done)
+		if w.keep(kctx, l) {
+			lost()
+		}
+	})
+	return func() {
+		cancel()
+		if !t.Stop() {
+			<-done // the renewals started: wait until they end
+		}
+	}
+}
+
+// renewEvery is the pause between two renewals of a lease.
+func (w *worker) renewEvery() time.Duration { return max(w.vis/3, 10*time.Millisecond) }
+
+// keep renews l now and then every renewEvery until ctx ends. It reports
+// true when the lease was lost.
 func (w *worker) keep(ctx context.Context, l *Lease) bool {
-	every := max(w.vis/3, 10*time.Millisecond)
-	t := time.NewTimer(every)
-	defer t.Stop()
+	every := w.renewEvery()
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return false
-		case <-t.C:
 		}
 		err := w.extend(ctx, l)
+		next := every
 		switch {
 		case err == nil:
-			t.Reset(every)
 		case errors.Is(err, backends.ErrLost):
 			return true
 		case ctx.Err() != nil:
@@ -106,7 +134,17 @@ func (w *worker) keep(ctx context.Context, l *Lease) bool {
 			return true
 		default:
 			w.logf("queue %s: job %d: renewing the lease failed (retrying): %v", w.queue, l.Job.ID, err)
-			t.Reset(max(every/4, 10*time.Millisecond))
+			next = max(every/4, 10*time.Millisecond)
+		}
+		if t == nil {
+			t = time.NewTimer(next)
+		} else {
+			t.Reset(next)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
 		}
 	}
 }

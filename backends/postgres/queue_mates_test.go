@@ -9,8 +9,9 @@ import (
 
 // TestClaimMates: the acks of one claim wait for each other until the
 // last job finishes, a lone claim's ack never waits, an ack whose mates
-// never finish waits mateWait at most, and old groups are forgotten once
-// too many are tracked.
+// never finish waits mateWait at most, the wait is the claim's (an ack
+// after it is over goes at once), and old groups are forgotten once too
+// many are tracked.
 func TestClaimMates(t *testing.T) {
 	var m claimMates
 	m.claimed("lone", 1)
@@ -40,6 +41,9 @@ func TestClaimMates(t *testing.T) {
 	m.await(context.Background(), "stuck")
 	if d := time.Since(start); d < mateWait || d > mateWait+time.Second {
 		t.Errorf("an ack whose mate never finished waited %v, want about %v", d, mateWait)
+	}
+	if m.finished("stuck") != nil {
+		t.Error("an ack after its claim's wait was over waits again")
 	}
 	for i := len(m.groups); i < maxMateGroups; i++ {
 		m.claimed(fmt.Sprint("g", i), 2)
