@@ -111,12 +111,6 @@ func (w *worker) renewEvery() time.Duration { return max(w.vis/3, 10*time.Millis
 // true when the lease was lost.
 func (w *worker) keep(ctx context.Context, l *Lease) bool {
 	every := w.renewEvery()
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
 	for {
 		if ctx.Err() != nil {
 			return false
@@ -136,15 +130,8 @@ func (w *worker) keep(ctx context.Context, l *Lease) bool {
 			w.logf("queue %s: job %d: renewing the lease failed (retrying): %v", w.queue, l.Job.ID, err)
 			next = max(every/4, 10*time.Millisecond)
 		}
-		if t == nil {
-			t = time.NewTimer(next)
-		} else {
-			t.Reset(next)
-		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, nil, nil, next) {
 			return false
-		case <-t.C:
 		}
 	}
 }
