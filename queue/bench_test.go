@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -34,7 +35,8 @@ func benchQueue(name string) backends.QueueConfig {
 
 // BenchmarkQueueThroughput pushes 3,000 jobs through queue.Client.Push
 // (push-jobs/s), then works them with no-op handlers through Work with
-// Drain, at concurrency 1 and 4 (jobs/s: claim, handler, ack per job). With
+// Drain, at concurrency 1 and 4 (jobs/s: claim, handler, ack per job;
+// allocs/job: the heap objects the work allocated, client and store). With
 // backlog=3000 all jobs are pushed first; with backlog=100 they are pushed
 // and drained 100 at a time, since a claim's cost grows with the number of
 // ready jobs (see docs/benchmarks.md).
@@ -50,7 +52,8 @@ func BenchmarkQueueThroughput(b *testing.B) {
 				payload := []byte(`{"image":"a.png"}`)
 				b.ResetTimer()
 				var pushDur, workDur time.Duration
-				var workTrips uint64
+				var workTrips, workAllocs uint64
+				var ms runtime.MemStats
 				for range b.N {
 					for pushed := 0; pushed < jobs; pushed += backlog {
 						start := time.Now()
@@ -62,10 +65,14 @@ func BenchmarkQueueThroughput(b *testing.B) {
 						pushDur += time.Since(start)
 						var stats queue.Stats
 						trips := st.RoundTrips()
+						runtime.ReadMemStats(&ms)
+						allocs := ms.Mallocs
 						start = time.Now()
 						err := c.Work(ctx, "q", queue.WorkerOptions{Concurrency: conc, Batch: conc, Drain: true, Stats: &stats},
 							func(context.Context, backends.Job) error { return nil })
 						workDur += time.Since(start)
+						runtime.ReadMemStats(&ms)
+						workAllocs += ms.Mallocs - allocs
 						workTrips += st.RoundTrips() - trips
 						if err != nil {
 							b.Fatal(err)
@@ -79,6 +86,7 @@ func BenchmarkQueueThroughput(b *testing.B) {
 				b.ReportMetric(float64(jobs*b.N)/pushDur.Seconds(), "push-jobs/s")
 				b.ReportMetric(float64(jobs*b.N)/workDur.Seconds(), "jobs/s")
 				b.ReportMetric(float64(workTrips)/float64(jobs*b.N), "trips/job")
+				b.ReportMetric(float64(workAllocs)/float64(jobs*b.N), "allocs/job")
 				b.ReportMetric(float64(rt.Nanoseconds())/1e3, "rt-us")
 			})
 		}

@@ -45,9 +45,9 @@ func (w *worker) run(ctx context.Context, j backends.Job, sentAt time.Time) {
 		}
 	}
 	// Renewals go on after ctx ends, as long as the handler runs.
-	stopKeep := w.keepAlive(ctx, l, func() { cancel(ErrLeaseLost) })
+	keeper := w.keepAlive(ctx, l, cancel)
 	err := w.h(hctx, j)
-	stopKeep()
+	keeper.stop()
 
 	cannotStart := errors.Is(err, ErrCannotStart)
 	if cannotStart {
@@ -94,8 +94,7 @@ func (w *worker) giveBack(ctx context.Context, j backends.Job, why error) {
 
 // record acks j (the handler returned nil) or retries it (err).
 func (w *worker) record(ctx context.Context, j backends.Job, err error) {
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer fcancel()
+	fctx := w.finishContext(ctx)
 	if err == nil {
 		ferr := w.c.q.Ack(fctx, j)
 		switch {
@@ -135,4 +134,31 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 	default:
 		w.logf("queue %s: job %d failed (%s); the retry failed too (it will run again after its visibility timeout): %v", w.queue, j.ID, reason, ferr)
 	}
+}
+
+// finishCtx is a context the acks and retries of a while share.
+type finishCtx struct {
+	ctx      context.Context
+	deadline time.Time
+	cancel   context.CancelFunc
+}
+
+// finishContext is the context of an ack or retry: Work's values, not its
+// cancellation (a job done as Work stops is still recorded), and a
+// deadline between finishTimeout and twice that away. The acks of a
+// while share it, so that an ack costs no context and timer of its own;
+// one replaced expires on its own once the acks that hold it are done.
+func (w *worker) finishContext(ctx context.Context) context.Context {
+	if f := w.records.cur.Load(); f != nil && time.Until(f.deadline) >= finishTimeout {
+		return f.ctx
+	}
+	w.records.mu.Lock()
+	defer w.records.mu.Unlock()
+	if f := w.records.cur.Load(); f != nil && time.Until(f.deadline) >= finishTimeout {
+		return f.ctx
+	}
+	d := time.Now().Add(2 * finishTimeout)
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
+	w.records.cur.Store(&finishCtx{ctx: fctx, deadline: d, cancel: cancel})
+	return fctx
 }

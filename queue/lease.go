@@ -80,27 +80,63 @@ func (l *Lease) markLost() {
 	l.mu.Unlock()
 }
 
-// keepAlive renews l about every visibility/3 while its handler runs,
-// and calls lost when the lease is lost: an extend found another owner,
-// or the deadline passed without a successful renewal. The renewals run
-// on a timer's goroutine that starts only when the first one is due, so
-// the many jobs that finish within a third of their visibility cost a
-// timer each and no goroutine. stop ends the renewals and waits for one
-// in progress; renewals go on after ctx ends, until stop.
-func (w *worker) keepAlive(ctx context.Context, l *Lease, lost func()) (stop func()) {
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	t := time.AfterFunc(w.renewEvery(), func() {
-		defer close(done)
-		if w.keep(kctx, l) {
-			lost()
-		}
-	})
-	return func() {
+// keeper renews one job's lease about every visibility/3 while its
+// handler runs (keepAlive), and ends the handler's context with
+// ErrLeaseLost when the lease is lost: an extend found another owner, or
+// the deadline passed without a successful renewal. The renewals run on a
+// timer's goroutine that starts only when the first one is due, so the
+// many jobs that finish within a third of their visibility cost a timer
+// and no goroutine or context. They go on after Work's ctx ends, until
+// stop.
+type keeper struct {
+	w    *worker
+	l    *Lease
+	ctx  context.Context // Work's: its values, not its cancellation
+	lost context.CancelCauseFunc
+	t    *time.Timer
+
+	mu      sync.Mutex
+	stopped bool
+	cancel  context.CancelFunc // ends the renewals, once they started
+	done    chan struct{}      // closed when the renewals ended
+}
+
+// keepAlive starts the renewals of l; lost ends the handler's context.
+func (w *worker) keepAlive(ctx context.Context, l *Lease, lost context.CancelCauseFunc) *keeper {
+	k := &keeper{w: w, l: l, ctx: ctx, lost: lost}
+	k.t = time.AfterFunc(w.renewEvery(), k.renew)
+	return k
+}
+
+// renew runs the renewals, on the timer's goroutine, unless stop came
+// first.
+func (k *keeper) renew() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(k.ctx))
+	k.cancel, k.done = cancel, make(chan struct{})
+	k.mu.Unlock()
+	defer close(k.done)
+	if k.w.keep(kctx, k.l) {
+		k.lost(ErrLeaseLost)
+	}
+}
+
+// stop ends the renewals and waits for one in progress.
+func (k *keeper) stop() {
+	if k.t.Stop() {
+		return // they never started
+	}
+	k.mu.Lock()
+	k.stopped = true
+	cancel, done := k.cancel, k.done
+	k.mu.Unlock()
+	if cancel != nil {
 		cancel()
-		if !t.Stop() {
-			<-done // the renewals started: wait until they end
-		}
+		<-done
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/backends"
@@ -18,7 +19,8 @@ const (
 	drainWait = time.Second
 	// errorWaitMax bounds the backoff after a failing claim.
 	errorWaitMax = 5 * time.Second
-	// finishTimeout bounds an Ack or Retry after the handler returned.
+	// finishTimeout is the least time an Ack or Retry gets after the
+	// handler returned (at most twice that, see finishContext).
 	finishTimeout = 10 * time.Second
 	// maxReason bounds the error text recorded with a retried job: room
 	// for the reason and the 4 KiB of stderr `coordd queue work` adds.
@@ -61,6 +63,13 @@ type worker struct {
 	slots     chan struct{}
 	finishing chan struct{}
 	wg        sync.WaitGroup
+
+	// records holds the context the acks and retries share
+	// (finishContext).
+	records struct {
+		mu  sync.Mutex
+		cur atomic.Pointer[finishCtx]
+	}
 
 	// stop is closed by opts.Stop or by a handler that cannot start.
 	stop chan struct{}
@@ -136,6 +145,9 @@ func (c *Client) Work(ctx context.Context, queue string, opts WorkerOptions, h H
 	defer w.watchStop()()
 	defer func() {
 		w.wg.Wait()
+		if f := w.records.cur.Load(); f != nil {
+			f.cancel() // no ack or retry is left to use it
+		}
 		if herr := w.halted(); herr != nil {
 			err = herr
 		}
