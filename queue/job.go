@@ -136,7 +136,8 @@ func (w *worker) record(ctx context.Context, j backends.Job, err error) {
 	}
 }
 
-// finishCtx is a context the acks and retries of a while share.
+// finishCtx is the context that the acks and retries of a worker share
+// for up to finishTimeout (finishContext).
 type finishCtx struct {
 	ctx      context.Context
 	deadline time.Time
@@ -145,9 +146,10 @@ type finishCtx struct {
 
 // finishContext is the context of an ack or retry: Work's values, not its
 // cancellation (a job done as Work stops is still recorded), and a
-// deadline between finishTimeout and twice that away. The acks of a
-// while share it, so that an ack costs no context and timer of its own;
-// one replaced expires on its own once the acks that hold it are done.
+// deadline between finishTimeout and twice that away. The acks and
+// retries of up to finishTimeout share one, so that an ack costs no
+// context and timer of its own; a replaced one expires by itself, after
+// the acks that hold it.
 func (w *worker) finishContext(ctx context.Context) context.Context {
 	if f := w.records.cur.Load(); f != nil && time.Until(f.deadline) >= finishTimeout {
 		return f.ctx
