@@ -58,7 +58,7 @@ func cronRunsApplied(t *testing.T, header string) {
 		d.Signal(syscall.SIGTERM)
 		d.Wait(t, 30*time.Second)
 	}()
-	proctest.Eventually(t, 30*time.Second, "four runs", func() bool {
+	proctest.Eventually(t, 30*time.Second, "three runs", func() bool {
 		b, _ := os.ReadFile(log)
 		return strings.Count(string(b), "\n") >= 3
 	})

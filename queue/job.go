@@ -144,6 +144,10 @@ type finishCtx struct {
 	cancel   context.CancelFunc
 }
 
+// fresh reports whether f (nil: none yet) still leaves an ack
+// finishTimeout.
+func (f *finishCtx) fresh() bool { return f != nil && time.Until(f.deadline) >= finishTimeout }
+
 // finishContext is the context of an ack or retry: Work's values, not its
 // cancellation (a job done as Work stops is still recorded), and a
 // deadline between finishTimeout and twice that away. The acks and
@@ -151,12 +155,12 @@ type finishCtx struct {
 // context and timer of its own; a replaced one expires by itself, after
 // the acks that hold it.
 func (w *worker) finishContext(ctx context.Context) context.Context {
-	if f := w.records.cur.Load(); f != nil && time.Until(f.deadline) >= finishTimeout {
+	if f := w.records.cur.Load(); f.fresh() {
 		return f.ctx
 	}
 	w.records.mu.Lock()
 	defer w.records.mu.Unlock()
-	if f := w.records.cur.Load(); f != nil && time.Until(f.deadline) >= finishTimeout {
+	if f := w.records.cur.Load(); f.fresh() { // another ack replaced it
 		return f.ctx
 	}
 	d := time.Now().Add(2 * finishTimeout)

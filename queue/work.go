@@ -35,10 +35,11 @@ const (
 // claim's jobs gather for the batch after it: with one per slot, the
 // handlers of that next claim could not give their slots back until the
 // batch before committed, and every claim waited for a commit (measured
-// on PostgreSQL in docs/benchmarks.md). Two covers one batch committing and one gathering. A job whose ack is on
-// its way is still running for the backend, so it still counts against
-// its key's order and the queue's limits; a crash then delivers it again,
-// as it would any job whose ack it lost.
+// on PostgreSQL in docs/benchmarks.md). Two covers one batch committing
+// and one gathering. A job whose ack is on its way is still running for
+// the backend, so it still counts against its key's order and the queue's
+// limits; a crash then delivers it again, as it would any job whose ack
+// it lost.
 const finishingPerSlot = 2
 
 // worker is one Work call: a claim loop (loop) that takes free handler
